@@ -1,0 +1,64 @@
+// A small client for the gateway API, shared by every command and by `embers dev`.
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { CliError } from './errors.ts';
+
+export interface ClientOptions {
+  url: string;
+  apiKey: string;
+}
+
+/** URL and key from flags, then EMBERS_URL / EMBERS_API_KEY, then what `embers dev` keeps in .embers/. */
+export function clientOptions(flags: { url?: string; key?: string }): ClientOptions {
+  const url = flags.url ?? process.env.EMBERS_URL ?? `http://127.0.0.1:${process.env.EMBERS_PORT ?? 8787}`;
+  let apiKey = flags.key ?? process.env.EMBERS_API_KEY;
+  if (!apiKey) {
+    const file = path.resolve(process.env.EMBERS_DATA_DIR ?? '.embers', 'api-key');
+    try {
+      apiKey = readFileSync(file, 'utf8').trim();
+    } catch {
+      throw new CliError(`no API key: pass --key, set EMBERS_API_KEY, or run this where \`npm start\` keeps ${file}`, 2);
+    }
+  }
+  return { url: url.replace(/\/$/, ''), apiKey };
+}
+
+export class EmbersClient {
+  constructor(readonly o: ClientOptions) {}
+
+  async request<T = unknown>(method: string, route: string, body?: BodyInit | object, headers: Record<string, string> = {}): Promise<{ status: number; data: T; headers: Headers }> {
+    const isRaw = body instanceof Uint8Array || typeof body === 'string' || (body !== undefined && typeof (body as ReadableStream).getReader === 'function');
+    let res: Response;
+    try {
+      res = await fetch(`${this.o.url}${route}`, {
+        method,
+        headers: { authorization: `Bearer ${this.o.apiKey}`, ...(body !== undefined && !isRaw ? { 'content-type': 'application/json' } : {}), ...headers },
+        body: body === undefined ? undefined : isRaw ? (body as BodyInit) : JSON.stringify(body),
+        ...(isRaw && typeof (body as ReadableStream).getReader === 'function' ? { duplex: 'half' } : {}),
+      } as RequestInit);
+    } catch (err) {
+      const cause = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).message;
+      throw new CliError(`cannot reach Embers at ${this.o.url} (${cause}); is \`npm start\` running? (--url or EMBERS_URL to point elsewhere)`);
+    }
+    const text = method === 'HEAD' ? '' : await res.text();
+    let data: unknown = text;
+    try {
+      data = text ? JSON.parse(text) : null;
+    } catch {
+      /* not JSON: keep the text */
+    }
+    return { status: res.status, data: data as T, headers: res.headers };
+  }
+
+  /** Like request, but a non-2xx answer becomes a CliError carrying the server's message. */
+  async call<T = unknown>(method: string, route: string, body?: BodyInit | object, headers?: Record<string, string>): Promise<T> {
+    const res = await this.request<T>(method, route, body, headers);
+    if (res.status >= 400) throw new CliError(`${method} ${route} → ${res.status}: ${errorMessage(res.data)}`);
+    return res.data;
+  }
+}
+
+export function errorMessage(data: unknown): string {
+  const e = (data as { error?: { message?: string } })?.error;
+  return e?.message ?? (typeof data === 'string' ? data : JSON.stringify(data));
+}

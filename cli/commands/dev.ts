@@ -1,0 +1,64 @@
+import path from 'node:path';
+import { Command } from 'commander';
+import { loadConfig } from '../../core/config.ts';
+import { createLogger } from '../../core/log.ts';
+import { EmbersClient } from '../client.ts';
+import { deployFile } from '../deploy.ts';
+import { discoverFunctions } from '../discover.ts';
+import { startPlatform } from '../platform.ts';
+
+export function devCommand(name: 'dev' | 'start'): Command {
+  return new Command(name)
+    .description('run Embers locally: Redis, S3, gateway and replicas in one process, then deploy ./functions')
+    .option('--functions <dir>', 'deploy every function in this folder at start', 'functions')
+    .option('--no-deploy', 'start without deploying anything')
+    .addHelpText('after', '\nConfiguration comes from EMBERS_* variables (README: Configuration); unset Redis/S3 are started embedded.')
+    .action(async (opts: { functions: string; deploy: boolean }) => {
+      const config = loadConfig();
+      const log = createLogger('embers', config.EMBERS_LOG_LEVEL);
+      const platform = await startPlatform(config, log);
+      let stopping = false;
+      const stop = async (signal: string) => {
+        if (stopping) {
+          log.warn('second signal: exiting now');
+          process.exit(130);
+        }
+        stopping = true;
+        log.info({ signal }, 'stopping');
+        await platform.stop();
+        process.exit(0);
+      };
+      process.on('SIGINT', () => void stop('SIGINT'));
+      process.on('SIGTERM', () => void stop('SIGTERM'));
+
+      const client = new EmbersClient({ url: platform.url, apiKey: platform.apiKey });
+      const deployed: string[] = [];
+      if (opts.deploy) {
+        const dir = path.resolve(opts.functions);
+        for (const file of await discoverFunctions(dir).catch(() => [])) {
+          try {
+            const r = await deployFile(client, file, (line) => log.info(line));
+            deployed.push(r.name);
+            log.info({ fn: r.name, version: r.version }, 'deployed');
+          } catch (err) {
+            log.error(`could not deploy ${path.relative(process.cwd(), file)}: ${(err as Error).message}`);
+          }
+        }
+      }
+      const example = deployed.includes('echo') ? 'echo' : (deployed[0] ?? 'echo');
+      const banner = [
+        '',
+        `  Embers is running at ${platform.url}`,
+        `  API key:   ${platform.apiKey}`,
+        `  Functions: ${deployed.length ? deployed.join(', ') : 'none (deploy with `npx embers deploy path/to/fn.ts`)'}`,
+        '',
+        '  Try it:',
+        `    curl -s -H "Authorization: Bearer ${platform.apiKey}" -H 'content-type: application/json' \\`,
+        `      -d '{"hello":"embers"}' ${platform.url}/v1/run/${example}`,
+        '',
+        '  Ctrl-C stops everything this started.',
+        '',
+      ].join('\n');
+      process.stdout.write(`${banner}\n`);
+    });
+}

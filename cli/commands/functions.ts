@@ -1,0 +1,64 @@
+import { Command } from 'commander';
+import { clientFrom, printJson, withConnection } from './common.ts';
+import { CliError } from '../errors.ts';
+
+interface Summary { name: string; active: string; versions: number; updatedAt: string }
+interface ReplicaView {
+  id: string;
+  state: string;
+  version: string;
+  coldStart?: Record<string, number>;
+  error?: { phase: string; message: string };
+  jobs: { active: number; completed: number; failed: number };
+  models: Record<string, { provider: string; executions: number; inferences: number; maxCallsPerBatch: number }>;
+}
+
+export function functionsCommand(): Command {
+  const cmd = new Command('functions').description('list, show and delete deployed functions');
+
+  withConnection(cmd.command('list', { isDefault: true }).description('list functions and their active versions').option('--json', 'print JSON')).action(
+    async (opts: { url?: string; key?: string; json?: boolean }) => {
+      const { functions } = await clientFrom(opts).call<{ functions: Summary[] }>('GET', '/v1/functions');
+      if (opts.json) return printJson(functions);
+      if (functions.length === 0) return void process.stdout.write('no functions deployed yet: `embers deploy path/to/fn.ts`\n');
+      const rows = functions.map((f) => [f.name, f.active, String(f.versions), f.updatedAt]);
+      table(['NAME', 'ACTIVE', 'VERSIONS', 'UPDATED'], rows);
+    },
+  );
+
+  withConnection(cmd.command('show').description('show a function: versions, replicas, cold starts, batching counters').argument('<name>').option('--json', 'print JSON')).action(
+    async (name: string, opts: { url?: string; key?: string; json?: boolean }) => {
+      const fn = await clientFrom(opts).call<{ name: string; active: string; endpoint: string; versions: { version: string; createdAt: string }[]; replicas: ReplicaView[]; manifest: { models: Record<string, string> } }>(
+        'GET',
+        `/v1/functions/${encodeURIComponent(name)}`,
+      );
+      if (opts.json) return printJson(fn);
+      const out = process.stdout;
+      out.write(`${fn.name}  active ${fn.active}  ${fn.endpoint}\n`);
+      for (const [h, uri] of Object.entries(fn.manifest.models)) out.write(`  model ${h}: ${uri}\n`);
+      out.write(`versions: ${fn.versions.map((v) => v.version).join(', ')}\n`);
+      if (fn.replicas.length === 0) out.write('replicas: none running\n');
+      for (const r of fn.replicas) {
+        out.write(`replica ${r.id} [${r.state}] ${r.version}  jobs ok ${r.jobs.completed} failed ${r.jobs.failed} active ${r.jobs.active}\n`);
+        if (r.error) out.write(`  failed in ${r.error.phase}: ${r.error.message}\n`);
+        if (r.coldStart) out.write(`  cold start: ${Object.entries(r.coldStart).map(([k, v]) => `${k.replace(/Ms$/, '')} ${Math.round(v)} ms`).join(', ')}\n`);
+        for (const [m, s] of Object.entries(r.models)) {
+          const avg = s.executions ? (s.inferences / s.executions).toFixed(2) : '-';
+          out.write(`  model ${m} on ${s.provider}: ${s.executions} batches, ${s.inferences} rows, avg batch ${avg}, most calls in one batch ${s.maxCallsPerBatch}\n`);
+        }
+      }
+    },
+  );
+
+  withConnection(cmd.command('delete').description('delete a function (its versions stay in S3)').argument('<name>')).action(async (name: string, opts: { url?: string; key?: string }) => {
+    if (!name) throw new CliError('name a function to delete', 2);
+    await clientFrom(opts).call('DELETE', `/v1/functions/${encodeURIComponent(name)}`);
+    process.stdout.write(`deleted ${name}\n`);
+  });
+  return cmd;
+}
+
+function table(head: string[], rows: string[][]): void {
+  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
+  for (const r of [head, ...rows]) process.stdout.write(`${r.map((c, i) => c.padEnd(widths[i])).join('  ')}\n`);
+}

@@ -1,0 +1,140 @@
+// `embers deploy`: bundle with esbuild, learn the manifest in a child process, upload local
+// models by content hash, then hand bundle + manifest to the gateway, which stores an
+// immutable version and activates it.
+import { execFile } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { Readable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { build } from 'esbuild';
+import { linkPlatformModules } from '../core/bundle-dir.ts';
+import { DeploySpecSchema, type DeploySpec } from '../core/contracts.ts';
+import type { EmbersClient } from './client.ts';
+import { CliError } from './errors.ts';
+import { ProgressBar, formatBytes } from './progress.ts';
+
+const SDK = fileURLToPath(new URL('../runtime/sdk.ts', import.meta.url));
+const EXTRACT = fileURLToPath(new URL('./extract-manifest.ts', import.meta.url));
+const TSX = import.meta.resolve('tsx');
+/** Native or platform-provided packages: never bundled, resolved from the runtime's node_modules. */
+export const EXTERNALS = ['onnxruntime-node', 'onnxruntime-common', 'sharp', '@img/*', '*.node'];
+
+export interface DeployResult {
+  name: string;
+  version: string;
+  endpoint: string;
+  bundleBytes: number;
+  models: Record<string, string>;
+}
+
+export async function bundleFunction(file: string): Promise<Buffer> {
+  try {
+    const out = await build({
+      entryPoints: [file],
+      bundle: true,
+      format: 'esm',
+      platform: 'node',
+      target: 'node20',
+      write: false,
+      minify: false,
+      logLevel: 'silent',
+      external: EXTERNALS,
+      alias: { embers: SDK },
+      loader: { '.txt': 'text', '.json': 'json' },
+      // CommonJS dependencies call require(); give ESM bundles one.
+      banner: { js: "import { createRequire as __embersCreateRequire } from 'node:module'; const require = __embersCreateRequire(import.meta.url);" },
+    });
+    return Buffer.from(out.outputFiles[0].contents);
+  } catch (err) {
+    const errors = (err as { errors?: { text: string; location?: { file: string; line: number } }[] }).errors;
+    const detail = errors?.map((e) => `${e.location ? `${e.location.file}:${e.location.line}: ` : ''}${e.text}`).join('\n  ') ?? (err as Error).message;
+    throw new CliError(`cannot bundle ${file}:\n  ${detail}`);
+  }
+}
+
+/** A directory for a bundle whose externals resolve to the platform's node_modules. */
+export async function bundleDir(prefix: string): Promise<string> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), prefix));
+  await linkPlatformModules(dir);
+  return dir;
+}
+
+export async function extractManifest(bundle: Buffer, source: string): Promise<unknown> {
+  const dir = await bundleDir('embers-manifest-');
+  try {
+    const file = path.join(dir, 'bundle.mjs');
+    await writeFile(file, bundle);
+    const { stdout } = await promisify(execFile)(process.execPath, ['--import', TSX, EXTRACT, file], { timeout: 60_000, maxBuffer: 16 * 1024 * 1024 }).catch((err: { stderr?: string; killed?: boolean }) => {
+      const why = err.killed ? 'importing it took over 60 s' : (err.stderr ?? '').trim().split('\n').slice(0, 8).join('\n  ');
+      throw new CliError(`cannot load ${source} to read its manifest:\n  ${why}`);
+    });
+    return JSON.parse(stdout);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** Finds a local model file: relative to the function file, absolute, or inside an installed package. */
+export async function resolveModelFile(ref: string, fromFile: string): Promise<string> {
+  const base = path.dirname(path.resolve(fromFile));
+  const candidates: string[] = [];
+  if (ref.startsWith('file://')) candidates.push(fileURLToPath(ref));
+  else if (path.isAbsolute(ref) || ref.startsWith('./') || ref.startsWith('../')) candidates.push(path.resolve(base, ref));
+  else for (let dir = base; ; dir = path.dirname(dir)) {
+    candidates.push(path.join(dir, 'node_modules', ref));
+    if (dir === path.dirname(dir)) break;
+  }
+  for (const c of candidates) {
+    const s = await stat(c).catch(() => null);
+    if (s?.isFile()) return c;
+  }
+  throw new CliError(`model file "${ref}" not found (looked in ${candidates.slice(0, 3).join(', ')}${candidates.length > 3 ? ', …' : ''})`);
+}
+
+export async function sha256File(file: string): Promise<string> {
+  const hash = createHash('sha256');
+  for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer);
+  return hash.digest('hex');
+}
+
+/** Uploads a model file unless the platform already has it; returns its s3:// URI. */
+export async function uploadModel(client: EmbersClient, file: string, label = path.basename(file)): Promise<string> {
+  if (!(await stat(file).catch(() => null))?.isFile()) throw new CliError(`no such file: ${file}`, 2);
+  const hex = await sha256File(file);
+  const existing = await client.request<{ uri: string }>('GET', `/v1/models/sha256/${hex}`);
+  if (existing.status === 200) return existing.data.uri;
+  const size = (await stat(file)).size;
+  const bar = new ProgressBar(`uploading ${label}`, size);
+  let sent = 0;
+  const stream = createReadStream(file).on('data', (chunk) => bar.update((sent += chunk.length)));
+  const res = await client.call<{ uri: string }>('PUT', `/v1/models/sha256/${hex}`, Readable.toWeb(stream) as ReadableStream, {
+    'content-type': 'application/octet-stream',
+    'content-length': String(size),
+  });
+  bar.done(`uploaded ${formatBytes(size)}`);
+  return res.uri;
+}
+
+export async function deployFile(client: EmbersClient, file: string, log: (line: string) => void = () => {}): Promise<DeployResult> {
+  const source = path.resolve(file);
+  if (!(await stat(source).catch(() => null))?.isFile()) throw new CliError(`no such file: ${file}`, 2);
+  const bundle = await bundleFunction(source);
+  log(`bundled ${path.relative(process.cwd(), source)} (${formatBytes(bundle.length)})`);
+  const raw = (await extractManifest(bundle, file)) as Partial<DeploySpec> & { models?: Record<string, string> };
+  const models: Record<string, string> = {};
+  for (const [handle, ref] of Object.entries(raw.models ?? {})) {
+    if (typeof ref !== 'string') throw new CliError(`model ${handle}: expected a string, got ${typeof ref}`);
+    models[handle] = ref.startsWith('s3://') ? ref : await uploadModel(client, await resolveModelFile(ref, source), `${raw.name}.${handle}`);
+  }
+  const spec = DeploySpecSchema.safeParse({ ...raw, models });
+  if (!spec.success) {
+    const lines = spec.error.issues.map((i) => `  ${i.path.join('.') || '(function)'}: ${i.message}`);
+    throw new CliError(`${file} does not define a valid function:\n${lines.join('\n')}`);
+  }
+  const res = await client.call<{ name: string; version: string; endpoint: string }>('POST', '/v1/functions', { spec: spec.data, bundle: bundle.toString('base64') });
+  return { ...res, bundleBytes: bundle.length, models };
+}

@@ -1,0 +1,30 @@
+// Child process of `embers deploy`: imports a bundle and prints its manifest as JSON.
+// A separate process so a function's top-level code never runs inside the CLI.
+import { pathToFileURL } from 'node:url';
+import { z } from 'zod';
+import { isFunctionDefinition } from '../runtime/sdk.ts';
+
+const file = process.argv[2];
+try {
+  const mod = (await import(pathToFileURL(file).href)) as { default?: unknown };
+  const def = mod.default;
+  if (!isFunctionDefinition(def)) {
+    throw new Error('the file has no default export made with defineFunction() from "embers"');
+  }
+  if (!def.input || typeof (def.input as z.ZodType).safeParse !== 'function') throw new Error('`input` must be a zod schema');
+  if (typeof def.handler !== 'function') throw new Error('`handler` must be a function');
+  const inputSchema = z.toJSONSchema(def.input as z.ZodType, { unrepresentable: 'any', io: 'input' });
+  process.stdout.write(
+    JSON.stringify({
+      name: def.name,
+      models: def.models ?? {},
+      inputSchema,
+      batching: def.batching,
+      scaling: def.scaling,
+      timeoutMs: def.timeoutMs,
+    }),
+  );
+} catch (err) {
+  process.stderr.write(`${(err as Error).stack ?? err}\n`);
+  process.exit(1);
+}

@@ -1,0 +1,34 @@
+// `embers` — one file per command under cli/commands; errors decide the exit code.
+import { Command, CommanderError } from 'commander';
+import { ConfigError } from '../core/config.ts';
+import { MissingDependencyError } from '../infra/local/redis.ts';
+import { GatewayStartError } from '../gateway/server.ts';
+import { CliError } from './errors.ts';
+import { devCommand } from './commands/dev.ts';
+import { deployCommand } from './commands/deploy.ts';
+import { functionsCommand } from './commands/functions.ts';
+import { runCommand } from './commands/run.ts';
+import { modelsCommand } from './commands/models.ts';
+
+const program = new Command('embers')
+  .description('Serverless inference endpoints on your own machines: TypeScript handlers, ONNX models, one command to deploy.')
+  .showHelpAfterError('(run with --help for usage)')
+  .exitOverride();
+
+program.addCommand(devCommand('dev'), { isDefault: false });
+program.addCommand(devCommand('start'));
+program.addCommand(deployCommand());
+program.addCommand(functionsCommand());
+program.addCommand(runCommand());
+program.addCommand(modelsCommand());
+
+try {
+  await program.parseAsync(process.argv);
+} catch (err) {
+  if (err instanceof CommanderError) process.exit(err.exitCode);
+  if (err instanceof CliError || err instanceof ConfigError || err instanceof MissingDependencyError || err instanceof GatewayStartError) {
+    process.stderr.write(`embers: ${err.message}\n`);
+    process.exit(err instanceof CliError ? err.exitCode : 2);
+  }
+  throw err;
+}

@@ -1,0 +1,88 @@
+// Everything in one process, as `embers dev` and the integration tests run it: Redis and S3
+// (embedded unless given), the gateway, and a node agent with its replicas.
+import { randomBytes } from 'node:crypto';
+import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import type { Config } from '../core/config.ts';
+import type { Logger } from '../core/log.ts';
+import { storeFromConfig } from '../core/s3.ts';
+import { startGateway, type RunningGateway } from '../gateway/server.ts';
+import { startLocalRedis, type LocalRedis } from '../infra/local/redis.ts';
+import { startLocalS3, type LocalS3 } from '../infra/local/s3.ts';
+import { NodeAgent } from '../scheduler/agent.ts';
+
+export interface Platform {
+  url: string;
+  apiKey: string;
+  redisUrl: string;
+  s3Endpoint?: string;
+  agent: NodeAgent;
+  gateway: RunningGateway;
+  stop(): Promise<void>;
+}
+
+/** The key `embers dev` uses when EMBERS_API_KEY is unset: generated once, kept in the data dir. */
+export async function localApiKey(dataDir: string): Promise<string> {
+  const file = path.join(dataDir, 'api-key');
+  const existing = await readFile(file, 'utf8').catch(() => '');
+  if (existing.trim()) return existing.trim();
+  const key = `emb_${randomBytes(24).toString('base64url')}`;
+  await writeFile(file, `${key}\n`, { mode: 0o600 });
+  await chmod(file, 0o600);
+  return key;
+}
+
+export async function startPlatform(config: Config, log: Logger, opts: { persistRedis?: boolean } = {}): Promise<Platform> {
+  const stops: (() => Promise<void>)[] = [];
+  const stopAll = async () => {
+    for (const stop of stops.reverse()) await stop().catch((err) => log.warn({ err }, 'stop failed'));
+  };
+  try {
+    await mkdir(config.dataDir, { recursive: true });
+    let redisUrl = config.EMBERS_REDIS_URL;
+    if (!redisUrl) {
+      const redis: LocalRedis = await startLocalRedis(path.join(config.dataDir, 'redis'), { persist: opts.persistRedis ?? true });
+      stops.push(() => redis.stop());
+      redisUrl = redis.url;
+      log.info({ url: redisUrl }, 'started redis-server');
+    }
+    let s3Endpoint = config.EMBERS_S3_ENDPOINT;
+    if (!s3Endpoint) {
+      const s3: LocalS3 = await startLocalS3(path.join(config.dataDir, 's3'));
+      stops.push(() => s3.stop());
+      s3Endpoint = s3.endpoint;
+      log.info({ endpoint: s3Endpoint }, 'started embedded S3 server');
+    }
+    const store = storeFromConfig({ ...config, EMBERS_S3_ENDPOINT: s3Endpoint });
+    stops.push(async () => store.destroy());
+    await store.ensureBucket();
+    const apiKey = config.EMBERS_API_KEY ?? (await localApiKey(config.dataDir));
+
+    const gateway = await startGateway({
+      redisUrl,
+      store,
+      apiKey,
+      port: config.EMBERS_PORT,
+      host: config.EMBERS_HOST,
+      log,
+      maxBodyBytes: config.EMBERS_MAX_BODY_BYTES,
+      maxBundleBytes: config.EMBERS_MAX_BUNDLE_BYTES,
+    });
+    stops.push(() => gateway.close());
+
+    const agent = new NodeAgent({
+      redisUrl,
+      store,
+      cacheDir: path.join(config.dataDir, 'cache'),
+      log,
+      replicaEnv: { EMBERS_S3_ENDPOINT: s3Endpoint, EMBERS_S3_BUCKET: config.EMBERS_S3_BUCKET, EMBERS_DATA_DIR: config.dataDir },
+    });
+    await agent.start();
+    stops.push(() => agent.close());
+
+    return { url: gateway.url, apiKey, redisUrl, s3Endpoint, agent, gateway, stop: stopAll };
+  } catch (err) {
+    await stopAll();
+    throw err;
+  }
+}

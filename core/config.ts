@@ -1,0 +1,62 @@
+// Platform configuration: EMBERS_* environment variables, validated once at start-up.
+import { z } from 'zod';
+import path from 'node:path';
+
+const bool = z.enum(['1', '0', 'true', 'false']).transform((v) => v === '1' || v === 'true');
+const int = (min: number, max = Number.MAX_SAFE_INTEGER) => z.coerce.number().int().min(min).max(max);
+
+export const ConfigSchema = z.object({
+  /** Gateway port. @default 8787 */
+  EMBERS_PORT: int(0, 65535).default(8787),
+  /** Gateway bind address. @default 127.0.0.1 */
+  EMBERS_HOST: z.string().min(1).default('127.0.0.1'),
+  /** Where `embers dev` keeps Redis data, S3 data, the model cache and the generated key. @default .embers */
+  EMBERS_DATA_DIR: z.string().min(1).default('.embers'),
+  /** Redis URL. Unset under `embers dev`: a redis-server is spawned. */
+  EMBERS_REDIS_URL: z.string().url().optional(),
+  /** S3 endpoint. Unset under `embers dev`: an embedded S3 server is started on loopback. */
+  EMBERS_S3_ENDPOINT: z.string().url().optional(),
+  /** Bucket for bundles and uploaded models; created if missing. @default embers */
+  EMBERS_S3_BUCKET: z.string().regex(/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/, 'must be a valid S3 bucket name').default('embers'),
+  /** API key for /v1. Unset under `embers dev`: one is generated and kept under the data dir. */
+  EMBERS_API_KEY: z.string().min(16, 'must be at least 16 characters').optional(),
+  /** Largest request body on /v1/run, in bytes. @default 10 MiB */
+  EMBERS_MAX_BODY_BYTES: int(1024).default(10 * 1024 * 1024),
+  /** Largest deploy body (bundle + manifest), in bytes. @default 50 MiB */
+  EMBERS_MAX_BUNDLE_BYTES: int(1024).default(50 * 1024 * 1024),
+  /** pino level. @default info */
+  EMBERS_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  /** Execution providers in order of preference: `cuda,cpu` uses the GPU when present. @default cpu */
+  EMBERS_EXECUTION_PROVIDERS: z
+    .string()
+    .default('cpu')
+    .transform((s) => s.split(',').map((p) => p.trim()).filter(Boolean))
+    .pipe(z.array(z.enum(['cpu', 'cuda', 'tensorrt'])).min(1)),
+  /** ORT intra-op threads per model session; 1 avoids oversubscribing small machines. @default 1 */
+  EMBERS_ORT_THREADS: int(1, 256).default(1),
+  /** Jobs a replica holds in flight, so batches can fill. @default 32 */
+  EMBERS_REPLICA_CONCURRENCY: int(1, 4096).default(32),
+  /** Replica heartbeat period; a replica missing 3 is considered gone. @default 2000 */
+  EMBERS_HEARTBEAT_MS: int(50).default(2000),
+  /** BullMQ job lock: a replica that dies holding jobs gives them back after this. @default 30000 */
+  EMBERS_JOB_LOCK_MS: int(1000).default(30_000),
+  /** Pretty logs (default when stdout is a terminal). */
+  EMBERS_LOG_PRETTY: bool.optional(),
+});
+
+export type Config = z.infer<typeof ConfigSchema> & { dataDir: string };
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+/** Validates the environment; throws ConfigError naming every bad variable. */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const picked = Object.fromEntries(Object.entries(env).filter(([k, v]) => k.startsWith('EMBERS_') && v !== ''));
+  const parsed = ConfigSchema.safeParse(picked);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) => `  ${String(i.path[0])}: ${i.message}`);
+    throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
+  }
+  return { ...parsed.data, dataDir: path.resolve(parsed.data.EMBERS_DATA_DIR) };
+}

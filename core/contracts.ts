@@ -1,0 +1,105 @@
+// The contracts between gateway, runtime and scheduler: names, records and messages.
+// Keep them stable; ARCHITECTURE.md documents them.
+import { z } from 'zod';
+
+/** Function names end up in URLs, Redis keys and S3 keys: keep them to a safe alphabet. */
+export const FUNCTION_NAME = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
+export const FunctionName = z
+  .string()
+  .regex(FUNCTION_NAME, 'function names are 1-63 lower-case letters, digits or "-", starting and ending with a letter or digit');
+
+export const ModelUri = z.string().regex(/^s3:\/\/[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\/.+$/, 'model references must be s3://bucket/key after deploy');
+
+export const BatchingSchema = z.object({
+  maxBatchSize: z.number().int().min(1).max(4096).default(16),
+  maxDelayMs: z.number().min(0).max(10_000).default(4),
+});
+
+export const ScalingSchema = z.object({
+  minReplicas: z.number().int().min(0).max(1024).default(0),
+  maxReplicas: z.number().int().min(1).max(1024).default(4),
+  idleTimeoutS: z.number().min(1).default(300),
+  targetConcurrency: z.number().int().min(1).default(32),
+});
+
+/** What `embers deploy` learns from a bundle and sends with it. */
+export const DeploySpecSchema = z.object({
+  name: FunctionName,
+  models: z.record(z.string().regex(/^[A-Za-z_$][\w$]*$/, 'model handle names must be identifiers'), ModelUri).default({}),
+  inputSchema: z.record(z.string(), z.unknown()),
+  batching: BatchingSchema.default({ maxBatchSize: 16, maxDelayMs: 4 }),
+  scaling: ScalingSchema.default({ minReplicas: 0, maxReplicas: 4, idleTimeoutS: 300, targetConcurrency: 32 }),
+  timeoutMs: z.number().int().min(1).max(3_600_000).default(30_000),
+});
+export type DeploySpec = z.infer<typeof DeploySpecSchema>;
+
+export const DeployRequestSchema = z.object({
+  spec: DeploySpecSchema,
+  /** The esbuild ESM bundle, base64. */
+  bundle: z.string().min(1, 'bundle is empty'),
+});
+
+/** An immutable version, as stored in S3 and in the registry. */
+export interface Manifest extends DeploySpec {
+  version: string;
+  createdAt: string;
+  bundle: { key: string; sha256: string; bytes: number };
+}
+
+/** Job payload on a function's queue: only what the handler needs, plus the reply address. */
+export interface RunJobData {
+  /** Request id. */
+  rid: string;
+  /** Gateway id whose reply channel waits for this job. */
+  gw: string;
+  input: unknown;
+  /** Enqueue time (ms since epoch) for queue timing. */
+  enq: number;
+  /** Absolute deadline (ms since epoch); past it the runtime stops and answers 504. */
+  deadline: number;
+}
+
+/** Header of a reply message; the body (result or error JSON) follows after a newline. */
+export interface ReplyHeader {
+  rid: string;
+  status: number;
+  replica: string;
+  timing: { queueMs: number; handlerMs: number; inferMs: number };
+}
+
+export interface ErrorBody {
+  error: { code: string; message: string; details?: unknown };
+}
+
+export const keys = {
+  functionIndex: 'embers:functions',
+  function: (name: string) => `embers:function:${name}`,
+  versions: (name: string) => `embers:function:${name}:versions`,
+  versionSeq: (name: string) => `embers:function:${name}:seq`,
+  replica: (id: string) => `embers:replica:${id}`,
+  replicas: (name: string) => `embers:function:${name}:replicas`,
+  replyChannel: (gatewayId: string) => `embers:reply:${gatewayId}`,
+  registryChannel: 'embers:registry',
+};
+
+/** BullMQ: one queue per function, named after it, under this prefix. */
+export const QUEUE_PREFIX = 'embers';
+
+export const s3Keys = {
+  bundle: (name: string, version: string) => `functions/${name}/${version}/bundle.mjs`,
+  manifest: (name: string, version: string) => `functions/${name}/${version}/manifest.json`,
+  model: (sha256: string) => `models/sha256/${sha256}.onnx`,
+};
+
+export function encodeReply(header: ReplyHeader, body: string): string {
+  return `${JSON.stringify(header)}\n${body}`;
+}
+
+export function decodeReply(message: string): { header: ReplyHeader; body: string } {
+  const nl = message.indexOf('\n');
+  return { header: JSON.parse(message.slice(0, nl)) as ReplyHeader, body: message.slice(nl + 1) };
+}
+
+export function errorBody(code: string, message: string, details?: unknown): ErrorBody {
+  return { error: { code, message, ...(details === undefined ? {} : { details }) } };
+}

@@ -1,0 +1,95 @@
+// The function registry: immutable versions (bundle + manifest in S3, manifest copy in Redis)
+// and which version is active. Every change is announced on one channel.
+import { createHash } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import type { ObjectStore } from './s3.ts';
+import { keys, s3Keys, type DeploySpec, type Manifest } from './contracts.ts';
+
+export interface FunctionSummary {
+  name: string;
+  active: string;
+  versions: number;
+  updatedAt: string;
+}
+
+export type RegistryEvent = { type: 'deployed' | 'deleted'; name: string; version?: string };
+
+export class Registry {
+  constructor(
+    private readonly redis: Redis,
+    private readonly store: ObjectStore,
+  ) {}
+
+  /** Stores a new immutable version and makes it active. */
+  async deploy(spec: DeploySpec, bundle: Buffer): Promise<Manifest> {
+    const seq = await this.redis.incr(keys.versionSeq(spec.name));
+    const version = `v${seq}`;
+    const manifest: Manifest = {
+      ...spec,
+      version,
+      createdAt: new Date().toISOString(),
+      bundle: { key: s3Keys.bundle(spec.name, version), sha256: createHash('sha256').update(bundle).digest('hex'), bytes: bundle.length },
+    };
+    await this.store.put(manifest.bundle.key, bundle, 'text/javascript');
+    await this.store.put(s3Keys.manifest(spec.name, version), JSON.stringify(manifest, null, 2), 'application/json');
+    await this.redis
+      .multi()
+      .hset(keys.versions(spec.name), version, JSON.stringify(manifest))
+      .hset(keys.function(spec.name), { active: version, updatedAt: manifest.createdAt })
+      .sadd(keys.functionIndex, spec.name)
+      .exec();
+    await this.publish({ type: 'deployed', name: spec.name, version });
+    return manifest;
+  }
+
+  async active(name: string): Promise<Manifest | null> {
+    const version = await this.redis.hget(keys.function(name), 'active');
+    if (!version) return null;
+    const raw = await this.redis.hget(keys.versions(name), version);
+    return raw ? (JSON.parse(raw) as Manifest) : null;
+  }
+
+  async versions(name: string): Promise<Manifest[]> {
+    const all = await this.redis.hvals(keys.versions(name));
+    return all.map((r) => JSON.parse(r) as Manifest).sort((a, b) => versionNumber(a.version) - versionNumber(b.version));
+  }
+
+  async list(): Promise<FunctionSummary[]> {
+    const names = (await this.redis.smembers(keys.functionIndex)).sort();
+    const pipe = this.redis.pipeline();
+    for (const n of names) {
+      pipe.hgetall(keys.function(n));
+      pipe.hlen(keys.versions(n));
+    }
+    const res = (await pipe.exec()) ?? [];
+    return names.map((name, i) => {
+      const meta = res[i * 2][1] as Record<string, string>;
+      return { name, active: meta.active ?? '', versions: res[i * 2 + 1][1] as number, updatedAt: meta.updatedAt ?? '' };
+    });
+  }
+
+  async activeManifests(): Promise<Manifest[]> {
+    const names = await this.redis.smembers(keys.functionIndex);
+    const found = await Promise.all(names.map((n) => this.active(n)));
+    return found.filter((m): m is Manifest => m !== null);
+  }
+
+  /** Removes a function from the registry; its versions stay in S3 (immutable history). */
+  async remove(name: string): Promise<boolean> {
+    const [[, removed]] = (await this.redis
+      .multi()
+      .srem(keys.functionIndex, name)
+      .del(keys.function(name), keys.versions(name))
+      .exec()) as [[null, number], [null, number]];
+    if (removed) await this.publish({ type: 'deleted', name });
+    return removed === 1;
+  }
+
+  private async publish(event: RegistryEvent): Promise<void> {
+    await this.redis.publish(keys.registryChannel, JSON.stringify(event));
+  }
+}
+
+function versionNumber(v: string): number {
+  return Number(v.slice(1)) || 0;
+}

@@ -1,0 +1,149 @@
+// Object storage: bundles, manifests and models. Any S3-compatible server (AWS, MinIO, the
+// embedded one under `embers dev`).
+import {
+  S3Client,
+  CreateBucketCommand,
+  DeleteObjectCommand,
+  GetObjectCommand,
+  HeadBucketCommand,
+  HeadObjectCommand,
+  PutObjectCommand,
+  ListObjectsV2Command,
+} from '@aws-sdk/client-s3';
+import { createWriteStream } from 'node:fs';
+import { mkdir, rename, rm } from 'node:fs/promises';
+import path from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import type { Readable } from 'node:stream';
+
+// Node 20 is supported by the SDK versions we pin; its notice is not actionable for users.
+process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
+
+export interface S3Location {
+  bucket: string;
+  key: string;
+}
+
+export function parseS3Uri(uri: string): S3Location {
+  const m = /^s3:\/\/([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])\/(.+)$/.exec(uri);
+  if (!m) throw new TypeError(`not an s3://bucket/key URI: ${uri}`);
+  return { bucket: m[1], key: m[2] };
+}
+
+export interface ObjectStoreOptions {
+  endpoint?: string;
+  bucket: string;
+  /** Used when the standard AWS variables are absent (the embedded server accepts any). */
+  fallbackCredentials?: { accessKeyId: string; secretAccessKey: string };
+}
+
+export class ObjectStore {
+  readonly client: S3Client;
+  readonly bucket: string;
+
+  constructor(options: ObjectStoreOptions) {
+    this.bucket = options.bucket;
+    const hasEnvCreds = Boolean(process.env.AWS_ACCESS_KEY_ID || process.env.AWS_PROFILE);
+    this.client = new S3Client({
+      endpoint: options.endpoint,
+      forcePathStyle: Boolean(options.endpoint),
+      region: process.env.AWS_REGION ?? process.env.AWS_DEFAULT_REGION ?? 'us-east-1',
+      ...(!hasEnvCreds && options.fallbackCredentials ? { credentials: options.fallbackCredentials } : {}),
+      // Checksums on every PUT cost a full pass over model files and trip some S3-compatible servers.
+      requestChecksumCalculation: 'WHEN_REQUIRED',
+      responseChecksumValidation: 'WHEN_REQUIRED',
+    });
+  }
+
+  uri(key: string): string {
+    return `s3://${this.bucket}/${key}`;
+  }
+
+  private loc(keyOrUri: string): S3Location {
+    return keyOrUri.startsWith('s3://') ? parseS3Uri(keyOrUri) : { bucket: this.bucket, key: keyOrUri };
+  }
+
+  async ensureBucket(): Promise<void> {
+    try {
+      await this.client.send(new HeadBucketCommand({ Bucket: this.bucket }));
+    } catch (err) {
+      if (statusOf(err) !== 404) throw err;
+      await this.client.send(new CreateBucketCommand({ Bucket: this.bucket }));
+    }
+  }
+
+  async ping(): Promise<void> {
+    await this.client.send(new HeadBucketCommand({ Bucket: this.bucket }));
+  }
+
+  async put(keyOrUri: string, body: Buffer | string | Readable, contentType = 'application/octet-stream', contentLength?: number): Promise<void> {
+    const { bucket, key } = this.loc(keyOrUri);
+    await this.client.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: body, ContentType: contentType, ContentLength: contentLength }));
+  }
+
+  async get(keyOrUri: string): Promise<Buffer> {
+    const { bucket, key } = this.loc(keyOrUri);
+    const res = await this.client.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
+    return Buffer.from(await res.Body!.transformToByteArray());
+  }
+
+  /** Streams an object to a file atomically (temp file, then rename). */
+  async download(keyOrUri: string, file: string): Promise<void> {
+    const { bucket, key } = this.loc(keyOrUri);
+    const res = await this.client.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
+    await mkdir(path.dirname(file), { recursive: true });
+    const tmp = `${file}.${process.pid}.${Date.now()}.part`;
+    try {
+      await pipeline(res.Body as Readable, createWriteStream(tmp));
+      await rename(tmp, file);
+    } catch (err) {
+      await rm(tmp, { force: true });
+      throw err;
+    }
+  }
+
+  /** ETag and size, or null when the object does not exist. */
+  async head(keyOrUri: string): Promise<{ etag: string; size: number } | null> {
+    const { bucket, key } = this.loc(keyOrUri);
+    try {
+      const res = await this.client.send(new HeadObjectCommand({ Bucket: bucket, Key: key }));
+      return { etag: (res.ETag ?? '').replaceAll('"', ''), size: res.ContentLength ?? 0 };
+    } catch (err) {
+      if (statusOf(err) === 404) return null;
+      throw err;
+    }
+  }
+
+  async delete(keyOrUri: string): Promise<void> {
+    const { bucket, key } = this.loc(keyOrUri);
+    await this.client.send(new DeleteObjectCommand({ Bucket: bucket, Key: key }));
+  }
+
+  async list(prefix: string): Promise<string[]> {
+    const keys: string[] = [];
+    let token: string | undefined;
+    do {
+      const res = await this.client.send(new ListObjectsV2Command({ Bucket: this.bucket, Prefix: prefix, ContinuationToken: token }));
+      for (const c of res.Contents ?? []) if (c.Key) keys.push(c.Key);
+      token = res.IsTruncated ? res.NextContinuationToken : undefined;
+    } while (token);
+    return keys;
+  }
+
+  destroy(): void {
+    this.client.destroy();
+  }
+}
+
+export function statusOf(err: unknown): number | undefined {
+  return (err as { $metadata?: { httpStatusCode?: number } })?.$metadata?.httpStatusCode;
+}
+
+/** The platform's store from validated config; the embedded server accepts any credentials. */
+export function storeFromConfig(config: { EMBERS_S3_ENDPOINT?: string; EMBERS_S3_BUCKET: string }): ObjectStore {
+  return new ObjectStore({
+    endpoint: config.EMBERS_S3_ENDPOINT,
+    bucket: config.EMBERS_S3_BUCKET,
+    fallbackCredentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' },
+  });
+}

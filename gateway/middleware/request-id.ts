@@ -1,0 +1,19 @@
+import { randomUUID } from 'node:crypto';
+import type { MiddlewareHandler } from 'hono';
+import type { Logger } from '../../core/log.ts';
+
+const SAFE_ID = /^[A-Za-z0-9._-]{1,128}$/;
+
+/** Gives every request an id (the caller's x-request-id when sane), echoes it, logs the outcome. */
+export function requestId(log: Logger): MiddlewareHandler {
+  return async function rid(c, next) {
+    const given = c.req.header('x-request-id');
+    const id = given && SAFE_ID.test(given) ? given : randomUUID();
+    c.set('rid', id);
+    const t0 = performance.now();
+    await next();
+    c.header('x-request-id', id);
+    const ms = Math.round((performance.now() - t0) * 10) / 10;
+    log.info({ rid: id, method: c.req.method, path: c.req.path, status: c.res.status, ms }, 'request');
+  };
+}

@@ -1,0 +1,58 @@
+// Replies come back on one Redis channel per gateway process (not one connection per
+// function, and never through BullMQ's events stream, which drops completions once trimmed).
+import type { Redis } from 'ioredis';
+import { decodeReply, keys, type ReplyHeader } from '../core/contracts.ts';
+
+export interface Reply {
+  header: ReplyHeader;
+  body: string;
+}
+
+export class ReplyHub {
+  private readonly waiting = new Map<string, (r: Reply | null) => void>();
+  readonly channel: string;
+
+  constructor(
+    private readonly sub: Redis,
+    gatewayId: string,
+    private readonly onOther: (channel: string, message: string) => void = () => {},
+  ) {
+    this.channel = keys.replyChannel(gatewayId);
+    sub.on('message', (channel: string, message: string) => {
+      if (channel !== this.channel) return this.onOther(channel, message);
+      const reply = decodeReply(message);
+      const resolve = this.waiting.get(reply.header.rid);
+      if (resolve) {
+        this.waiting.delete(reply.header.rid);
+        resolve(reply);
+      }
+    });
+  }
+
+  async start(...otherChannels: string[]): Promise<void> {
+    await this.sub.subscribe(this.channel, ...otherChannels);
+  }
+
+  /** Registers interest before the job is enqueued; resolves null on timeout. */
+  expect(rid: string, timeoutMs: number): Promise<Reply | null> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.waiting.delete(rid);
+        resolve(null);
+      }, timeoutMs);
+      this.waiting.set(rid, (r) => {
+        clearTimeout(timer);
+        resolve(r);
+      });
+    });
+  }
+
+  cancel(rid: string): void {
+    this.waiting.get(rid)?.(null);
+    this.waiting.delete(rid);
+  }
+
+  get inFlight(): number {
+    return this.waiting.size;
+  }
+}

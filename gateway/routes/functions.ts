@@ -1,0 +1,94 @@
+// Deploy and manage functions: POST/GET /v1/functions, GET/DELETE /v1/functions/:name.
+import { Hono } from 'hono';
+import { bodyLimit } from 'hono/body-limit';
+import { z } from 'zod';
+import { DeployRequestSchema, FUNCTION_NAME, keys, type Manifest } from '../../core/contracts.ts';
+import { ApiError, readJson } from '../errors.ts';
+import type { GatewayDeps, GatewayEnv } from '../app.ts';
+
+export function functionRoutes(deps: GatewayDeps) {
+  const app = new Hono<GatewayEnv>();
+  const { registry, store, redis } = deps;
+
+  app.post(
+    '/',
+    bodyLimit({
+      maxSize: deps.maxBundleBytes,
+      onError: () => {
+        throw new ApiError(413, 'too_large', `deploy body is over ${deps.maxBundleBytes} bytes (EMBERS_MAX_BUNDLE_BYTES)`);
+      },
+    }),
+    async (c) => {
+      const parsed = DeployRequestSchema.safeParse(await readJson(c));
+      if (!parsed.success) throw new ApiError(400, 'invalid_deploy', `deploy request is invalid: ${z.prettifyError(parsed.error)}`, parsed.error.issues);
+      const { spec } = parsed.data;
+      const bundle = Buffer.from(parsed.data.bundle, 'base64');
+      if (bundle.length === 0) throw new ApiError(400, 'invalid_deploy', 'bundle is not base64 JavaScript');
+      for (const [handle, uri] of Object.entries(spec.models)) {
+        const found = await store.head(uri).catch((err) => {
+          throw new ApiError(400, 'model_unreachable', `model ${handle} (${uri}) cannot be read: ${(err as Error).message}`);
+        });
+        if (!found) throw new ApiError(400, 'model_not_found', `model ${handle}: ${uri} does not exist; upload it with \`embers models upload\` or reference a local file`);
+      }
+      const manifest = await registry.deploy(spec, bundle);
+      deps.functions.invalidate(spec.name);
+      const origin = new URL(c.req.url).origin;
+      return c.json({ ...describeVersion(manifest), endpoint: `${origin}/v1/run/${manifest.name}` }, 201);
+    },
+  );
+
+  app.get('/', async (c) => c.json({ functions: await registry.list() }));
+
+  app.get('/:name', async (c) => {
+    const name = checkName(c.req.param('name'));
+    const versions = await registry.versions(name);
+    const active = await registry.active(name);
+    if (!active) throw new ApiError(404, 'function_not_found', `no function named "${name}"`);
+    return c.json({
+      name,
+      active: active.version,
+      endpoint: `${new URL(c.req.url).origin}/v1/run/${name}`,
+      manifest: describeVersion(active),
+      versions: versions.map((v) => ({ version: v.version, createdAt: v.createdAt, bundleBytes: v.bundle.bytes })),
+      replicas: await replicasOf(redis, name),
+    });
+  });
+
+  app.delete('/:name', async (c) => {
+    const name = checkName(c.req.param('name'));
+    if (!(await registry.remove(name))) throw new ApiError(404, 'function_not_found', `no function named "${name}"`);
+    deps.functions.invalidate(name);
+    return c.json({ deleted: name });
+  });
+
+  return app;
+}
+
+function checkName(name: string): string {
+  if (!FUNCTION_NAME.test(name)) throw new ApiError(404, 'function_not_found', `no function named "${name}" (names are lower-case letters, digits and "-")`);
+  return name;
+}
+
+function describeVersion(m: Manifest) {
+  return {
+    name: m.name,
+    version: m.version,
+    createdAt: m.createdAt,
+    models: m.models,
+    batching: m.batching,
+    scaling: m.scaling,
+    timeoutMs: m.timeoutMs,
+    inputSchema: m.inputSchema,
+    bundle: m.bundle,
+  };
+}
+
+/** Live replicas from their heartbeat records; ids whose record expired are pruned. */
+export async function replicasOf(redis: GatewayDeps['redis'], name: string): Promise<unknown[]> {
+  const ids = await redis.smembers(keys.replicas(name));
+  if (ids.length === 0) return [];
+  const records = await redis.mget(ids.map(keys.replica));
+  const gone = ids.filter((_, i) => records[i] === null);
+  if (gone.length) await redis.srem(keys.replicas(name), ...gone);
+  return records.filter((r): r is string => r !== null).map((r) => JSON.parse(r));
+}

@@ -1,0 +1,76 @@
+// POST /v1/run/:name — validate, enqueue on the function's queue, wait for the reply.
+import { randomUUID } from 'node:crypto';
+import { Hono } from 'hono';
+import { bodyLimit } from 'hono/body-limit';
+import type { Queue } from 'bullmq';
+import { FUNCTION_NAME, type RunJobData } from '../../core/contracts.ts';
+import { ApiError, readJson } from '../errors.ts';
+import type { GatewayEnv, GatewayDeps } from '../app.ts';
+
+/** Waiting past the deadline by this much lets a reply that is on its way arrive. */
+const REPLY_GRACE_MS = 2_000;
+
+export function runRoutes(deps: GatewayDeps) {
+  const app = new Hono<GatewayEnv>();
+  const { functions, replies, queues, metrics, gatewayId } = deps;
+
+  app.post(
+    '/:name',
+    bodyLimit({
+      maxSize: deps.maxBodyBytes,
+      onError: () => {
+        throw new ApiError(413, 'too_large', `request body is over ${deps.maxBodyBytes} bytes (EMBERS_MAX_BODY_BYTES)`);
+      },
+    }),
+    async (c) => {
+      const t0 = performance.now();
+      const name = c.req.param('name');
+      const rid = c.get('rid');
+      if (!FUNCTION_NAME.test(name)) throw new ApiError(404, 'function_not_found', `no function named "${name}" (names are lower-case letters, digits and "-")`);
+      const fn = await functions.get(name);
+      if (!fn) throw new ApiError(404, 'function_not_found', `no function named "${name}"; deploy it with \`embers deploy\` or list them with \`embers functions\``);
+      const input = await readJson(c);
+      if (!fn.validate(input)) {
+        const errors = fn.validate.errors ?? [];
+        const summary = errors.map((e) => `${e.instancePath || '(body)'} ${e.message}`).join('; ');
+        throw new ApiError(400, 'invalid_input', `input does not match the schema of ${name}: ${summary}`, errors);
+      }
+      const enq = Date.now();
+      const deadline = enq + fn.manifest.timeoutMs;
+      const data: RunJobData = { rid, gw: gatewayId, input, enq, deadline };
+      const wait = replies.expect(rid, fn.manifest.timeoutMs + REPLY_GRACE_MS);
+      metrics.inflight.inc();
+      const jobId = randomUUID();
+      let reply;
+      try {
+        await queues.get(name).add('run', data, { jobId });
+        reply = await wait;
+      } catch (err) {
+        replies.cancel(rid);
+        throw new ApiError(503, 'unavailable', `could not queue the request: ${(err as Error).message}`);
+      } finally {
+        metrics.inflight.dec();
+      }
+      const totalMs = performance.now() - t0;
+      metrics.duration.observe({ function: name }, totalMs / 1000);
+      if (!reply) {
+        // Nobody answered in time: take the job back if no replica has started it.
+        await queues.get(name).remove(jobId).catch(() => 0);
+        metrics.requests.inc({ function: name, status: '504' });
+        throw new ApiError(504, 'timeout', `${name} did not answer within ${fn.manifest.timeoutMs} ms (no replica finished it; see \`embers functions show ${name}\`)`);
+      }
+      const { header, body } = reply;
+      metrics.requests.inc({ function: name, status: String(header.status) });
+      metrics.queue.observe({ function: name }, header.timing.queueMs / 1000);
+      const t = header.timing;
+      c.header('server-timing', `queue;dur=${t.queueMs}, infer;dur=${round(t.inferMs)}, handler;dur=${t.handlerMs}, total;dur=${round(totalMs)}`);
+      c.header('content-type', 'application/json');
+      return c.body(body, header.status as 200);
+    },
+  );
+  return app;
+}
+
+export type Queues = { get(name: string): Queue };
+
+const round = (n: number) => Math.round(n * 100) / 100;

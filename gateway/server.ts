@@ -1,0 +1,118 @@
+// Starts a gateway process-part: Redis connections, reply channel, HTTP listener.
+import { randomUUID } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import { serve, type ServerType } from '@hono/node-server';
+import { Queue } from 'bullmq';
+import { keys, QUEUE_PREFIX } from '../core/contracts.ts';
+import type { Logger } from '../core/log.ts';
+import { createRedis } from '../core/redis.ts';
+import { Registry, type RegistryEvent } from '../core/registry.ts';
+import type { ObjectStore } from '../core/s3.ts';
+import { createApp } from './app.ts';
+import { FunctionsCache } from './functions-cache.ts';
+import { createMetrics } from './metrics.ts';
+import { ReplyHub } from './replies.ts';
+
+export interface GatewayOptions {
+  redisUrl: string;
+  store: ObjectStore;
+  apiKey: string;
+  port: number;
+  host: string;
+  log: Logger;
+  maxBodyBytes: number;
+  maxBundleBytes: number;
+}
+
+export interface RunningGateway {
+  url: string;
+  id: string;
+  close(): Promise<void>;
+}
+
+export class GatewayStartError extends Error {
+  override name = 'GatewayStartError';
+}
+
+export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
+  const id = `gw-${randomUUID().slice(0, 8)}`;
+  const log = o.log.child({ gateway: id });
+  const redis = createRedis(o.redisUrl);
+  const sub = createRedis(o.redisUrl);
+  const registry = new Registry(redis, o.store);
+  const functions = new FunctionsCache(registry);
+  const replies = new ReplyHub(sub, id, (channel, message) => {
+    if (channel !== keys.registryChannel) return;
+    functions.invalidate((JSON.parse(message) as RegistryEvent).name);
+  });
+  await replies.start(keys.registryChannel);
+
+  // One Queue object per function, all on one shared connection (BASELINE.md pitfall 7).
+  const queues = new Map<string, Queue>();
+  const queueSet = {
+    get(name: string): Queue {
+      let q = queues.get(name);
+      if (!q) {
+        q = new Queue(name, {
+          connection: redis,
+          prefix: QUEUE_PREFIX,
+          streams: { events: { maxLen: 100 } },
+          defaultJobOptions: { removeOnComplete: true, removeOnFail: { count: 100 }, attempts: 1 },
+        });
+        q.on('error', (err) => log.error({ err, fn: name }, 'queue error'));
+        queues.set(name, q);
+      }
+      return q;
+    },
+  };
+
+  const app = createApp({
+    gatewayId: id,
+    apiKey: o.apiKey,
+    redis,
+    store: o.store,
+    registry,
+    functions,
+    replies,
+    queues: queueSet,
+    metrics: createMetrics(),
+    log,
+    maxBodyBytes: o.maxBodyBytes,
+    maxBundleBytes: o.maxBundleBytes,
+  });
+
+  let server: ServerType;
+  try {
+    server = await new Promise<ServerType>((resolve, reject) => {
+      const s = serve({ fetch: app.fetch, port: o.port, hostname: o.host }, () => resolve(s));
+      s.once('error', reject);
+    });
+  } catch (err) {
+    sub.disconnect();
+    redis.disconnect();
+    const code = (err as NodeJS.ErrnoException).code;
+    throw new GatewayStartError(
+      code === 'EADDRINUSE' ? `port ${o.port} on ${o.host} is already in use: stop what holds it or set EMBERS_PORT` : `cannot listen on ${o.host}:${o.port}: ${(err as Error).message}`,
+    );
+  }
+  const addr = server.address() as AddressInfo;
+  const host = o.host === '0.0.0.0' || o.host === '::' ? 'localhost' : o.host;
+  const url = `http://${host}:${addr.port}`;
+  log.info({ url }, 'gateway listening');
+  return {
+    url,
+    id,
+    async close() {
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      const http = server as { closeIdleConnections?: () => void; closeAllConnections?: () => void };
+      http.closeIdleConnections?.();
+      // Requests still open after a grace period are cut rather than holding shutdown forever.
+      const cut = setTimeout(() => http.closeAllConnections?.(), 3_000);
+      await closed;
+      clearTimeout(cut);
+      await Promise.all([...queues.values()].map((q) => q.close()));
+      sub.disconnect();
+      redis.disconnect();
+    },
+  };
+}

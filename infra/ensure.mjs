@@ -1,0 +1,50 @@
+#!/usr/bin/env node
+// Runs before `npm start` and `npm test` on any machine: installs the npm dependencies when
+// they are missing or stale, and checks for redis-server, installing it with apt-get when
+// that is possible, else stopping with a message that says what to do.
+// Plain JavaScript with no dependencies: it must run before node_modules exists.
+import { spawnSync } from 'node:child_process';
+import { existsSync, statSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const purpose = process.argv[2] ?? 'start';
+
+function fail(message) {
+  process.stderr.write(`\nembers: ${message}\n\n`);
+  process.exit(1);
+}
+
+const [major, minor] = process.versions.node.split('.').map(Number);
+if (major < 20 || (major === 20 && minor < 10)) fail(`Node.js ${process.versions.node} is too old: Embers needs 20.10 or newer (https://nodejs.org).`);
+
+// 1. npm dependencies: install when node_modules is missing or older than the lockfile.
+const lock = path.join(root, 'package-lock.json');
+const installed = path.join(root, 'node_modules', '.package-lock.json');
+const stale = !existsSync(installed) || (existsSync(lock) && statSync(lock).mtimeMs > statSync(installed).mtimeMs + 1000);
+if (stale) {
+  process.stderr.write('embers: installing npm dependencies (npm ci)…\n');
+  const r = spawnSync('npm', [existsSync(lock) ? 'ci' : 'install', '--no-audit', '--no-fund'], { cwd: root, stdio: 'inherit' });
+  if (r.status !== 0) fail('`npm ci` failed (see above). Embers needs the npm registry once to install its dependencies.');
+}
+
+// 2. redis-server: spawned by `npm start` (unless EMBERS_REDIS_URL is set) and by the tests.
+const needRedis = purpose === 'test' || !process.env.EMBERS_REDIS_URL;
+const hasRedis = () => spawnSync('redis-server', ['--version']).status === 0;
+if (needRedis && !hasRedis()) {
+  const canApt = process.getuid?.() === 0 && spawnSync('apt-get', ['--version']).status === 0;
+  if (canApt) {
+    process.stderr.write('embers: redis-server not found; installing it with apt-get…\n');
+    spawnSync('apt-get', ['update', '-qq'], { stdio: 'inherit' });
+    spawnSync('apt-get', ['install', '-y', '-qq', 'redis-server'], { stdio: 'inherit', env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
+  }
+  if (!hasRedis()) {
+    fail(
+      'redis-server is not installed.\n' +
+        '  Debian/Ubuntu: sudo apt-get install redis-server\n' +
+        '  macOS:         brew install redis\n' +
+        (purpose === 'start' ? '  or use a running Redis: EMBERS_REDIS_URL=redis://host:6379 npm start' : '  (the tests start their own redis-server on a free port)'),
+    );
+  }
+}

@@ -1,0 +1,95 @@
+// Plain tensors that cross threads and processes; structurally compatible with ort.Tensor
+// (type, data, dims), so a handler may pass either. No onnxruntime import here: user bundles
+// include this file.
+
+export type TensorType = 'float32' | 'float64' | 'int32' | 'int64' | 'uint8' | 'int8' | 'bool' | 'float16';
+
+export type TensorData = Float32Array | Float64Array | Int32Array | BigInt64Array | Uint8Array | Int8Array | Uint16Array;
+
+export interface Tensor {
+  readonly type: TensorType;
+  readonly data: TensorData;
+  readonly dims: readonly number[];
+}
+
+export type Feeds = Record<string, Tensor>;
+
+const ARRAYS: Record<TensorType, new (n: number) => TensorData> = {
+  float32: Float32Array,
+  float64: Float64Array,
+  int32: Int32Array,
+  int64: BigInt64Array,
+  uint8: Uint8Array,
+  int8: Int8Array,
+  bool: Uint8Array,
+  float16: Uint16Array,
+};
+
+export function elementCount(dims: readonly number[]): number {
+  return dims.reduce((a, b) => a * b, 1);
+}
+
+/** Builds a tensor, checking that data length matches dims. */
+export function tensor(type: TensorType, data: TensorData, dims: readonly number[]): Tensor {
+  if (data.length !== elementCount(dims)) {
+    throw new RangeError(`tensor data has ${data.length} elements but dims [${dims.join(',')}] need ${elementCount(dims)}`);
+  }
+  return { type, data, dims: [...dims] };
+}
+
+export function allocate(type: TensorType, length: number): TensorData {
+  const Ctor = ARRAYS[type];
+  if (!Ctor) throw new TypeError(`unsupported tensor type ${type}`);
+  return new Ctor(length);
+}
+
+/** Signature of everything but the batch dimension: tensors batch together only when equal. */
+export function batchKey(feeds: Feeds): string {
+  return Object.keys(feeds)
+    .sort()
+    .map((k) => `${k}:${feeds[k].type}:${feeds[k].dims.slice(1).join('x')}`)
+    .join('|');
+}
+
+export function rows(feeds: Feeds): number {
+  const first = Object.values(feeds)[0];
+  return first ? (first.dims[0] ?? 1) : 0;
+}
+
+/** Concatenates many callers' feeds along dim 0 (all must share batchKey). */
+export function concatFeeds(parts: Feeds[]): Feeds {
+  if (parts.length === 1) return parts[0];
+  const out: Record<string, Tensor> = {};
+  for (const name of Object.keys(parts[0])) {
+    const first = parts[0][name];
+    const total = parts.reduce((n, p) => n + p[name].dims[0], 0);
+    const data = allocate(first.type, parts.reduce((n, p) => n + p[name].data.length, 0));
+    let offset = 0;
+    for (const p of parts) {
+      (data as Float32Array).set(p[name].data as Float32Array, offset);
+      offset += p[name].data.length;
+    }
+    out[name] = { type: first.type, data, dims: [total, ...first.dims.slice(1)] };
+  }
+  return out;
+}
+
+/** Splits batched outputs back into per-caller outputs by their row counts. */
+export function splitOutputs(outputs: Feeds, rowCounts: number[]): Feeds[] {
+  if (rowCounts.length === 1) return [outputs];
+  const total = rowCounts.reduce((a, b) => a + b, 0);
+  const result: Record<string, Tensor>[] = rowCounts.map(() => ({}));
+  for (const [name, t] of Object.entries(outputs)) {
+    if (t.dims[0] !== total) {
+      throw new Error(`output ${name} has batch dimension ${t.dims[0]}, expected ${total}: this model cannot be batched; set batching.maxBatchSize to 1`);
+    }
+    const perRow = t.data.length / total;
+    let row = 0;
+    rowCounts.forEach((n, i) => {
+      const data = t.data.slice(row * perRow, (row + n) * perRow) as TensorData;
+      result[i][name] = { type: t.type, data, dims: [n, ...t.dims.slice(1)] };
+      row += n;
+    });
+  }
+  return result;
+}

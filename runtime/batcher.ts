@@ -1,0 +1,168 @@
+// Dynamic batcher, one per model per replica (Triton's dynamic batcher, Ray Serve's
+// @serve.batch): gather run() calls with the same non-batch shape until maxBatchSize rows or
+// until the oldest has waited maxDelayMs, concatenate along dim 0, run once, split back.
+// While an inference runs, calls keep gathering, so load turns into larger batches.
+import { batchKey, concatFeeds, rows, splitOutputs, type Feeds } from '../native/tensor.ts';
+
+export interface Clock {
+  now(): number;
+  setTimeout(fn: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+}
+
+export const systemClock: Clock = {
+  now: () => performance.now(),
+  setTimeout: (fn, ms) => setTimeout(fn, ms),
+  clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout),
+};
+
+export interface BatchResult {
+  outputs: Feeds;
+  /** Inference time of the batch, as measured by the executor. */
+  inferMs: number;
+}
+
+export interface BatcherOptions {
+  maxBatchSize: number;
+  maxDelayMs: number;
+  execute: (feeds: Feeds) => Promise<BatchResult>;
+  clock?: Clock;
+}
+
+export interface BatcherStats {
+  /** run() calls. */
+  requests: number;
+  /** Rows inferred (Triton's inference_count). */
+  inferences: number;
+  /** Inferences executed (Triton's execution_count); inferences / executions = mean batch rows. */
+  executions: number;
+  /** Most calls that shared one execution. */
+  maxCallsPerBatch: number;
+  /** Executions by how many calls they carried: { "1": 40, "4": 3 }. */
+  callsPerBatch: Record<string, number>;
+  inferMsTotal: number;
+  failures: number;
+}
+
+export interface RunResult {
+  outputs: Feeds;
+  /** This caller's share of the batch's inference time (by rows). */
+  inferMs: number;
+  /** Time from run() to the start of its batch. */
+  waitMs: number;
+}
+
+interface Pending {
+  feeds: Feeds;
+  rows: number;
+  at: number;
+  resolve: (r: RunResult) => void;
+  reject: (e: unknown) => void;
+}
+
+interface Group {
+  key: string;
+  calls: Pending[];
+  rows: number;
+  oldest: number;
+}
+
+export class DynamicBatcher {
+  readonly stats: BatcherStats = { requests: 0, inferences: 0, executions: 0, maxCallsPerBatch: 0, callsPerBatch: {}, inferMsTotal: 0, failures: 0 };
+  private readonly groups = new Map<string, Group>();
+  private readonly full: Group[] = [];
+  private busy = false;
+  private timer: unknown = null;
+  private readonly clock: Clock;
+
+  constructor(private readonly options: BatcherOptions) {
+    if (!(options.maxBatchSize >= 1)) throw new RangeError('maxBatchSize must be at least 1');
+    if (!(options.maxDelayMs >= 0)) throw new RangeError('maxDelayMs must be 0 or more');
+    this.clock = options.clock ?? systemClock;
+  }
+
+  /** Calls waiting for a batch (not yet executing). */
+  get pending(): number {
+    let n = this.full.reduce((a, g) => a + g.calls.length, 0);
+    for (const g of this.groups.values()) n += g.calls.length;
+    return n;
+  }
+
+  run(feeds: Feeds): Promise<RunResult> {
+    const n = rows(feeds);
+    if (!(n >= 1)) return Promise.reject(new RangeError('feeds need at least one input with a batch dimension ≥ 1'));
+    this.stats.requests++;
+    return new Promise<RunResult>((resolve, reject) => {
+      const call: Pending = { feeds, rows: n, at: this.clock.now(), resolve, reject };
+      const key = batchKey(feeds);
+      let group = this.groups.get(key);
+      if (group && group.rows + n > this.options.maxBatchSize) {
+        this.seal(group);
+        group = undefined;
+      }
+      if (!group) {
+        group = { key, calls: [], rows: 0, oldest: call.at };
+        this.groups.set(key, group);
+      }
+      group.calls.push(call);
+      group.rows += n;
+      if (group.rows >= this.options.maxBatchSize) this.seal(group);
+      this.dispatch();
+    });
+  }
+
+  private seal(group: Group): void {
+    this.groups.delete(group.key);
+    this.full.push(group);
+  }
+
+  /** Starts the next batch if the executor is free: a full one first, else the oldest past its delay. */
+  private dispatch(): void {
+    if (this.timer !== null) {
+      this.clock.clearTimeout(this.timer);
+      this.timer = null;
+    }
+    if (this.busy) return;
+    let next = this.full.shift();
+    if (!next) {
+      const now = this.clock.now();
+      let oldest: Group | undefined;
+      for (const g of this.groups.values()) if (!oldest || g.oldest < oldest.oldest) oldest = g;
+      if (!oldest) return;
+      const due = oldest.oldest + this.options.maxDelayMs;
+      if (due > now) {
+        this.timer = this.clock.setTimeout(() => {
+          this.timer = null;
+          this.dispatch();
+        }, due - now);
+        return;
+      }
+      this.groups.delete(oldest.key);
+      next = oldest;
+    }
+    void this.execute(next);
+  }
+
+  private async execute(group: Group): Promise<void> {
+    this.busy = true;
+    const started = this.clock.now();
+    const calls = group.calls;
+    const s = this.stats;
+    s.inferences += group.rows;
+    s.executions++;
+    s.maxCallsPerBatch = Math.max(s.maxCallsPerBatch, calls.length);
+    s.callsPerBatch[calls.length] = (s.callsPerBatch[calls.length] ?? 0) + 1;
+    try {
+      const { outputs, inferMs } = await this.options.execute(concatFeeds(calls.map((c) => c.feeds)));
+      s.inferMsTotal += inferMs;
+      const parts = splitOutputs(outputs, calls.map((c) => c.rows));
+      calls.forEach((c, i) => c.resolve({ outputs: parts[i], inferMs: (inferMs * c.rows) / group.rows, waitMs: started - c.at }));
+    } catch (err) {
+      s.failures++;
+      for (const c of calls) c.reject(err);
+    } finally {
+      this.busy = false;
+      this.dispatch();
+    }
+  }
+}

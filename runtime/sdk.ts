@@ -1,0 +1,123 @@
+// The `embers` package: what a handler file imports. Everything here ends up in user bundles,
+// so it stays free of Node-only and native imports.
+import type { z } from 'zod';
+import type { Feeds, Tensor } from '../native/tensor.ts';
+
+export { tensor } from '../native/tensor.ts';
+export type { Feeds, Tensor, TensorType, TensorData } from '../native/tensor.ts';
+
+/** Dynamic batching for every model of a function, per replica. */
+export interface BatchingOptions {
+  /**
+   * Most rows (sum of dim 0 over gathered calls) in one inference.
+   * @default 16
+   * @example { maxBatchSize: 32 }
+   */
+  maxBatchSize?: number;
+  /**
+   * Longest the oldest gathered call waits for others before the batch runs anyway.
+   * @default 4
+   */
+  maxDelayMs?: number;
+}
+
+/** How the scheduler scales the function (enforced from the elasticity release on). */
+export interface ScalingOptions {
+  /** @default 0 */ minReplicas?: number;
+  /** @default 4 */ maxReplicas?: number;
+  /** Seconds without work before a replica drains and exits. @default 300 */ idleTimeoutS?: number;
+  /** In-flight requests one replica should hold. @default 32 */ targetConcurrency?: number;
+}
+
+/** A model as the handler sees it: `run` is batched with concurrent requests. */
+export interface ModelHandle {
+  readonly inputNames: readonly string[];
+  readonly outputNames: readonly string[];
+  /** Runs the model; feeds with dim 0 = rows are concatenated with other callers' rows. */
+  run(feeds: Feeds): Promise<Record<string, Tensor>>;
+}
+
+export interface Logger {
+  info(obj: object | string, msg?: string): void;
+  warn(obj: object | string, msg?: string): void;
+  error(obj: object | string, msg?: string): void;
+  debug(obj: object | string, msg?: string): void;
+}
+
+export interface SetupContext<M extends string = string> {
+  readonly models: Record<M, ModelHandle>;
+  readonly log: Logger;
+  /** Function name and version this replica serves. */
+  readonly fn: { readonly name: string; readonly version: string };
+}
+
+export interface HandlerContext<M extends string = string> extends SetupContext<M> {
+  /** The request id, also in every log line the handler writes through `log`. */
+  readonly requestId: string;
+  /** Aborted when the request times out or is canceled: stop work early. */
+  readonly signal: AbortSignal;
+}
+
+export class HandlerError extends Error {
+  /**
+   * Throw from a handler to answer with a 4xx the caller can act on.
+   * @example throw new HandlerError(400, 'image is not a PNG or JPEG')
+   */
+  constructor(readonly status: 400 | 404 | 409 | 413 | 422, message: string, readonly code = 'invalid_input') {
+    super(message);
+    this.name = 'HandlerError';
+  }
+}
+
+export interface FunctionOptions<S extends z.ZodType, M extends string, O> {
+  /**
+   * URL-safe name: lower-case letters, digits and '-', 1-63 chars. The endpoint is /v1/run/<name>.
+   * @example 'ocr'
+   */
+  name: string;
+  /**
+   * Models by handle name: `s3://bucket/key`, a path relative to this file, or a path inside an
+   * installed package (`pkg/dir/model.onnx`). Local files are uploaded on deploy.
+   * @default {}
+   * @example { det: 's3://models/ppocr/det.onnx' }
+   */
+  models?: Record<M, string>;
+  /** zod schema of the request body; invalid input is answered with 400 before the handler runs. */
+  input: S;
+  /** @default { maxBatchSize: 16, maxDelayMs: 4 } */
+  batching?: BatchingOptions;
+  /** @default { minReplicas: 0, maxReplicas: 4, idleTimeoutS: 300, targetConcurrency: 32 } */
+  scaling?: ScalingOptions;
+  /** A request running longer is answered 504 and its signal aborted. @default 30000 */
+  timeoutMs?: number;
+  /** Runs once per replica, after models load and before it takes requests. */
+  setup?: (ctx: SetupContext<M>) => Promise<void> | void;
+  /** Runs once per request; its result is sent as JSON. */
+  handler: (input: z.infer<S>, ctx: HandlerContext<M>) => Promise<O> | O;
+}
+
+export interface FunctionDefinition<S extends z.ZodType = z.ZodType, M extends string = string, O = unknown>
+  extends FunctionOptions<S, M, O> {
+  readonly [FUNCTION_BRAND]: true;
+}
+
+export const FUNCTION_BRAND = Symbol.for('embers.function');
+
+/**
+ * Declares an Embers function. The default export of a function file.
+ * @example
+ * export default defineFunction({
+ *   name: 'echo',
+ *   input: z.object({ message: z.string() }),
+ *   handler: (input) => input,
+ * })
+ */
+export function defineFunction<S extends z.ZodType, M extends string = never, O = unknown>(
+  options: FunctionOptions<S, M, O>,
+): FunctionDefinition<S, M, O> {
+  return Object.assign(Object.create(null), options, { [FUNCTION_BRAND]: true as const });
+}
+
+export function isFunctionDefinition(value: unknown): value is FunctionDefinition {
+  return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[FUNCTION_BRAND] === true;
+}
