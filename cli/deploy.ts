@@ -27,6 +27,8 @@ export interface DeployResult {
   name: string;
   version: string;
   endpoint: string;
+  /** True when the same bundle and spec were already active: no new version. */
+  unchanged: boolean;
   bundleBytes: number;
   models: Record<string, string>;
 }
@@ -135,6 +137,6 @@ export async function deployFile(client: EmbersClient, file: string, log: (line:
     const lines = spec.error.issues.map((i) => `  ${i.path.join('.') || '(function)'}: ${i.message}`);
     throw new CliError(`${file} does not define a valid function:\n${lines.join('\n')}`);
   }
-  const res = await client.call<{ name: string; version: string; endpoint: string }>('POST', '/v1/functions', { spec: spec.data, bundle: bundle.toString('base64') });
+  const res = await client.call<{ name: string; version: string; endpoint: string; unchanged: boolean }>('POST', '/v1/functions', { spec: spec.data, bundle: bundle.toString('base64') });
   return { ...res, bundleBytes: bundle.length, models };
 }

@@ -20,15 +20,21 @@ export class Registry {
     private readonly store: ObjectStore,
   ) {}
 
-  /** Stores a new immutable version and makes it active. */
-  async deploy(spec: DeploySpec, bundle: Buffer): Promise<Manifest> {
+  /**
+   * Stores a new immutable version and makes it active. Deploying exactly what is already
+   * active (same bundle, same spec) returns the active version instead of minting a new one.
+   */
+  async deploy(spec: DeploySpec, bundle: Buffer): Promise<Manifest & { unchanged?: boolean }> {
+    const sha256 = createHash('sha256').update(bundle).digest('hex');
+    const current = await this.active(spec.name);
+    if (current && current.bundle.sha256 === sha256 && sameSpec(current, spec)) return { ...current, unchanged: true };
     const seq = await this.redis.incr(keys.versionSeq(spec.name));
     const version = `v${seq}`;
     const manifest: Manifest = {
       ...spec,
       version,
       createdAt: new Date().toISOString(),
-      bundle: { key: s3Keys.bundle(spec.name, version), sha256: createHash('sha256').update(bundle).digest('hex'), bytes: bundle.length },
+      bundle: { key: s3Keys.bundle(spec.name, version), sha256, bytes: bundle.length },
     };
     await this.store.put(manifest.bundle.key, bundle, 'text/javascript');
     await this.store.put(s3Keys.manifest(spec.name, version), JSON.stringify(manifest, null, 2), 'application/json');
@@ -88,6 +94,11 @@ export class Registry {
   private async publish(event: RegistryEvent): Promise<void> {
     await this.redis.publish(keys.registryChannel, JSON.stringify(event));
   }
+}
+
+function sameSpec(m: Manifest, spec: DeploySpec): boolean {
+  const pick = (x: DeploySpec) => JSON.stringify([x.models, x.inputSchema, x.batching, x.scaling, x.timeoutMs]);
+  return pick(m) === pick(spec);
 }
 
 function versionNumber(v: string): number {

@@ -19,7 +19,11 @@ export class ApiError extends Error {
 
 export function onError(log: Logger) {
   return function handleError(err: Error, c: Context) {
-    if (err instanceof ApiError) return c.json(errorBody(err.code, err.message, err.details), err.status);
+    if (err instanceof ApiError) {
+      // The unread rest of an oversized body is discarded with the connection: tell the client.
+      if (err.status === 413) c.header('connection', 'close');
+      return c.json(errorBody(err.code, err.message, err.details), err.status);
+    }
     if (err instanceof HTTPException) {
       const code = err.status === 413 ? 'too_large' : err.status === 401 ? 'unauthorized' : 'bad_request';
       return c.json(errorBody(code, err.message || 'bad request'), err.status);

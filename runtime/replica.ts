@@ -146,7 +146,9 @@ export class Replica {
       prefix: QUEUE_PREFIX,
       concurrency: this.o.concurrency,
       lockDuration: this.o.lockMs,
-      maxStalledCount: 2,
+      stalledInterval: Math.max(500, Math.floor(this.o.lockMs / 2)),
+      // We answer poison jobs ourselves (see process); BullMQ must not fail them silently first.
+      maxStalledCount: MAX_CRASHES + 1,
       removeOnComplete: { count: 0 },
       removeOnFail: { count: 100 },
     });
@@ -212,9 +214,16 @@ export class Replica {
     const timing = { queueMs: Math.max(0, started - enq), handlerMs: 0, inferMs: 0 };
     this.jobs.active++;
     let status = 200;
-    let body: string;
+    let body = '';
     const log = this.log.child({ rid });
     try {
+      if ((job.stalledCounter ?? 0) >= MAX_CRASHES) {
+        // Replicas died twice while holding this request: it is likely the cause. Answer, don't run.
+        status = 500;
+        body = JSON.stringify(errorBody('replica_crashed', `${this.o.manifest.name}: the replica crashed ${job.stalledCounter} times while running this request; it was not retried again`));
+        log.error({ stalled: job.stalledCounter }, 'poison request answered without running');
+        return;
+      }
       const parsed = (this.def.input as z.ZodType).safeParse(input);
       if (!parsed.success) {
         status = 400;
@@ -227,11 +236,14 @@ export class Replica {
       ({ status, body } = errorReply(err, this.o.manifest, log));
     } finally {
       this.jobs.active--;
+      timing.handlerMs = Date.now() - started;
+      await this.reply(gw, { rid, status, replica: this.o.id, timing }, body);
     }
-    timing.handlerMs = Date.now() - started;
-    if (status >= 500) this.jobs.failed++;
+  }
+
+  private async reply(gw: string, header: ReplyHeader, body: string): Promise<void> {
+    if (header.status >= 500) this.jobs.failed++;
     else this.jobs.completed++;
-    const header: ReplyHeader = { rid, status, replica: this.o.id, timing };
     await this.o.redis.publish(keys.replyChannel(gw), encodeReply(header, body));
   }
 
@@ -261,6 +273,9 @@ export class Replica {
     }
   }
 }
+
+/** A request whose replica died this many times is answered 500 instead of run again. */
+const MAX_CRASHES = 2;
 
 export class TimeoutError extends Error {
   override name = 'TimeoutError';

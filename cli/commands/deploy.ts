@@ -14,7 +14,7 @@ export function deployCommand(): Command {
     for (const file of files) {
       const r = await deployFile(client, file, (line) => process.stderr.write(`${line}\n`));
       results.push(r);
-      if (!opts.json) process.stdout.write(`deployed ${r.name} ${r.version} → POST ${r.endpoint}\n`);
+      if (!opts.json) process.stdout.write(`${r.unchanged ? 'unchanged' : 'deployed'} ${r.name} ${r.version} → POST ${r.endpoint}\n`);
     }
     if (opts.json) printJson(results);
   });

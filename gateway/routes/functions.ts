@@ -33,7 +33,8 @@ export function functionRoutes(deps: GatewayDeps) {
       const manifest = await registry.deploy(spec, bundle);
       deps.functions.invalidate(spec.name);
       const origin = new URL(c.req.url).origin;
-      return c.json({ ...describeVersion(manifest), endpoint: `${origin}/v1/run/${manifest.name}` }, 201);
+      const unchanged = manifest.unchanged === true;
+      return c.json({ ...describeVersion(manifest), unchanged, endpoint: `${origin}/v1/run/${manifest.name}` }, unchanged ? 200 : 201);
     },
   );
 

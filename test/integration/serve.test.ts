@@ -1,0 +1,150 @@
+// Deploy from source, run over HTTP through BullMQ, batch on onnxruntime: the whole path, real parts.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import sharp from 'sharp';
+import { eventually, shipped, startTestPlatform, textImage, type TestPlatform } from '../helpers/platform.ts';
+
+let p: TestPlatform;
+let helloPng: string;
+
+before(async () => {
+  p = await startTestPlatform({ EMBERS_MAX_BODY_BYTES: String(512 * 1024) });
+  helloPng = (await textImage(['HELLO EMBERS 2026'])).toString('base64');
+  await p.deploy(shipped('echo.ts'));
+  await p.deploy(shipped('ocr/index.ts'));
+});
+after(() => p?.close());
+
+const run = (name: string, body: unknown, headers: Record<string, string> = {}) =>
+  p.fetch(`/v1/run/${name}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+
+const squash = (s: string) => s.replace(/\s+/g, '').toUpperCase();
+
+describe('run', () => {
+  it('echo returns its input with timing and a request id', async () => {
+    const res = await run('echo', { hello: 'embers', n: [1, 2, 3] }, { 'x-request-id': 'test-req-1' });
+    assert.equal(res.status, 200);
+    assert.deepEqual(await res.json(), { hello: 'embers', n: [1, 2, 3] });
+    assert.equal(res.headers.get('x-request-id'), 'test-req-1');
+    const timing = res.headers.get('server-timing') ?? '';
+    for (const part of ['queue;dur=', 'infer;dur=', 'total;dur=']) assert.ok(timing.includes(part), `Server-Timing has ${part}: ${timing}`);
+    assert.ok(!timing.includes('cold'), 'a warm request carries no cold entry');
+  });
+
+  it('ocr reads the text of an image rendered from known text', async () => {
+    const res = await run('ocr', { image: helloPng });
+    assert.equal(res.status, 200, await res.clone().text());
+    const { lines } = (await res.json()) as { lines: { text: string; score: number; box: number[][] }[] };
+    assert.ok(lines.some((l) => squash(l.text).includes('HELLOEMBERS2026')), `got ${JSON.stringify(lines)}`);
+    assert.equal(lines[0].box.length, 4);
+    assert.match(res.headers.get('server-timing') ?? '', /infer;dur=(?!0[,\s])[\d.]+/);
+  });
+
+  it('ocr reads two lines in order, from JPEG and from a data: URL', async () => {
+    const png = await textImage(['FIRST LINE 11', 'SECOND LINE 22']);
+    const jpeg = (await sharp(png).jpeg({ quality: 90 }).toBuffer()).toString('base64');
+    for (const image of [jpeg, `data:image/png;base64,${png.toString('base64')}`]) {
+      const res = await run('ocr', { image });
+      assert.equal(res.status, 200);
+      const texts = ((await res.json()) as { lines: { text: string }[] }).lines.map((l) => squash(l.text));
+      const first = texts.findIndex((t) => t.includes('FIRSTLINE11'));
+      const second = texts.findIndex((t) => t.includes('SECONDLINE22'));
+      assert.ok(first >= 0 && second > first, `got ${JSON.stringify(texts)}`);
+    }
+  });
+
+  it('concurrent requests share batches, as the replica counts them', async () => {
+    const before = await ocrModelStats();
+    const results = await Promise.all(Array.from({ length: 24 }, () => run('ocr', { image: helloPng })));
+    assert.deepEqual(new Set(results.map((r) => r.status)), new Set([200]));
+    for (const r of results) assert.ok(squash(((await r.json()) as { lines: { text: string }[] }).lines.map((l) => l.text).join('')).includes('HELLOEMBERS2026'));
+    // The replica publishes its counters with every heartbeat; wait until they cover these requests.
+    const after = await eventually(async () => {
+      const s = await ocrModelStats();
+      return s.det.requests >= before.det.requests + 24 ? s : null;
+    }, 'replica counters to include the burst');
+    const det = after.det;
+    const rec = after.rec;
+    assert.ok(Math.max(det.maxCallsPerBatch, rec.maxCallsPerBatch) > 1, `expected a batch with several requests: det ${JSON.stringify(det)} rec ${JSON.stringify(rec)}`);
+    assert.ok(det.executions - before.det.executions < 24, 'fewer det executions than requests');
+  });
+});
+
+async function ocrModelStats() {
+  const res = await p.fetch('/v1/functions/ocr');
+  const fn = (await res.json()) as { replicas: { state: string; models: Record<string, { requests: number; executions: number; maxCallsPerBatch: number }> }[] };
+  const r = fn.replicas.find((x) => x.state === 'ready');
+  assert.ok(r, 'a ready ocr replica');
+  return r.models as { det: { requests: number; executions: number; maxCallsPerBatch: number }; rec: { requests: number; executions: number; maxCallsPerBatch: number } };
+}
+
+describe('bad input gets a clear 4xx and the JSON error contract', () => {
+  const cases: [string, () => Promise<Response>, number, string][] = [
+    ['malformed JSON', () => run('echo', '{"unterminated'), 400, 'invalid_json'],
+    ['empty body', () => run('echo', ''), 400, 'invalid_json'],
+    ['fields that fail the schema', () => run('ocr', { picture: 'x' }), 400, 'invalid_input'],
+    ['wrong type', () => run('ocr', { image: 42 }), 400, 'invalid_input'],
+    ['base64 that is not an image', () => run('ocr', { image: Buffer.from('definitely not a png').toString('base64') }), 400, 'invalid_input'],
+    ['a body over the limit', () => run('echo', { blob: 'x'.repeat(600 * 1024) }), 413, 'too_large'],
+    ['an unknown function', () => run('no-such-fn', {}), 404, 'function_not_found'],
+    ['a function name that could escape its key space', () => run('..%2F..%2Fetc', {}), 404, 'function_not_found'],
+    ['no API key', () => fetch(`${p.url}/v1/run/echo`, { method: 'POST', body: '{}' }), 401, 'unauthorized'],
+    ['a wrong API key', () => fetch(`${p.url}/v1/run/echo`, { method: 'POST', body: '{}', headers: { authorization: 'Bearer nope' } }), 401, 'unauthorized'],
+    ['an unknown route', () => p.fetch('/v1/nothing-here'), 404, 'not_found'],
+  ];
+  for (const [what, call, status, code] of cases) {
+    it(what, async () => {
+      const res = await call();
+      assert.equal(res.status, status);
+      const body = (await res.json()) as { error: { code: string; message: string } };
+      assert.equal(body.error.code, code);
+      assert.ok(body.error.message.length > 10, `a message a person can act on: ${body.error.message}`);
+      assert.ok(res.headers.get('x-request-id'));
+    });
+  }
+
+  it('the gateway keeps serving after all of that', async () => {
+    const res = await run('echo', { still: 'here' });
+    assert.equal(res.status, 200);
+  });
+});
+
+describe('deploy and manage', () => {
+  it('lists functions and shows versions, replicas and cold-start phases', async () => {
+    const list = (await (await p.fetch('/v1/functions')).json()) as { functions: { name: string; active: string }[] };
+    assert.deepEqual(list.functions.map((f) => f.name), ['echo', 'ocr']);
+    const fn = (await (await p.fetch('/v1/functions/ocr')).json()) as { active: string; manifest: { models: Record<string, string> }; replicas: { state: string; coldStart: Record<string, number> }[] };
+    assert.match(fn.manifest.models.det, /^s3:\/\/embers\/models\/sha256\/[0-9a-f]{64}\.onnx$/);
+    const replica = fn.replicas.find((r) => r.state === 'ready')!;
+    for (const phase of ['spawnMs', 'bundleMs', 'modelFetchMs', 'modelLoadMs', 'setupMs', 'totalMs']) assert.ok(replica.coldStart[phase] >= 0, phase);
+  });
+
+  it('redeploying the same source is idempotent; models are not uploaded twice', async () => {
+    const again = await p.deploy(shipped('ocr/index.ts'));
+    assert.equal(again.unchanged, true);
+    assert.equal(again.version, 'v1');
+  });
+
+  it('rejects an invalid deploy with 400 and says why', async () => {
+    const res = await p.fetch('/v1/functions', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ spec: { name: 'Bad Name!', inputSchema: {} }, bundle: 'eA==' }) });
+    assert.equal(res.status, 400);
+    const body = (await res.json()) as { error: { code: string; message: string } };
+    assert.equal(body.error.code, 'invalid_deploy');
+    assert.match(body.error.message, /lower-case/);
+    const missing = await p.fetch('/v1/functions', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ spec: { name: 'ghost', inputSchema: {}, models: { m: 's3://embers/models/none.onnx' } }, bundle: 'eA==' }),
+    });
+    assert.equal(missing.status, 400);
+    assert.equal(((await missing.json()) as { error: { code: string } }).error.code, 'model_not_found');
+  });
+
+  it('health, readiness and metrics', async () => {
+    assert.equal((await fetch(`${p.url}/healthz`)).status, 200);
+    const ready = await fetch(`${p.url}/readyz`);
+    assert.deepEqual(await ready.json(), { ok: true, redis: 'ok', s3: 'ok' });
+    const metrics = await (await fetch(`${p.url}/metrics`)).text();
+    assert.match(metrics, /embers_requests_total\{function="echo",status="200"\} \d+/);
+  });
+});
