@@ -24,9 +24,11 @@ const lock = path.join(root, 'package-lock.json');
 const installed = path.join(root, 'node_modules', '.package-lock.json');
 const stale = !existsSync(installed) || (existsSync(lock) && statSync(lock).mtimeMs > statSync(installed).mtimeMs + 1000);
 if (stale) {
-  process.stderr.write('embers: installing npm dependencies (npm ci)…\n');
-  const r = spawnSync('npm', [existsSync(lock) ? 'ci' : 'install', '--no-audit', '--no-fund'], { cwd: root, stdio: 'inherit' });
-  if (r.status !== 0) fail('`npm ci` failed (see above). Embers needs the npm registry once to install its dependencies.');
+  // `npm install` (not `npm ci`): it honours the lockfile, and npm 11 wrongly reports this lock
+  // "out of sync" for msgpackr-extract's per-platform optional packages.
+  process.stderr.write('embers: installing npm dependencies (npm install)…\n');
+  const r = spawnSync('npm', ['install', '--no-audit', '--no-fund'], { cwd: root, stdio: 'inherit' });
+  if (r.status !== 0) fail('`npm install` failed (see above). Embers needs the npm registry once to install its dependencies.');
 }
 
 // 2. redis-server: spawned by `npm start` (unless EMBERS_REDIS_URL is set) and by the tests.
