@@ -16,6 +16,8 @@ export interface Platform {
   apiKey: string;
   redisUrl: string;
   s3Endpoint?: string;
+  /** The redis-server this platform started, if it started one (tests restart it). */
+  localRedis?: LocalRedis;
   agent: NodeAgent;
   gateway: RunningGateway;
   stop(): Promise<void>;
@@ -34,6 +36,8 @@ export async function localApiKey(dataDir: string): Promise<string> {
 
 export async function startPlatform(config: Config, log: Logger, opts: { persistRedis?: boolean } = {}): Promise<Platform> {
   const stops: (() => Promise<void>)[] = [];
+  const state: { localRedis?: LocalRedis } = {};
+  let platform: Platform | undefined;
   const stopAll = async () => {
     for (const stop of stops.reverse()) await stop().catch((err) => log.warn({ err }, 'stop failed'));
   };
@@ -41,9 +45,9 @@ export async function startPlatform(config: Config, log: Logger, opts: { persist
     await mkdir(config.dataDir, { recursive: true });
     let redisUrl = config.EMBERS_REDIS_URL;
     if (!redisUrl) {
-      const redis: LocalRedis = await startLocalRedis(path.join(config.dataDir, 'redis'), { persist: opts.persistRedis ?? true });
-      stops.push(() => redis.stop());
-      redisUrl = redis.url;
+      state.localRedis = await startLocalRedis(path.join(config.dataDir, 'redis'), { persist: opts.persistRedis ?? true });
+      stops.push(async () => (platform ?? state).localRedis?.stop());
+      redisUrl = state.localRedis.url;
       log.info({ url: redisUrl }, 'started redis-server');
     }
     let s3Endpoint = config.EMBERS_S3_ENDPOINT;
@@ -80,7 +84,8 @@ export async function startPlatform(config: Config, log: Logger, opts: { persist
     await agent.start();
     stops.push(() => agent.close());
 
-    return { url: gateway.url, apiKey, redisUrl, s3Endpoint, agent, gateway, stop: stopAll };
+    platform = { url: gateway.url, apiKey, redisUrl, s3Endpoint, localRedis: state.localRedis, agent, gateway, stop: stopAll };
+    return platform;
   } catch (err) {
     await stopAll();
     throw err;

@@ -28,9 +28,23 @@ export function onError(log: Logger) {
       const code = err.status === 413 ? 'too_large' : err.status === 401 ? 'unauthorized' : 'bad_request';
       return c.json(errorBody(code, err.message || 'bad request'), err.status);
     }
+    if (isRedisDown(err)) {
+      log.warn({ err: err.message, rid: c.get('rid') }, 'redis unavailable');
+      return c.json(errorBody('unavailable', 'the queue (Redis) is unreachable right now; retry shortly'), 503);
+    }
     log.error({ err, rid: c.get('rid') }, 'unhandled error');
     return c.json(errorBody('internal', `internal error (request id ${c.get('rid') ?? 'unknown'})`), 500);
   };
+}
+
+/** ioredis failures that mean "Redis is not there", as opposed to a bug of ours. */
+export function isRedisDown(err: unknown): boolean {
+  const e = err as { name?: string; message?: string; code?: string };
+  return (
+    e?.name === 'MaxRetriesPerRequestError' ||
+    e?.code === 'ECONNREFUSED' ||
+    /Stream isn't writeable|Connection is closed|enableOfflineQueue/.test(e?.message ?? '')
+  );
 }
 
 export function notFound(c: Context) {

@@ -37,8 +37,14 @@ export class GatewayStartError extends Error {
 export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
   const id = `gw-${randomUUID().slice(0, 8)}`;
   const log = o.log.child({ gateway: id });
-  const redis = createRedis(o.redisUrl);
+  // Requests must fail fast (503) while Redis is unreachable, not queue up inside ioredis.
+  const redis = createRedis(o.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1 });
   const sub = createRedis(o.redisUrl);
+  await new Promise<void>((resolve, reject) => {
+    redis.once('ready', resolve);
+    redis.once('error', (err) => reject(new GatewayStartError(`cannot reach Redis at ${o.redisUrl}: ${err.message}`)));
+  });
+  redis.on('error', (err) => log.warn({ err: err.message }, 'redis connection error'));
   const registry = new Registry(redis, o.store);
   const functions = new FunctionsCache(registry);
   const replies = new ReplyHub(sub, id, (channel, message) => {

@@ -47,7 +47,7 @@ export function runRoutes(deps: GatewayDeps) {
         reply = await wait;
       } catch (err) {
         replies.cancel(rid);
-        throw new ApiError(503, 'unavailable', `could not queue the request: ${(err as Error).message}`);
+        throw new ApiError(503, 'unavailable', `could not queue the request (Redis unreachable?): ${(err as Error).message}; retry shortly`);
       } finally {
         metrics.inflight.dec();
       }

@@ -7,6 +7,7 @@ import { freePort } from './ports.ts';
 export interface LocalRedis {
   url: string;
   port: number;
+  dir: string;
   stop(): Promise<void>;
 }
 
@@ -57,6 +58,7 @@ export async function startLocalRedis(dir: string, opts: { persist?: boolean; po
   return {
     url,
     port,
+    dir,
     async stop() {
       if (child.exitCode === null) child.kill('SIGTERM');
       await exited;

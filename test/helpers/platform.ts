@@ -38,7 +38,8 @@ export async function startTestPlatform(env: Record<string, string> = {}): Promi
   for (const k of ['EMBERS_REDIS_URL', 'EMBERS_S3_ENDPOINT', 'EMBERS_API_KEY']) if (!(k in env)) delete process.env[k];
   const config = loadConfig({ ...process.env, EMBERS_DATA_DIR: dataDir, EMBERS_PORT: '0' });
   const log = createLogger('test', 'warn');
-  const platform = await startPlatform(config, log, { persistRedis: false });
+  // Append-only file on, as under `npm start`: a restarted redis-server keeps the registry.
+  const platform = await startPlatform(config, log, { persistRedis: true });
   const client = new EmbersClient({ url: platform.url, apiKey: platform.apiKey });
   return {
     ...platform,

@@ -2,6 +2,7 @@
 // and every accepted request gets an answer.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { startLocalRedis } from '../../infra/local/redis.ts';
 import { eventually, fixture, shipped, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
 
 let p: TestPlatform;
@@ -66,5 +67,23 @@ describe('faults', () => {
     assert.equal((await run('slow', { ms: 1 })).status, 404);
     await eventually(async () => !p.agent.running().some((r) => r.fn === 'slow'), 'slow replica to stop');
     assert.equal((await p.fetch('/v1/functions/slow', { method: 'DELETE' })).status, 404);
+  });
+});
+
+describe('Redis outage', () => {
+  it('answers 503 fast while Redis is down, and serves again once it is back', async () => {
+    const port = Number(new URL(p.redisUrl).port);
+    const redis = p.localRedis!;
+    await redis.stop();
+    const res = await run('echo', { during: 'outage' });
+    assert.equal(res.status, 503);
+    assert.equal((await errorOf(res)).code, 'unavailable');
+    assert.equal((await fetch(`${p.url}/readyz`)).status, 503);
+    p.localRedis = await startLocalRedis(redis.dir, { port, persist: true });
+    const back = await eventually(async () => {
+      const r = await run('echo', { after: 'outage' });
+      return r.status === 200 ? r : null;
+    }, 'echo to serve again after Redis returns');
+    assert.deepEqual(await back.json(), { after: 'outage' });
   });
 });
