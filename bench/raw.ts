@@ -1,0 +1,80 @@
+// The raw limit, in this process with nothing else running: the cls model alone in a tight
+// loop, and the ocr handler on direct ORT sessions, one request after another.
+import os from 'node:os';
+import type { HandlerContext } from 'embers';
+import { loadOcrFunction } from './ocr-fn.ts';
+import { MODELS, createSession, modelHandle, ort } from './ort.ts';
+import { latency, timedLoop, type Latency, type Window } from './stats.ts';
+
+export interface ClsPoint {
+  batch: number;
+  threads: number;
+  itemsPerSec: number;
+  p50BatchMs: number;
+}
+
+export interface RawPipeline {
+  threads: number;
+  requests: number;
+  reqPerSec: number;
+  latencyMs: Latency;
+  /** The handler's output for the test image, to check the servers against. */
+  output: unknown;
+}
+
+export const CLS_BATCHES = [1, 8, 16, 32];
+export const CLS_THREADS = [1, 2];
+
+export async function rawCls(w: Window): Promise<ClsPoint[]> {
+  const points: ClsPoint[] = [];
+  for (const threads of CLS_THREADS) {
+    const session = await createSession(MODELS.cls, threads);
+    try {
+      for (const batch of CLS_BATCHES) {
+        const data = Float32Array.from({ length: batch * 3 * 48 * 192 }, () => Math.random() * 2 - 1);
+        const feeds = { [session.inputNames[0]]: new ort.Tensor('float32', data, [batch, 3, 48, 192]) };
+        const { durations, seconds } = await timedLoop(() => session.run(feeds), w);
+        points.push({ batch, threads, itemsPerSec: (durations.length * batch) / seconds, p50BatchMs: latency(durations).p50 });
+      }
+    } finally {
+      await session.release();
+    }
+  }
+  return points;
+}
+
+export const bestCls = (points: ClsPoint[]): ClsPoint => points.reduce((a, b) => (b.itemsPerSec > a.itemsPerSec ? b : a));
+
+/** The ocr handler with models calling ORT directly (the platform's defaults: 1 intra-op thread, no spinning). */
+export async function rawPipeline(image: string, w: Window, threads = 1): Promise<RawPipeline> {
+  const fn = await loadOcrFunction();
+  const [det, rec] = await Promise.all([createSession(MODELS.det, threads), createSession(MODELS.rec, threads)]);
+  try {
+    const ctx: HandlerContext<'det' | 'rec'> = {
+      models: { det: modelHandle(det), rec: modelHandle(rec) },
+      log: silentLog,
+      requestId: 'bench',
+      signal: new AbortController().signal,
+      fn: { name: fn.name, version: 'bench' },
+    };
+    const input = { image };
+    const output = await fn.handler(input, ctx);
+    const { durations, seconds } = await timedLoop(() => Promise.resolve(fn.handler(input, ctx)), w);
+    return { threads, requests: durations.length, reqPerSec: durations.length / seconds, latencyMs: latency(durations), output };
+  } finally {
+    await Promise.all([det.release(), rec.release()]);
+  }
+}
+
+const silentLog: HandlerContext['log'] = { info() {}, warn() {}, error() {}, debug() {} };
+
+export function machine() {
+  const cpus = os.cpus();
+  return {
+    cpuModel: cpus[0]?.model ?? 'unknown',
+    cores: cpus.length,
+    totalMemGiB: Math.round(os.totalmem() / 2 ** 30),
+    node: process.version,
+    platform: `${os.platform()} ${os.release()}`,
+  };
+}

@@ -1,0 +1,68 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { decide, initialScalerState, type ScalerSettings, type ScalingPolicy } from '../../scheduler/scaler.ts';
+
+const policy: ScalingPolicy = { minReplicas: 0, maxReplicas: 8, targetConcurrency: 10, idleTimeoutS: 300 };
+const settings: ScalerSettings = { stableWindowMs: 60_000, panicWindowMs: 6_000, panicThreshold: 2 };
+
+/** Replays a load trace (in-flight per second) and returns desired replicas per second. */
+function replay(trace: number[], p: ScalingPolicy = policy, capacity = 100): number[] {
+  let state = initialScalerState();
+  const out: number[] = [];
+  trace.forEach((inFlight, i) => {
+    const d = decide(state, { now: i * 1000, inFlight, ready: state.desired, capacity }, p, settings);
+    state = d.state;
+    out.push(d.desired);
+  });
+  return out;
+}
+
+const repeat = (v: number, n: number) => Array<number>(n).fill(v);
+
+describe('scaler', () => {
+  it('burst from zero: a replica at once, then panic follows the burst up within seconds', () => {
+    const out = replay([...repeat(0, 5), ...repeat(60, 10)]);
+    assert.equal(out[4], 0, 'idle and never used: zero');
+    assert.equal(out[5], 1, 'first waiting request: one replica immediately');
+    assert.ok(out[5 + 5] >= 5, `panic window reaches ~6 replicas within 5 s: ${out}`);
+    assert.equal(Math.max(...out), 6, 'never past ceil(60 / 10)');
+  });
+
+  it('steady load settles at ceil(in-flight / target) and stays there', () => {
+    const out = replay(repeat(35, 180));
+    assert.deepEqual(out.slice(-60), repeat(4, 60));
+  });
+
+  it('slow decay: the new lower level is reached only after a stable window', () => {
+    const trace = [...repeat(40, 60), ...repeat(10, 120)];
+    const out = replay(trace);
+    assert.equal(out[59], 4);
+    assert.ok(out[60 + 30] > 1 && out[60 + 58] > 1, `still above 1 within the window after load dropped: ${out.slice(60, 120)}`);
+    assert.equal(out.at(-1), 1, 'down to ceil(10/10) once the window has passed');
+    for (let i = 1; i < out.length; i++) if (i >= 60) assert.ok(out[i] <= out[i - 1], 'monotone down while load falls');
+  });
+
+  it('flapping load does not thrash', () => {
+    const trace = Array.from({ length: 240 }, (_, i) => (Math.floor(i / 5) % 2 === 0 ? 30 : 0));
+    const out = replay(trace).slice(60);
+    let changes = 0;
+    for (let i = 1; i < out.length; i++) if (out[i] !== out[i - 1]) changes++;
+    assert.ok(changes <= 2, `desired changed ${changes} times: ${out.join(',')}`);
+  });
+
+  it('respects maxReplicas, minReplicas and node capacity', () => {
+    assert.equal(Math.max(...replay(repeat(500, 30), { ...policy, maxReplicas: 3 })), 3);
+    assert.equal(Math.min(...replay(repeat(0, 30), { ...policy, minReplicas: 2 })), 2);
+    assert.equal(Math.max(...replay(repeat(500, 30), policy, 2)), 2);
+  });
+
+  it('goes to zero only after idleTimeoutS without work, and wakes on the next request', () => {
+    const p = { ...policy, idleTimeoutS: 90 };
+    const trace = [...repeat(5, 10), ...repeat(0, 150), 3];
+    const out = replay(trace, p);
+    assert.equal(out[10 + 60], 1, 'average is zero but the function was busy 60 s ago: keep one');
+    assert.equal(out[9 + 89], 1, 'last work at t=9 s: still one at t=98 s');
+    assert.equal(out[10 + 95], 0, 'idle past 90 s: zero');
+    assert.equal(out.at(-1), 1, 'a new request brings one back at once');
+  });
+});
