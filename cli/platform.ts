@@ -5,11 +5,11 @@ import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Config } from '../core/config.ts';
 import type { Logger } from '../core/log.ts';
-import { storeFromConfig } from '../core/s3.ts';
+import { storeFromConfig, type ObjectStore } from '../core/s3.ts';
 import { startGateway, type RunningGateway } from '../gateway/server.ts';
 import { startLocalRedis, type LocalRedis } from '../infra/local/redis.ts';
 import { startLocalS3, type LocalS3 } from '../infra/local/s3.ts';
-import { NodeAgent } from '../scheduler/agent.ts';
+import { NodeAgent, type AgentOptions } from '../scheduler/agent.ts';
 
 export interface Platform {
   url: string;
@@ -32,6 +32,32 @@ export async function localApiKey(dataDir: string): Promise<string> {
   await writeFile(file, `${key}\n`, { mode: 0o600 });
   await chmod(file, 0o600);
   return key;
+}
+
+/** Node agent settings from config: shared by `embers dev` and a standalone `embers agent`. */
+export function agentOptions(config: Config, o: { redisUrl: string; store: ObjectStore; s3Endpoint?: string; log: Logger }): AgentOptions {
+  return {
+    redisUrl: o.redisUrl,
+    store: o.store,
+    cacheDir: path.join(config.dataDir, 'cache'),
+    log: o.log,
+    slots: config.EMBERS_NODE_SLOTS,
+    heartbeatMs: Math.min(1_000, config.EMBERS_HEARTBEAT_MS),
+    providers: config.EMBERS_EXECUTION_PROVIDERS,
+    scheduler: {
+      tickMs: config.EMBERS_SCHEDULER_TICK_MS,
+      settings: {
+        stableWindowMs: config.EMBERS_SCALE_STABLE_WINDOW_S * 1000,
+        panicWindowMs: config.EMBERS_SCALE_PANIC_WINDOW_S * 1000,
+        panicThreshold: 2,
+      },
+    },
+    replicaEnv: {
+      ...(o.s3Endpoint ? { EMBERS_S3_ENDPOINT: o.s3Endpoint } : {}),
+      EMBERS_S3_BUCKET: config.EMBERS_S3_BUCKET,
+      EMBERS_DATA_DIR: config.dataDir,
+    },
+  };
 }
 
 export async function startPlatform(config: Config, log: Logger, opts: { persistRedis?: boolean } = {}): Promise<Platform> {
@@ -71,16 +97,11 @@ export async function startPlatform(config: Config, log: Logger, opts: { persist
       log,
       maxBodyBytes: config.EMBERS_MAX_BODY_BYTES,
       maxBundleBytes: config.EMBERS_MAX_BUNDLE_BYTES,
+      queueTimeoutMs: config.EMBERS_QUEUE_TIMEOUT_MS,
     });
     stops.push(() => gateway.close());
 
-    const agent = new NodeAgent({
-      redisUrl,
-      store,
-      cacheDir: path.join(config.dataDir, 'cache'),
-      log,
-      replicaEnv: { EMBERS_S3_ENDPOINT: s3Endpoint, EMBERS_S3_BUCKET: config.EMBERS_S3_BUCKET, EMBERS_DATA_DIR: config.dataDir },
-    });
+    const agent = new NodeAgent(agentOptions(config, { redisUrl, store, s3Endpoint, log }));
     await agent.start();
     stops.push(() => agent.close());
 

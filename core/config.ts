@@ -36,10 +36,24 @@ export const ConfigSchema = z.object({
   EMBERS_ORT_THREADS: int(1, 256).default(1),
   /** Jobs a replica holds in flight, so batches can fill. @default 32 */
   EMBERS_REPLICA_CONCURRENCY: int(1, 4096).default(32),
+  /** Longest a request may wait in its queue (a cold start included) before it is answered 504. @default 60000 */
+  EMBERS_QUEUE_TIMEOUT_MS: int(100).default(60_000),
   /** Replica heartbeat period; a replica missing 3 is considered gone. @default 2000 */
   EMBERS_HEARTBEAT_MS: int(50).default(2000),
   /** BullMQ job lock: a replica that dies holding jobs gives them back after this. @default 30000 */
   EMBERS_JOB_LOCK_MS: int(1000).default(30_000),
+  /** Replica slots this node agent offers. @default 2 × CPU cores */
+  EMBERS_NODE_SLOTS: int(1, 4096).optional(),
+  /** Scaling: averaging window, and how long scale-down waits. @default 60 */
+  EMBERS_SCALE_STABLE_WINDOW_S: z.coerce.number().min(0.1).default(60),
+  /** Scaling: short window that reacts to bursts at once. @default 6 */
+  EMBERS_SCALE_PANIC_WINDOW_S: z.coerce.number().min(0.1).default(6),
+  /** How often the leading scheduler decides. @default 500 */
+  EMBERS_SCHEDULER_TICK_MS: int(50).default(500),
+  /** A handler still running this long after its timeout gets its replica replaced. @default 5000 */
+  EMBERS_HANDLER_GRACE_MS: int(0).default(5_000),
+  /** Node model cache bound (LRU beyond it). @default 20 GiB */
+  EMBERS_MODEL_CACHE_BYTES: int(1).default(20 * 1024 ** 3),
   /** Pretty logs (default when stdout is a terminal). */
   EMBERS_LOG_PRETTY: bool.optional(),
 });

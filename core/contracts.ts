@@ -55,7 +55,7 @@ export interface RunJobData {
   input: unknown;
   /** Enqueue time (ms since epoch) for queue timing. */
   enq: number;
-  /** Absolute deadline (ms since epoch); past it the runtime stops and answers 504. */
+  /** Latest start (ms since epoch): a job still queued then is answered 504 without running. */
   deadline: number;
 }
 
@@ -80,7 +80,46 @@ export const keys = {
   replicas: (name: string) => `embers:function:${name}:replicas`,
   replyChannel: (gatewayId: string) => `embers:reply:${gatewayId}`,
   registryChannel: 'embers:registry',
+  coldStarts: (name: string) => `embers:function:${name}:coldstarts`,
+  node: (id: string) => `embers:node:${id}`,
+  nodes: 'embers:nodes',
+  /** fn → JSON PlacementRecord, written by the leading scheduler. */
+  placement: 'embers:placement',
+  /** fn → JSON ScaleRecord: the last decision and why. */
+  desired: 'embers:desired',
+  leader: 'embers:scheduler:leader',
 };
+
+/** Where a function's replicas should run: the leading scheduler's word to the node agents. */
+export interface PlacementRecord {
+  version: string;
+  nodes: Record<string, number>;
+}
+
+export interface ScaleRecord {
+  desired: number;
+  inFlight: number;
+  ready: number;
+  reason: string;
+  at: string;
+}
+
+/** A node agent's advertisement: what it can run. */
+export interface NodeRecord {
+  id: string;
+  host: string;
+  pid: number;
+  slots: number;
+  gpus: { index: number; name: string; memoryMiB: number }[];
+  replicas: number;
+  startedAt: string;
+}
+
+/** Events on the registry channel besides deploy/delete. */
+export type PlatformEvent =
+  | { type: 'deployed' | 'deleted'; name: string; version?: string }
+  | { type: 'placement' }
+  | { type: 'replica'; name: string; replica: string; state: 'ready' | 'failed'; error?: { phase: string; message: string } };
 
 /** BullMQ: one queue per function, named after it, under this prefix. */
 export const QUEUE_PREFIX = 'embers';

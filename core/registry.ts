@@ -3,7 +3,7 @@
 import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { ObjectStore } from './s3.ts';
-import { keys, s3Keys, type DeploySpec, type Manifest } from './contracts.ts';
+import { keys, s3Keys, type DeploySpec, type Manifest, type PlatformEvent } from './contracts.ts';
 
 export interface FunctionSummary {
   name: string;
@@ -12,7 +12,7 @@ export interface FunctionSummary {
   updatedAt: string;
 }
 
-export type RegistryEvent = { type: 'deployed' | 'deleted'; name: string; version?: string };
+export type RegistryEvent = Extract<PlatformEvent, { type: 'deployed' | 'deleted' }>;
 
 export class Registry {
   constructor(

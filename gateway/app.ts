@@ -29,6 +29,8 @@ export interface GatewayDeps {
   log: Logger;
   maxBodyBytes: number;
   maxBundleBytes: number;
+  /** Longest a request waits in its queue before it is answered 504. */
+  queueTimeoutMs: number;
 }
 
 export function createApp(deps: GatewayDeps) {

@@ -22,6 +22,7 @@ export interface GatewayOptions {
   log: Logger;
   maxBodyBytes: number;
   maxBundleBytes: number;
+  queueTimeoutMs: number;
 }
 
 export interface RunningGateway {
@@ -85,6 +86,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     log,
     maxBodyBytes: o.maxBodyBytes,
     maxBundleBytes: o.maxBundleBytes,
+    queueTimeoutMs: o.queueTimeoutMs,
   });
 
   let server: ServerType;

@@ -63,6 +63,7 @@ process.on('disconnect', () => void stop('agent gone'));
 
 try {
   await replica.start();
+  process.send?.({ type: 'ready' });
 } catch {
   redis.disconnect();
   process.exit(1);

@@ -248,8 +248,8 @@ export class Replica {
   }
 
   private async runHandler(input: unknown, rid: string, deadline: number, jobSignal: AbortSignal | undefined, timing: { inferMs: number }, log: Logger): Promise<unknown> {
-    const budget = Math.min(this.o.manifest.timeoutMs, deadline - Date.now());
-    if (budget <= 0) throw new TimeoutError(`request expired in the queue before a replica could run it`);
+    if (Date.now() > deadline) throw new TimeoutError(`request waited in the queue past its limit (EMBERS_QUEUE_TIMEOUT_MS) before a replica could run it`);
+    const budget = this.o.manifest.timeoutMs;
     const ctl = new AbortController();
     jobSignal?.addEventListener('abort', () => ctl.abort(jobSignal.reason), { once: true });
     const ctx: HandlerContext = {

@@ -1,20 +1,25 @@
-// The node agent: runs this machine's replicas. For now one replica per active function
-// version; restarts replicas that die (with backoff) and stops those of deleted or replaced
-// versions. Replicas are child processes so a crash never takes the agent or another function down.
+// The node agent: runs this machine's replicas. It advertises its slots (and GPUs), follows the
+// placement the leading scheduler publishes, restarts replicas that die (with backoff), and
+// drains replicas that are no longer wanted. Replicas are child processes, so a crash never
+// takes the agent or another function down. Every agent is also a scheduler candidate.
 import { fork, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
-import { keys, type Manifest } from '../core/contracts.ts';
+import { keys, type NodeRecord, type PlacementRecord } from '../core/contracts.ts';
 import type { Logger } from '../core/log.ts';
 import { createRedis } from '../core/redis.ts';
-import { Registry } from '../core/registry.ts';
 import type { ObjectStore } from '../core/s3.ts';
+import { discoverGpus, type GpuInfo } from '../native/gpu.ts';
+import type { ScalerSettings } from './scaler.ts';
+import { Scheduler } from './scheduler.ts';
 
 const REPLICA_MAIN = fileURLToPath(new URL('../runtime/main.ts', import.meta.url));
 const TSX = import.meta.resolve('tsx');
-const RECONCILE_MS = 2_000;
 const STOP_GRACE_MS = 15_000;
+/** Exit code of a replica that asks to be replaced (a handler that would not stop). */
+export const EXIT_REPLACE_ME = 75;
 
 export interface AgentOptions {
   redisUrl: string;
@@ -22,8 +27,14 @@ export interface AgentOptions {
   /** Node-level cache shared by this agent's replicas. */
   cacheDir: string;
   log: Logger;
+  /** Replica slots offered. @default 2 × CPU cores */
+  slots?: number;
+  heartbeatMs?: number;
+  scheduler: { tickMs: number; settings: ScalerSettings };
   /** Extra environment for replicas (S3 endpoint, thread budget, …). */
   replicaEnv?: Record<string, string>;
+  /** Execution providers replicas are asked to use: GPUs are handed out only for cuda/tensorrt. */
+  providers?: string[];
 }
 
 interface ReplicaProcess {
@@ -31,44 +42,66 @@ interface ReplicaProcess {
   fn: string;
   version: string;
   child: ChildProcess;
+  state: 'starting' | 'ready' | 'draining';
   stopping: boolean;
+  spawnedAt: number;
   exited: Promise<number | null>;
 }
 
-interface Backoff {
-  failures: number;
-  until: number;
-}
-
 export class NodeAgent {
+  readonly id: string;
+  readonly scheduler: Scheduler;
   private readonly redis: Redis;
   private readonly sub: Redis;
-  private readonly registry: Registry;
   private readonly replicas = new Map<string, ReplicaProcess>();
-  private readonly backoff = new Map<string, Backoff>();
-  private timer?: NodeJS.Timeout;
+  private readonly backoff = new Map<string, { failures: number; until: number }>();
+  private gpus: GpuInfo[] = [];
+  private spawned = 0;
+  private timers: NodeJS.Timeout[] = [];
   private reconciling: Promise<void> | null = null;
   private again = false;
   private closed = false;
+  private readonly slots: number;
   private readonly log: Logger;
 
   constructor(private readonly o: AgentOptions) {
+    this.id = `node-${os.hostname()}-${randomUUID().slice(0, 6)}`;
     this.redis = createRedis(o.redisUrl);
     this.sub = createRedis(o.redisUrl);
-    this.registry = new Registry(this.redis, o.store);
-    this.log = o.log.child({ component: 'agent' });
+    this.slots = o.slots ?? 2 * os.availableParallelism();
+    this.log = o.log.child({ component: 'agent', node: this.id });
+    this.scheduler = new Scheduler({ redis: this.redis, store: o.store, id: this.id, log: o.log, ...o.scheduler });
   }
 
   async start(): Promise<void> {
+    this.gpus = await discoverGpus();
+    if (this.gpus.length) this.log.info({ gpus: this.gpus }, 'GPUs found');
+    await this.advertise();
     this.sub.on('message', () => void this.reconcile());
     await this.sub.subscribe(keys.registryChannel);
+    const beat = this.o.heartbeatMs ?? 1_000;
+    this.timers.push(setInterval(() => void this.advertise().catch(() => {}), beat));
+    this.timers.push(setInterval(() => void this.reconcile(), Math.max(500, beat)));
+    this.scheduler.start();
     await this.reconcile();
-    this.timer = setInterval(() => void this.reconcile(), RECONCILE_MS);
   }
 
-  /** Replica processes by function, for tests and the dev banner. */
-  running(): { id: string; fn: string; version: string; pid?: number }[] {
-    return [...this.replicas.values()].map((r) => ({ id: r.id, fn: r.fn, version: r.version, pid: r.child.pid }));
+  /** Replica processes on this node, for tests and the dev banner. */
+  running(): { id: string; fn: string; version: string; state: string; pid?: number }[] {
+    return [...this.replicas.values()].map((r) => ({ id: r.id, fn: r.fn, version: r.version, state: r.state, pid: r.child.pid }));
+  }
+
+  private async advertise(): Promise<void> {
+    const record: NodeRecord = {
+      id: this.id,
+      host: os.hostname(),
+      pid: process.pid,
+      slots: this.slots,
+      gpus: this.gpus,
+      replicas: this.replicas.size,
+      startedAt: new Date().toISOString(),
+    };
+    await this.redis.multi().set(keys.node(this.id), JSON.stringify(record), 'PX', (this.o.heartbeatMs ?? 1_000) * 3.5).sadd(keys.nodes, this.id).exec();
   }
 
   /** Coalesces concurrent triggers into one pass plus, if needed, one more. */
@@ -80,7 +113,7 @@ export class NodeAgent {
     this.reconciling = (async () => {
       do {
         this.again = false;
-        await this.pass().catch((err) => this.log.error({ err }, 'reconcile failed'));
+        await this.pass().catch((err) => this.log.warn({ err: (err as Error).message }, 'reconcile failed'));
       } while (this.again && !this.closed);
       this.reconciling = null;
     })();
@@ -89,74 +122,103 @@ export class NodeAgent {
 
   private async pass(): Promise<void> {
     if (this.closed) return;
-    const desired = new Map((await this.registry.activeManifests()).map((m) => [m.name, m]));
-    for (const [fn, r] of this.replicas) {
-      const want = desired.get(fn);
-      if (!want || want.version !== r.version) {
-        this.log.info({ fn, version: r.version, next: want?.version ?? null }, want ? 'replacing replica with new version' : 'function deleted: stopping replica');
+    const raw = await this.redis.hgetall(keys.placement);
+    const want = new Map<string, { version: string; count: number }>();
+    for (const [fn, r] of Object.entries(raw)) {
+      const rec = JSON.parse(r) as PlacementRecord;
+      const count = rec.nodes[this.id] ?? 0;
+      if (count > 0) want.set(fn, { version: rec.version, count });
+    }
+    for (const r of this.replicas.values()) {
+      if (r.stopping) continue;
+      const w = want.get(r.fn);
+      if (!w || w.version !== r.version) {
+        this.log.info({ replica: r.id, next: w?.version ?? null }, w ? 'replacing replica with the new version' : 'replica no longer placed here: draining');
         void this.stopReplica(r);
       }
     }
-    for (const [fn, m] of desired) {
-      if (this.replicas.has(fn)) continue;
-      const b = this.backoff.get(`${fn}@${m.version}`);
+    for (const [fn, w] of want) {
+      const live = [...this.replicas.values()].filter((r) => r.fn === fn && r.version === w.version && !r.stopping);
+      // Scale down: drain the youngest first (the oldest are warmest).
+      for (const r of live.sort((a, b) => b.spawnedAt - a.spawnedAt).slice(0, Math.max(0, live.length - w.count))) {
+        this.log.info({ replica: r.id }, 'scaling down: draining replica');
+        void this.stopReplica(r);
+      }
+      const b = this.backoff.get(`${fn}@${w.version}`);
       if (b && Date.now() < b.until) continue;
-      this.spawn(m);
+      for (let i = live.length; i < w.count; i++) this.spawn(fn, w.version);
     }
   }
 
-  private spawn(m: Manifest): void {
-    const id = `${m.name}-${m.version}-${randomUUID().slice(0, 6)}`;
+  private spawn(fn: string, version: string): void {
+    const id = `${fn}-${version}-${randomUUID().slice(0, 6)}`;
+    const gpu = this.gpus.length && (this.o.providers ?? []).some((p) => p !== 'cpu') ? this.gpus[this.spawned % this.gpus.length] : undefined;
+    this.spawned++;
+    const spawnedAt = Date.now();
     const child = fork(REPLICA_MAIN, [], {
       execArgv: ['--import', TSX],
       env: {
         ...process.env,
         ...this.o.replicaEnv,
+        ...(gpu ? { CUDA_VISIBLE_DEVICES: String(gpu.index) } : {}),
         EMBERS_REPLICA_ID: id,
-        EMBERS_REPLICA_FUNCTION: m.name,
-        EMBERS_REPLICA_VERSION: m.version,
-        EMBERS_REPLICA_SPAWNED_AT: String(Date.now()),
+        EMBERS_REPLICA_FUNCTION: fn,
+        EMBERS_REPLICA_VERSION: version,
+        EMBERS_REPLICA_SPAWNED_AT: String(spawnedAt),
         EMBERS_REDIS_URL: this.o.redisUrl,
         EMBERS_CACHE_DIR: this.o.cacheDir,
       },
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-    const r: ReplicaProcess = { id, fn: m.name, version: m.version, child, stopping: false, exited };
-    this.replicas.set(m.name, r);
-    this.log.info({ replica: id, pid: child.pid }, 'replica spawned');
-    child.on('message', () => {});
+    const r: ReplicaProcess = { id, fn, version, child, state: 'starting', stopping: false, spawnedAt, exited };
+    this.replicas.set(id, r);
+    this.log.info({ replica: id, pid: child.pid, gpu: gpu?.index }, 'replica spawned');
+    child.on('message', (m: { type?: string }) => {
+      if (m?.type === 'ready') {
+        r.state = 'ready';
+        this.backoff.delete(`${fn}@${version}`);
+      }
+    });
     void exited.then((code) => {
-      if (this.replicas.get(m.name) === r) this.replicas.delete(m.name);
+      this.replicas.delete(id);
+      void this.redis.multi().del(keys.replica(id)).srem(keys.replicas(fn), id).exec().catch(() => {});
       if (r.stopping || this.closed) return;
-      const key = `${m.name}@${m.version}`;
-      const b = this.backoff.get(key) ?? { failures: 0, until: 0 };
-      b.failures++;
-      const delay = Math.min(30_000, 500 * 2 ** (b.failures - 1));
-      b.until = Date.now() + delay;
-      this.backoff.set(key, b);
-      this.log.warn({ replica: id, code, retryInMs: delay }, 'replica exited unexpectedly; restarting');
-      // Its heartbeat record is stale now; its held jobs come back when their locks expire.
-      void this.redis.multi().del(keys.replica(id)).srem(keys.replicas(m.name), id).exec().catch(() => {});
-      setTimeout(() => void this.reconcile(), delay).unref();
+      if (code === EXIT_REPLACE_ME) {
+        this.log.warn({ replica: id }, 'replica asked to be replaced');
+      } else {
+        const key = `${fn}@${version}`;
+        const b = this.backoff.get(key) ?? { failures: 0, until: 0 };
+        b.failures++;
+        const delay = Math.min(30_000, 500 * 2 ** (b.failures - 1));
+        b.until = Date.now() + delay;
+        this.backoff.set(key, b);
+        // Its held jobs come back to the queue when their locks expire.
+        this.log.warn({ replica: id, code, retryInMs: delay }, 'replica exited unexpectedly; restarting');
+        setTimeout(() => void this.reconcile(), delay).unref();
+      }
+      void this.reconcile();
     });
   }
 
   private async stopReplica(r: ReplicaProcess): Promise<void> {
-    if (r.stopping) return r.exited.then(() => {});
-    r.stopping = true;
-    if (this.replicas.get(r.fn) === r) this.replicas.delete(r.fn);
-    r.child.kill('SIGTERM');
-    const timer = setTimeout(() => r.child.kill('SIGKILL'), STOP_GRACE_MS);
+    if (!r.stopping) {
+      r.stopping = true;
+      r.state = 'draining';
+      r.child.kill('SIGTERM');
+      const timer = setTimeout(() => r.child.kill('SIGKILL'), STOP_GRACE_MS);
+      void r.exited.then(() => clearTimeout(timer));
+    }
     await r.exited;
-    clearTimeout(timer);
   }
 
   async close(): Promise<void> {
     this.closed = true;
-    clearInterval(this.timer);
+    for (const t of this.timers) clearInterval(t);
+    await this.scheduler.close();
     await this.reconciling;
     await Promise.all([...this.replicas.values()].map((r) => this.stopReplica(r)));
+    await this.redis.multi().del(keys.node(this.id)).srem(keys.nodes, this.id).exec().catch(() => {});
     this.sub.disconnect();
     this.redis.disconnect();
   }

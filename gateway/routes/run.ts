@@ -36,9 +36,9 @@ export function runRoutes(deps: GatewayDeps) {
         throw new ApiError(400, 'invalid_input', `input does not match the schema of ${name}: ${summary}`, errors);
       }
       const enq = Date.now();
-      const deadline = enq + fn.manifest.timeoutMs;
-      const data: RunJobData = { rid, gw: gatewayId, input, enq, deadline };
-      const wait = replies.expect(rid, fn.manifest.timeoutMs + REPLY_GRACE_MS);
+      // Time in the queue (cold starts included) and handler time are bounded separately.
+      const data: RunJobData = { rid, gw: gatewayId, input, enq, deadline: enq + deps.queueTimeoutMs };
+      const wait = replies.expect(rid, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS);
       metrics.inflight.inc();
       const jobId = randomUUID();
       let reply;
@@ -57,7 +57,7 @@ export function runRoutes(deps: GatewayDeps) {
         // Nobody answered in time: take the job back if no replica has started it.
         await queues.get(name).remove(jobId).catch(() => 0);
         metrics.requests.inc({ function: name, status: '504' });
-        throw new ApiError(504, 'timeout', `${name} did not answer within ${fn.manifest.timeoutMs} ms (no replica finished it; see \`embers functions show ${name}\`)`);
+        throw new ApiError(504, 'timeout', `${name} did not answer in time (queue limit ${deps.queueTimeoutMs} ms + run limit ${fn.manifest.timeoutMs} ms); see \`embers functions show ${name}\``);
       }
       const { header, body } = reply;
       metrics.requests.inc({ function: name, status: String(header.status) });

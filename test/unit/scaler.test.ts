@@ -66,3 +66,41 @@ describe('scaler', () => {
     assert.equal(out.at(-1), 1, 'a new request brings one back at once');
   });
 });
+
+import { place } from '../../scheduler/placement.ts';
+import { parseNvidiaSmi } from '../../native/gpu.ts';
+
+describe('placement', () => {
+  const nodes = [
+    { id: 'a', slots: 2 },
+    { id: 'b', slots: 2 },
+  ];
+  it('spreads one function over nodes', () => {
+    assert.deepEqual(place({ ocr: 2 }, nodes, {}), { ocr: { a: 1, b: 1 } });
+  });
+  it('keeps what is placed and trims from the busiest node', () => {
+    assert.deepEqual(place({ ocr: 1 }, nodes, { ocr: { a: 1, b: 1 } }), { ocr: { b: 1 } });
+    assert.deepEqual(place({ ocr: 1 }, nodes, { ocr: { a: 2 } }), { ocr: { a: 1 } });
+  });
+  it('never exceeds node slots', () => {
+    const p = place({ ocr: 3, echo: 3 }, nodes, {});
+    const perNode = (id: string) => Object.values(p).reduce((n, m) => n + (m[id] ?? 0), 0);
+    assert.ok(perNode('a') <= 2 && perNode('b') <= 2);
+  });
+  it('moves replicas off a node that is gone', () => {
+    assert.deepEqual(place({ ocr: 2 }, [{ id: 'b', slots: 4 }], { ocr: { a: 1, b: 1 } }), { ocr: { b: 2 } });
+  });
+  it('drops functions at zero', () => {
+    assert.deepEqual(place({ ocr: 0 }, nodes, { ocr: { a: 1 } }), {});
+  });
+});
+
+describe('gpu discovery', () => {
+  it('parses nvidia-smi csv', () => {
+    assert.deepEqual(parseNvidiaSmi('0, NVIDIA H100 80GB HBM3, 81559\n1, NVIDIA H100 80GB HBM3, 81559\n'), [
+      { index: 0, name: 'NVIDIA H100 80GB HBM3', memoryMiB: 81559 },
+      { index: 1, name: 'NVIDIA H100 80GB HBM3', memoryMiB: 81559 },
+    ]);
+    assert.deepEqual(parseNvidiaSmi(''), []);
+  });
+});

@@ -1,0 +1,52 @@
+// Where the CPU goes during a point: CPU time of this process (the load generator) and of
+// every process in the servers' process groups, by role, from /proc (Linux; empty elsewhere).
+import { readFileSync, readdirSync } from 'node:fs';
+
+/** USER_HZ: the unit of utime/stime in /proc/<pid>/stat (100 on every mainstream Linux). */
+const TICKS_PER_S = 100;
+
+export type CpuSample = Map<number, { role: string; ticks: number }>;
+
+function role(pid: number, cmdline: string): string {
+  if (pid === process.pid) return 'loadgen';
+  if (cmdline.includes('redis-server')) return 'redis';
+  if (cmdline.includes('runtime/main.ts')) return 'replicas';
+  if (cmdline.includes('cli/bin.mjs')) return 'gateway+agent';
+  if (cmdline.includes('naive-server')) return 'naive';
+  return 'other';
+}
+
+/** CPU ticks of this process and of the processes in the given process groups. */
+export function sampleCpu(groups: number[]): CpuSample {
+  const out: CpuSample = new Map();
+  let pids: string[];
+  try {
+    pids = readdirSync('/proc').filter((d) => /^\d+$/.test(d));
+  } catch {
+    return out;
+  }
+  for (const d of pids) {
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+      // Fields after the parenthesised command: state is field 3, pgrp 5, utime 14, stime 15.
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const pid = Number(d);
+      if (pid !== process.pid && !groups.includes(Number(f[2]))) continue;
+      const cmdline = readFileSync(`/proc/${d}/cmdline`, 'utf8').replace(/\0/g, ' ');
+      out.set(pid, { role: role(pid, cmdline), ticks: Number(f[11]) + Number(f[12]) });
+    } catch {
+      // The process ended while we looked.
+    }
+  }
+  return out;
+}
+
+/** Cores busy per role between two samples taken `seconds` apart (processes gone by `after` are not counted). */
+export function coresByRole(before: CpuSample, after: CpuSample, seconds: number): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [pid, a] of after) {
+    const ticks = a.ticks - (before.get(pid)?.ticks ?? 0);
+    out[a.role] = (out[a.role] ?? 0) + ticks / TICKS_PER_S / seconds;
+  }
+  return out;
+}

@@ -1,0 +1,44 @@
+// The naive baseline: a plain Hono server running the ocr handler on its own ORT sessions,
+// each request as it arrives (no queue, no batching, no worker threads).
+//   POST /ocr  { image }  → the handler's output
+//   GET  /ping            → { ok: true }
+// Prints `listening <port>` once it serves (port 0 = any free port: NAIVE_PORT).
+import { serve } from '@hono/node-server';
+import { Hono } from 'hono';
+import { HandlerError, type HandlerContext } from 'embers';
+import { loadOcrFunction } from './ocr-fn.ts';
+import { MODELS, createSession, modelHandle } from './ort.ts';
+
+const threads = Number(process.env.NAIVE_ORT_THREADS ?? 1);
+const fn = await loadOcrFunction();
+const [det, rec] = await Promise.all([createSession(MODELS.det, threads), createSession(MODELS.rec, threads)]);
+const models = { det: modelHandle(det), rec: modelHandle(rec) };
+const log: HandlerContext['log'] = { info() {}, warn() {}, error() {}, debug() {} };
+let nextId = 1;
+
+const app = new Hono();
+app.get('/ping', (c) => c.json({ ok: true }));
+app.post('/ocr', async (c) => {
+  const parsed = fn.input.safeParse(await c.req.json().catch(() => undefined));
+  if (!parsed.success) return c.json({ error: { code: 'invalid_input', message: parsed.error.message } }, 400);
+  const ctx: HandlerContext<'det' | 'rec'> = {
+    models,
+    log,
+    requestId: String(nextId++),
+    signal: new AbortController().signal,
+    fn: { name: fn.name, version: 'naive' },
+  };
+  try {
+    return c.json(await fn.handler(parsed.data, ctx));
+  } catch (err) {
+    if (err instanceof HandlerError) return c.json({ error: { code: err.code, message: err.message } }, err.status);
+    return c.json({ error: { code: 'handler_error', message: (err as Error).message } }, 500);
+  }
+});
+
+serve({ fetch: app.fetch, port: Number(process.env.NAIVE_PORT ?? 0), hostname: '127.0.0.1' }, (info) => {
+  process.stdout.write(`listening ${info.port}\n`);
+});
+// Nothing to flush: open keep-alive connections must not hold the exit up.
+process.on('SIGTERM', () => process.exit(0));
+process.on('SIGINT', () => process.exit(0));

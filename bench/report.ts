@@ -1,0 +1,116 @@
+// The printed report: tables and the ratios against their targets.
+import type { LoadResult } from './load.ts';
+import { TARGETS, type BenchResult } from './result.ts';
+
+const num = (n: number | undefined, digits = 1): string => (n === undefined || !Number.isFinite(n) ? '-' : n.toFixed(digits));
+
+function table(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
+  const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ');
+  return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
+}
+
+const errorsNote = (name: string, r: LoadResult): string[] =>
+  r.errors || r.abandoned ? [`  ! ${name} c=${r.concurrency}: ${r.errors} errors, ${r.abandoned} abandoned; first: ${r.firstError ?? '-'}`] : [];
+
+export function formatReport(r: BenchResult): string {
+  const out: string[] = [];
+  const m = r.machine;
+  out.push(`Embers benchmark — ${r.date} — ${m.cpuModel}, ${m.cores} cores, node ${m.node}, onnxruntime-node ${m.ortVersion}, ${r.git.commit.slice(0, 7)}${r.git.dirtyFiles ? ` (+${r.git.dirtyFiles} changed files)` : ''}`);
+  out.push(`Each point: ≥${r.window.warmupSeconds} s warm-up (until every worker has an answer), ${r.window.measureSeconds} s measured.`);
+
+  out.push('', 'Raw limit, cls model alone (x [N,3,48,192]), items/s (p50 ms per batch):');
+  const batches = [...new Set(r.raw.cls.map((p) => p.batch))];
+  const threads = [...new Set(r.raw.cls.map((p) => p.threads))];
+  out.push(
+    table(
+      ['batch', ...threads.map((t) => `intraOp=${t}`)],
+      batches.map((b) => [
+        String(b),
+        ...threads.map((t) => {
+          const p = r.raw.cls.find((x) => x.batch === b && x.threads === t);
+          return p ? `${num(p.itemsPerSec, 0)} (${num(p.p50BatchMs, 2)})` : '-';
+        }),
+      ]),
+    ),
+  );
+  out.push(`best: ${num(r.raw.clsBest.itemsPerSec, 0)} items/s at batch ${r.raw.clsBest.batch}, ${r.raw.clsBest.threads} thread(s)`);
+  const rp = r.raw.pipeline;
+  out.push(
+    '',
+    `Raw limit, ocr handler in-process on direct ORT sessions (intraOp=${rp.threads}), sequential: ${num(rp.reqPerSec, 2)} req/s, p50 ${num(rp.latencyMs.p50, 1)} ms, p99 ${num(rp.latencyMs.p99, 1)} ms (${rp.requests} requests)`,
+  );
+  out.push(`Test image ${r.image.width}×${r.image.height} PNG (${r.image.base64Bytes} B base64) "${r.image.text}" → raw "${r.outputs.raw}", Embers "${r.outputs.embers}", naive "${r.outputs.naive}"${r.outputs.match ? '' : '  ! OUTPUTS DIFFER'}`);
+  out.push(`Embers (embers dev) up with ready ocr and echo replicas in ${num(r.embersStartupSeconds, 1)} s`);
+
+  out.push('', 'OCR over HTTP: Embers POST /v1/run/ocr vs naive POST /ocr; latency ms (client side); batch = Δinferences/Δexecutions det/rec');
+  out.push(
+    table(
+      ['conc', 'Embers req/s', 'p50', 'p90', 'p99', 'naive req/s', 'p50', 'p90', 'p99', 'Embers÷naive', 'batch det/rec', 'replicas'],
+      r.ocr.map((p) => [
+        String(p.concurrency),
+        num(p.embers.reqPerSec, 2),
+        num(p.embers.latencyMs.p50),
+        num(p.embers.latencyMs.p90),
+        num(p.embers.latencyMs.p99),
+        num(p.naive.reqPerSec, 2),
+        num(p.naive.latencyMs.p50),
+        num(p.naive.latencyMs.p90),
+        num(p.naive.latencyMs.p99),
+        num(p.ratio, 2),
+        `${num(p.embers.batch.det?.meanBatch, 2)}/${num(p.embers.batch.rec?.meanBatch, 2)}`,
+        String(p.embers.replicas),
+      ]),
+    ),
+  );
+  out.push('', 'Embers server side (Server-Timing means, ms): queue | compute input+output (handler − infer) | compute infer | gateway+transport (total − queue − handler) | client − total');
+  out.push(
+    table(
+      ['conc', 'queue', 'in+out', 'infer', 'gw+transport', 'client−total', 'handler', 'total'],
+      r.ocr.map((p) => {
+        const t = p.embers.serverTiming ?? {};
+        return [
+          String(p.concurrency),
+          num(t.queue),
+          num(t.handler - t.infer),
+          num(t.infer),
+          num(t.total - t.queue - t.handler),
+          num(p.embers.latencyMs.mean - t.total),
+          num(t.handler),
+          num(t.total),
+        ];
+      }),
+    ),
+  );
+  for (const p of r.ocr) out.push(...errorsNote('Embers ocr', p.embers), ...errorsNote('naive ocr', p.naive));
+
+  const { echo, ping, concurrency } = r.overhead;
+  const et = echo.serverTiming ?? {};
+  out.push('', `Overhead at concurrency ${concurrency}: Embers POST /v1/run/echo vs naive GET /ping`);
+  out.push(
+    table(
+      ['endpoint', 'req/s', 'p50', 'p90', 'p99', 'server-side means (ms)'],
+      [
+        ['echo', num(echo.reqPerSec, 0), num(echo.latencyMs.p50, 2), num(echo.latencyMs.p90, 2), num(echo.latencyMs.p99, 2), `queue ${num(et.queue, 2)}, handler ${num(et.handler, 2)}, total ${num(et.total, 2)}`],
+        ['ping', num(ping.reqPerSec, 0), num(ping.latencyMs.p50, 2), num(ping.latencyMs.p90, 2), num(ping.latencyMs.p99, 2), '-'],
+      ],
+    ),
+  );
+  out.push(...errorsNote('echo', echo), ...errorsNote('ping', ping));
+
+  const verdict = (ok: boolean | undefined) => (ok ? 'PASS' : 'MISS');
+  const target = (name: keyof typeof TARGETS) => `target ${TARGETS[name].op === '>=' ? '≥' : '≤'} ${TARGETS[name].value.toFixed(2)}`;
+  const { ratios, pass } = r;
+  const best = r.ocr.reduce((a, b) => (b.embers.reqPerSec > a.embers.reqPerSec ? b : a));
+  out.push('', 'Summary:');
+  out.push(
+    `  embers_vs_raw        ${num(ratios.embers_vs_raw, 3).padStart(7)}  ${target('embers_vs_raw')}  ${verdict(pass.embers_vs_raw)}   (Embers best ${num(best.embers.reqPerSec, 2)} req/s at c=${best.concurrency} ÷ raw ${num(rp.reqPerSec, 2)} req/s)`,
+  );
+  for (const [c, v] of Object.entries(ratios.embers_vs_naive)) {
+    out.push(`  embers_vs_naive.${c.padEnd(4)} ${num(v, 3).padStart(7)}  ${target('embers_vs_naive')}  ${verdict(pass[`embers_vs_naive.${c}`])}`);
+  }
+  out.push(`  added_p50_ms_at_c1   ${num(ratios.added_p50_ms_at_c1, 2).padStart(7)}  ${target('added_p50_ms_at_c1')}  ${verdict(pass.added_p50_ms_at_c1)}`);
+  out.push(`  echo_vs_ping         ${num(ratios.echo_vs_ping, 3).padStart(7)}  ${target('echo_vs_ping')}  ${verdict(pass.echo_vs_ping)}`);
+  out.push(`Took ${num(r.durationSeconds, 0)} s.`);
+  return out.join('\n');
+}

@@ -1,0 +1,77 @@
+// The shape of one benchmark run (what bench/results/latest.json holds) and its verdicts.
+import type { LoadResult } from './load.ts';
+import type { ClsPoint, RawPipeline } from './raw.ts';
+import type { BatchDelta } from './servers.ts';
+
+export interface EmbersOcrPoint extends LoadResult {
+  /** Per model, summed over the ready replicas, from the batching counters. */
+  batch: Record<string, BatchDelta>;
+  /** Ready replicas of ocr when the point ended. */
+  replicas: number;
+}
+
+export interface OcrPoint {
+  concurrency: number;
+  embers: EmbersOcrPoint;
+  naive: LoadResult;
+  /** Embers req/s ÷ naive req/s. */
+  ratio: number;
+}
+
+export interface Ratios {
+  /** Embers ocr req/s at saturation (best over concurrencies) ÷ raw pipeline req/s. */
+  embers_vs_raw: number;
+  /** Per concurrency ("c1", "c8", …): Embers ocr req/s ÷ naive ocr req/s. */
+  embers_vs_naive: Record<string, number>;
+  /** Embers ocr p50 at concurrency 1 − raw pipeline p50, ms. */
+  added_p50_ms_at_c1: number;
+  /** Embers echo req/s ÷ naive GET /ping req/s at the same concurrency. */
+  echo_vs_ping: number;
+}
+
+export const TARGETS = {
+  embers_vs_raw: { op: '>=', value: 0.9 },
+  embers_vs_naive: { op: '>=', value: 1.0 },
+  added_p50_ms_at_c1: { op: '<=', value: 1.0 },
+  echo_vs_ping: { op: '>=', value: 0.3 },
+} as const;
+
+export function meets(name: keyof typeof TARGETS, value: number): boolean {
+  const t = TARGETS[name];
+  return t.op === '>=' ? value >= t.value : value <= t.value;
+}
+
+export interface BenchResult {
+  date: string;
+  durationSeconds: number;
+  machine: { cpuModel: string; cores: number; totalMemGiB: number; node: string; platform: string; ortVersion: string };
+  git: { commit: string; dirtyFiles: number };
+  window: { warmupSeconds: number; measureSeconds: number };
+  image: { width: number; height: number; base64Bytes: number; text: string };
+  raw: { cls: ClsPoint[]; clsBest: ClsPoint; pipeline: Omit<RawPipeline, 'output'> };
+  embersStartupSeconds: number;
+  /** Recognised text of the test image from each path: they should agree. */
+  outputs: { raw: string; embers: string; naive: string; match: boolean };
+  ocr: OcrPoint[];
+  overhead: { concurrency: number; echo: LoadResult; ping: LoadResult };
+  ratios: Ratios;
+  pass: Record<string, boolean>;
+}
+
+export function computeRatios(ocr: OcrPoint[], raw: Pick<RawPipeline, 'reqPerSec' | 'latencyMs'>, echo: LoadResult, ping: LoadResult): { ratios: Ratios; pass: Record<string, boolean> } {
+  const best = Math.max(...ocr.map((p) => p.embers.reqPerSec));
+  const c1 = ocr.find((p) => p.concurrency === 1);
+  const ratios: Ratios = {
+    embers_vs_raw: best / raw.reqPerSec,
+    embers_vs_naive: Object.fromEntries(ocr.map((p) => [`c${p.concurrency}`, p.ratio])),
+    added_p50_ms_at_c1: c1 ? c1.embers.latencyMs.p50 - raw.latencyMs.p50 : Number.NaN,
+    echo_vs_ping: echo.reqPerSec / ping.reqPerSec,
+  };
+  const pass: Record<string, boolean> = {
+    embers_vs_raw: meets('embers_vs_raw', ratios.embers_vs_raw),
+    added_p50_ms_at_c1: meets('added_p50_ms_at_c1', ratios.added_p50_ms_at_c1),
+    echo_vs_ping: meets('echo_vs_ping', ratios.echo_vs_ping),
+  };
+  for (const [c, r] of Object.entries(ratios.embers_vs_naive)) pass[`embers_vs_naive.${c}`] = meets('embers_vs_naive', r);
+  return { ratios, pass };
+}

@@ -1,0 +1,139 @@
+// `npm run bench`: the raw limit, the naive baseline and Embers, on one machine with one model
+// and one image; prints the tables and writes bench/results/latest.{json,svg}.
+import { execFileSync } from 'node:child_process';
+import { mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import sharp from 'sharp';
+import { chartSvg } from './chart.ts';
+import { stopAllChildren } from './child.ts';
+import { IMAGE_TEXT, testImage } from './image.ts';
+import { closedLoop, type LoadResult, type Target } from './load.ts';
+import { ORT_VERSION } from './ort.ts';
+import { bestCls, machine, rawCls, rawPipeline } from './raw.ts';
+import { formatReport } from './report.ts';
+import { computeRatios, type BenchResult, type OcrPoint } from './result.ts';
+import { HEARTBEAT_MS, ROOT, batchCounters, batchDelta, startEmbers, startNaive, type EmbersServer } from './servers.ts';
+import { sleep, windowFromEnv } from './stats.ts';
+
+const CONCURRENCIES = [1, 8, 32, 128];
+const OVERHEAD_CONCURRENCY = 32;
+const ECHO_BODY = '{"hello":"embers"}';
+const RESULTS = path.join(ROOT, 'bench/results');
+
+const log = (line: string) => process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${line}\n`);
+
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    log(`${signal}: stopping child processes`);
+    void stopAllChildren().finally(() => process.exit(130));
+  });
+}
+
+function gitInfo(): BenchResult['git'] {
+  const git = (...args: string[]) => execFileSync('git', ['--no-optional-locks', ...args], { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+  try {
+    return { commit: git('rev-parse', 'HEAD').trim(), dirtyFiles: git('status', '--porcelain').split('\n').filter(Boolean).length };
+  } catch {
+    return { commit: 'unknown', dirtyFiles: 0 };
+  }
+}
+
+/** The recognised text of an ocr answer, lines joined by " | ". */
+function ocrText(output: unknown): string {
+  const lines = (output as { lines?: { text: string }[] } | null)?.lines;
+  return Array.isArray(lines) ? lines.map((l) => l.text).join(' | ') : `unexpected: ${JSON.stringify(output).slice(0, 200)}`;
+}
+
+async function postJson(port: number, route: string, body: string, headers: Record<string, string> = {}): Promise<unknown> {
+  const res = await fetch(`http://127.0.0.1:${port}${route}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body, signal: AbortSignal.timeout(60_000) });
+  if (!res.ok) throw new Error(`POST ${route}: ${res.status} ${await res.text()}`);
+  return res.json();
+}
+
+async function main(): Promise<void> {
+  const began = performance.now();
+  const window = windowFromEnv();
+  const image = await testImage();
+  const meta = await sharp(Buffer.from(image, 'base64')).metadata();
+  const ocrBody = Buffer.from(JSON.stringify({ image }));
+
+  log('raw: cls model alone');
+  const cls = await rawCls(window);
+  log('raw: ocr pipeline in-process');
+  const { output: rawOutput, ...pipeline } = await rawPipeline(image, window);
+
+  log('starting the naive server and embers dev');
+  const naive = await startNaive();
+  const embers = await startEmbers({ ocr: ocrBody.toString(), echo: ECHO_BODY });
+  const auth = { authorization: `Bearer ${embers.apiKey}` };
+  const outputs = {
+    raw: ocrText(rawOutput),
+    embers: ocrText(await postJson(embers.port, '/v1/run/ocr', ocrBody.toString(), auth)),
+    naive: ocrText(await postJson(naive.port, '/ocr', ocrBody.toString())),
+  };
+
+  const embersOcr: Target = { port: embers.port, method: 'POST', path: '/v1/run/ocr', headers: { ...auth, 'content-type': 'application/json' }, body: ocrBody };
+  const naiveOcr: Target = { port: naive.port, method: 'POST', path: '/ocr', headers: { 'content-type': 'application/json' }, body: ocrBody };
+
+  // Replica records (with the batching counters) are rewritten every heartbeat: read them only
+  // once Embers has been idle for longer than that, so they hold everything the point did.
+  let embersIdleSince = performance.now();
+  const settledCounters = async (server: EmbersServer) => {
+    await sleep(Math.max(0, embersIdleSince + HEARTBEAT_MS + 500 - performance.now()));
+    return batchCounters(server, 'ocr');
+  };
+
+  const ocr: OcrPoint[] = [];
+  for (const concurrency of CONCURRENCIES) {
+    log(`ocr c=${concurrency}: Embers`);
+    const before = await settledCounters(embers);
+    const e = await closedLoop(embersOcr, { concurrency, window });
+    embersIdleSince = performance.now();
+    log(`ocr c=${concurrency}: Embers ${e.reqPerSec.toFixed(2)} req/s; naive`);
+    const n = await closedLoop(naiveOcr, { concurrency, window });
+    log(`ocr c=${concurrency}: naive ${n.reqPerSec.toFixed(2)} req/s`);
+    const after = await settledCounters(embers);
+    ocr.push({ concurrency, embers: { ...e, batch: batchDelta(before, after), replicas: Object.keys(after).length }, naive: n, ratio: e.reqPerSec / n.reqPerSec });
+  }
+
+  log(`overhead c=${OVERHEAD_CONCURRENCY}: echo, ping`);
+  const echo: LoadResult = await closedLoop(
+    { port: embers.port, method: 'POST', path: '/v1/run/echo', headers: { ...auth, 'content-type': 'application/json' }, body: Buffer.from(ECHO_BODY) },
+    { concurrency: OVERHEAD_CONCURRENCY, window },
+  );
+  const ping = await closedLoop({ port: naive.port, method: 'GET', path: '/ping' }, { concurrency: OVERHEAD_CONCURRENCY, window });
+
+  log('stopping servers');
+  await Promise.all([naive.stop(), embers.stop()]);
+
+  const { ratios, pass } = computeRatios(ocr, pipeline, echo, ping);
+  const result: BenchResult = {
+    date: new Date().toISOString(),
+    durationSeconds: (performance.now() - began) / 1000,
+    machine: { ...machine(), ortVersion: ORT_VERSION },
+    git: gitInfo(),
+    window: { warmupSeconds: window.warmupMs / 1000, measureSeconds: window.measureMs / 1000 },
+    image: { width: meta.width ?? 0, height: meta.height ?? 0, base64Bytes: image.length, text: IMAGE_TEXT },
+    raw: { cls, clsBest: bestCls(cls), pipeline },
+    embersStartupSeconds: embers.startupSeconds,
+    outputs: { ...outputs, match: outputs.raw === outputs.embers && outputs.raw === outputs.naive },
+    ocr,
+    overhead: { concurrency: OVERHEAD_CONCURRENCY, echo, ping },
+    ratios,
+    pass,
+  };
+  await mkdir(RESULTS, { recursive: true });
+  await writeFile(path.join(RESULTS, 'latest.json'), `${JSON.stringify(result, null, 2)}\n`);
+  await writeFile(path.join(RESULTS, 'latest.svg'), chartSvg(result));
+  process.stdout.write(`\n${formatReport(result)}\n`);
+  log(`wrote ${path.relative(process.cwd(), path.join(RESULTS, 'latest.json'))} and latest.svg`);
+}
+
+try {
+  await main();
+} catch (err) {
+  log(`failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+  process.exitCode = 1;
+} finally {
+  await stopAllChildren();
+}

@@ -1,0 +1,164 @@
+// The two servers under test, as child processes: Embers (`embers dev`, which deploys
+// functions/) and the naive baseline (bench/naive-server.ts).
+import { mkdtemp, rm } from 'node:fs/promises';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { startChild, type Child } from './child.ts';
+import { sleep } from './stats.ts';
+
+export const ROOT = fileURLToPath(new URL('..', import.meta.url));
+
+/** Replicas write their record (state, batching counters) to Redis on this period (EMBERS_HEARTBEAT_MS default). */
+export const HEARTBEAT_MS = 2000;
+
+/** Environment without the caller's EMBERS_* settings: the embedded defaults are what is measured. */
+function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('EMBERS_')));
+  return { ...env, ...extra };
+}
+
+async function freePort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+export interface BatchCounters {
+  requests: number;
+  inferences: number;
+  executions: number;
+  maxCallsPerBatch: number;
+}
+
+export interface EmbersServer {
+  port: number;
+  apiKey: string;
+  child: Child;
+  startupSeconds: number;
+  /** GET /v1/functions/:name with the key. */
+  describe(name: string): Promise<FunctionView>;
+  stop(): Promise<void>;
+}
+
+interface FunctionView {
+  replicas: { id: string; state: string; models?: Record<string, BatchCounters> }[];
+}
+
+/** Starts `embers dev` and waits for a ready replica of each function in `wakeUp` (name → a valid request body). */
+export async function startEmbers(wakeUp: Record<string, string>, timeoutMs = 180_000): Promise<EmbersServer> {
+  const t0 = performance.now();
+  const port = await freePort();
+  const dataDir = await mkdtemp(path.join(os.tmpdir(), 'embers-bench-'));
+  const child = startChild('embers dev', ['cli/bin.mjs', 'dev'], {
+    cwd: ROOT,
+    env: cleanEnv({ EMBERS_PORT: String(port), EMBERS_DATA_DIR: dataDir, EMBERS_LOG_LEVEL: 'warn', EMBERS_LOG_PRETTY: 'false' }),
+  });
+  const stop = async () => {
+    await child.stop();
+    await rm(dataDir, { recursive: true, force: true });
+  };
+  try {
+    const [, apiKey] = await child.waitFor(/API key:\s+(\S+)/, timeoutMs);
+    const url = (await child.waitFor(/Embers is running at (http:\/\/\S+)/, 1000))[1];
+    if (!url.endsWith(`:${port}`)) throw new Error(`embers dev serves ${url}, expected port ${port}`);
+    const describe = async (name: string): Promise<FunctionView> => {
+      const res = await fetch(`http://127.0.0.1:${port}/v1/functions/${name}`, { headers: { authorization: `Bearer ${apiKey}` } });
+      if (!res.ok) throw new Error(`GET /v1/functions/${name}: ${res.status} ${await res.text()}`);
+      return (await res.json()) as FunctionView;
+    };
+    // Functions may scale from zero: a first call (answered once a replica is up) is the demand
+    // that starts one.
+    const end = Date.now() + timeoutMs;
+    for (const [name, body] of Object.entries(wakeUp)) {
+      let woken = false;
+      while (!(await describe(name).catch(() => undefined))?.replicas.some((r) => r.state === 'ready')) {
+        if (Date.now() > end) throw new Error(`no ready replica of ${name} within ${timeoutMs / 1000} s:\n${child.tail}`);
+        if (!woken) {
+          woken = true;
+          void fetch(`http://127.0.0.1:${port}/v1/run/${name}`, {
+            method: 'POST',
+            headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
+            body,
+            signal: AbortSignal.timeout(timeoutMs),
+          })
+            .then((r) => r.arrayBuffer())
+            .catch(() => {});
+        }
+        await sleep(200);
+      }
+    }
+    return { port, apiKey, child, describe, stop, startupSeconds: (performance.now() - t0) / 1000 };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+/** Batching counters per replica id, then per model, of the function's ready replicas. */
+export type CounterSnapshot = Record<string, Record<string, BatchCounters>>;
+
+export async function batchCounters(server: EmbersServer, name: string): Promise<CounterSnapshot> {
+  const view = await server.describe(name);
+  return Object.fromEntries(view.replicas.filter((r) => r.state === 'ready' && r.models).map((r) => [r.id, r.models!]));
+}
+
+export interface BatchDelta {
+  /** Δinferences / Δexecutions: mean rows per execution. */
+  meanBatch: number;
+  /** Δrequests / Δexecutions: mean run() calls per execution. */
+  meanCalls: number;
+  executions: number;
+  inferences: number;
+  maxCallsPerBatch: number;
+}
+
+/**
+ * Per model, what the replicas did between two snapshots, summed over replicas (a replica that
+ * appeared in between counts from zero; one that went away takes its counts with it).
+ */
+export function batchDelta(before: CounterSnapshot, after: CounterSnapshot): Record<string, BatchDelta> {
+  const sums: Record<string, { requests: number; inferences: number; executions: number; maxCallsPerBatch: number }> = {};
+  for (const [id, models] of Object.entries(after)) {
+    for (const [model, c] of Object.entries(models)) {
+      const b = before[id]?.[model];
+      const s = (sums[model] ??= { requests: 0, inferences: 0, executions: 0, maxCallsPerBatch: 0 });
+      s.requests += c.requests - (b?.requests ?? 0);
+      s.inferences += c.inferences - (b?.inferences ?? 0);
+      s.executions += c.executions - (b?.executions ?? 0);
+      s.maxCallsPerBatch = Math.max(s.maxCallsPerBatch, c.maxCallsPerBatch);
+    }
+  }
+  return Object.fromEntries(
+    Object.entries(sums).map(([model, s]) => [
+      model,
+      {
+        meanBatch: s.executions ? s.inferences / s.executions : Number.NaN,
+        meanCalls: s.executions ? s.requests / s.executions : Number.NaN,
+        executions: s.executions,
+        inferences: s.inferences,
+        maxCallsPerBatch: s.maxCallsPerBatch,
+      },
+    ]),
+  );
+}
+
+export interface NaiveServer {
+  port: number;
+  child: Child;
+  stop(): Promise<void>;
+}
+
+export async function startNaive(timeoutMs = 60_000): Promise<NaiveServer> {
+  const child = startChild('naive server', ['--import', 'tsx', 'bench/naive-server.ts'], { cwd: ROOT, env: cleanEnv({ NAIVE_PORT: '0' }) });
+  try {
+    const port = Number((await child.waitFor(/listening (\d+)/, timeoutMs))[1]);
+    return { port, child, stop: () => child.stop() };
+  } catch (err) {
+    await child.stop();
+    throw err;
+  }
+}

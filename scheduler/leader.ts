@@ -1,0 +1,37 @@
+// One scheduler leads at a time: a Redis key with expiry, renewed while alive. When the leader
+// dies its key expires and another candidate takes over.
+import type { Redis } from 'ioredis';
+import { keys } from '../core/contracts.ts';
+
+const RENEW = `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end`;
+
+export class LeaderLease {
+  private leading = false;
+
+  constructor(
+    private readonly redis: Redis,
+    readonly id: string,
+    private readonly ttlMs = 5_000,
+  ) {}
+
+  get isLeader(): boolean {
+    return this.leading;
+  }
+
+  /** Takes or renews the lease; returns whether this candidate leads now. */
+  async tick(): Promise<boolean> {
+    if (this.leading) {
+      this.leading = (await this.redis.eval(RENEW, 1, keys.leader, this.id, this.ttlMs)) === 1;
+    }
+    if (!this.leading) {
+      this.leading = (await this.redis.set(keys.leader, this.id, 'PX', this.ttlMs, 'NX')) === 'OK';
+    }
+    return this.leading;
+  }
+
+  async release(): Promise<void> {
+    if (!this.leading) return;
+    this.leading = false;
+    await this.redis.eval(`if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end`, 1, keys.leader, this.id);
+  }
+}

@@ -1,0 +1,147 @@
+// The scheduler: while it holds the lease, it watches each function's queue and replicas,
+// decides replicas per function (scaler.ts), places them on live nodes (placement.ts), and
+// publishes the placement that node agents reconcile toward.
+import { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { keys, QUEUE_PREFIX, type NodeRecord, type PlacementRecord, type ScaleRecord } from '../core/contracts.ts';
+import type { Logger } from '../core/log.ts';
+import { Registry } from '../core/registry.ts';
+import type { ObjectStore } from '../core/s3.ts';
+import { LeaderLease } from './leader.ts';
+import { place, type Placement } from './placement.ts';
+import { decide, initialScalerState, type ScalerSettings, type ScalerState } from './scaler.ts';
+
+export interface SchedulerOptions {
+  redis: Redis;
+  store: ObjectStore;
+  id: string;
+  log: Logger;
+  tickMs: number;
+  settings: ScalerSettings;
+}
+
+export class Scheduler {
+  private readonly lease: LeaderLease;
+  private readonly registry: Registry;
+  private readonly queues = new Map<string, Queue>();
+  private readonly states = new Map<string, ScalerState>();
+  private timer?: NodeJS.Timeout;
+  private running: Promise<void> | null = null;
+  private readonly log: Logger;
+
+  constructor(private readonly o: SchedulerOptions) {
+    this.lease = new LeaderLease(o.redis, o.id, Math.max(3_000, o.tickMs * 6));
+    this.registry = new Registry(o.redis, o.store);
+    this.log = o.log.child({ component: 'scheduler', scheduler: o.id });
+  }
+
+  start(): void {
+    this.timer = setInterval(() => void this.tick(), this.o.tickMs);
+    void this.tick();
+  }
+
+  get isLeader(): boolean {
+    return this.lease.isLeader;
+  }
+
+  tick(): Promise<void> {
+    if (this.running) return this.running;
+    this.running = this.pass()
+      .catch((err) => this.log.warn({ err: (err as Error).message }, 'scheduler pass failed'))
+      .finally(() => (this.running = null));
+    return this.running;
+  }
+
+  private async pass(): Promise<void> {
+    const wasLeader = this.lease.isLeader;
+    if (!(await this.lease.tick())) {
+      if (wasLeader) this.log.warn('lost the scheduler lease');
+      return;
+    }
+    if (!wasLeader) {
+      this.log.info('leading the scheduler');
+      this.states.clear();
+    }
+    const now = Date.now();
+    const [manifests, nodes] = await Promise.all([this.registry.activeManifests(), this.liveNodes()]);
+    const totalSlots = nodes.reduce((a, n) => a + n.slots, 0);
+    const previous = await this.readPlacement();
+
+    // Observe every function in one round trip per kind of read.
+    const pipe = this.o.redis.pipeline();
+    for (const m of manifests) pipe.smembers(keys.replicas(m.name));
+    const replicaIds = ((await pipe.exec()) ?? []).map(([, ids]) => ids as string[]);
+    const counts = await Promise.all(manifests.map((m) => this.queue(m.name).getJobCounts('wait', 'active', 'prioritized', 'delayed')));
+    const ready = await Promise.all(replicaIds.map((ids, i) => this.readyCount(ids, manifests[i].version)));
+
+    const desired: Record<string, number> = {};
+    const records: Record<string, ScaleRecord> = {};
+    let committed = 0;
+    manifests.forEach((m, i) => {
+      const c = counts[i];
+      const inFlight = (c.wait ?? 0) + (c.active ?? 0) + (c.prioritized ?? 0) + (c.delayed ?? 0);
+      const prevState = this.states.get(m.name) ?? initialScalerState();
+      const others = Object.entries(this.lastDesired).filter(([fn]) => fn !== m.name).reduce((a, [, n]) => a + n, 0);
+      const capacity = Math.max(0, totalSlots - others);
+      const d = decide(prevState, { now, inFlight, ready: ready[i], capacity }, m.scaling, this.o.settings);
+      this.states.set(m.name, d.state);
+      if (d.desired !== prevState.desired) this.log.info({ fn: m.name, from: prevState.desired, to: d.desired, inFlight, reason: d.reason }, 'scaling');
+      desired[m.name] = d.desired;
+      committed += d.desired;
+      records[m.name] = { desired: d.desired, inFlight, ready: ready[i], reason: d.reason, at: new Date(now).toISOString() };
+    });
+    this.lastDesired = desired;
+    for (const fn of this.states.keys()) if (!(fn in desired)) this.states.delete(fn);
+
+    const placement = place(desired, nodes, Object.fromEntries(Object.entries(previous).map(([fn, r]) => [fn, r.nodes])) as Placement);
+    const versions = Object.fromEntries(manifests.map((m) => [m.name, m.version]));
+    const next: Record<string, string> = {};
+    for (const [fn, perNode] of Object.entries(placement)) next[fn] = JSON.stringify({ version: versions[fn], nodes: perNode } satisfies PlacementRecord);
+    const changed = JSON.stringify(next) !== JSON.stringify(Object.fromEntries(Object.entries(previous).map(([fn, r]) => [fn, JSON.stringify(r)])));
+    const write = this.o.redis.multi().del(keys.placement, keys.desired);
+    if (Object.keys(next).length) write.hset(keys.placement, next);
+    if (manifests.length) write.hset(keys.desired, Object.fromEntries(Object.entries(records).map(([fn, r]) => [fn, JSON.stringify(r)])));
+    await write.exec();
+    if (changed) await this.o.redis.publish(keys.registryChannel, JSON.stringify({ type: 'placement' }));
+    if (committed > totalSlots) this.log.warn({ committed, totalSlots }, 'more replicas wanted than the nodes have slots');
+  }
+
+  private lastDesired: Record<string, number> = {};
+
+  private queue(name: string): Queue {
+    let q = this.queues.get(name);
+    if (!q) {
+      q = new Queue(name, { connection: this.o.redis, prefix: QUEUE_PREFIX });
+      q.on('error', () => {});
+      this.queues.set(name, q);
+    }
+    return q;
+  }
+
+  private async readyCount(ids: string[], version: string): Promise<number> {
+    if (ids.length === 0) return 0;
+    const records = await this.o.redis.mget(ids.map(keys.replica));
+    return records.filter((r) => r && (JSON.parse(r) as { state: string; version: string }).state === 'ready' && JSON.parse(r).version === version).length;
+  }
+
+  private async liveNodes(): Promise<NodeRecord[]> {
+    const ids = await this.o.redis.smembers(keys.nodes);
+    if (ids.length === 0) return [];
+    const records = await this.o.redis.mget(ids.map(keys.node));
+    const gone = ids.filter((_, i) => records[i] === null);
+    if (gone.length) await this.o.redis.srem(keys.nodes, ...gone);
+    return records.filter((r): r is string => r !== null).map((r) => JSON.parse(r) as NodeRecord);
+  }
+
+  private async readPlacement(): Promise<Record<string, PlacementRecord>> {
+    const raw = await this.o.redis.hgetall(keys.placement);
+    return Object.fromEntries(Object.entries(raw).map(([fn, r]) => [fn, JSON.parse(r) as PlacementRecord]));
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.timer);
+    await this.running;
+    await this.lease.release().catch(() => {});
+    await Promise.all([...this.queues.values()].map((q) => q.close()));
+  }
+}
