@@ -3,6 +3,7 @@
 //   POST /ocr  { image }  → the handler's output
 //   GET  /ping            → { ok: true }
 // Prints `listening <port>` once it serves (port 0 = any free port: NAIVE_PORT).
+import type http from 'node:http';
 import { serve } from '@hono/node-server';
 import { Hono } from 'hono';
 import { HandlerError, type HandlerContext } from 'embers';
@@ -36,9 +37,13 @@ app.post('/ocr', async (c) => {
   }
 });
 
-serve({ fetch: app.fetch, port: Number(process.env.NAIVE_PORT ?? 0), hostname: '127.0.0.1' }, (info) => {
+const server = serve({ fetch: app.fetch, port: Number(process.env.NAIVE_PORT ?? 0), hostname: '127.0.0.1' }, (info) => {
   process.stdout.write(`listening ${info.port}\n`);
-});
+}) as http.Server;
+// ORT runs synchronously here: under load the event loop can stay busy past node's 5 s
+// keep-alive timeout, which then closes connections with the next request already sent
+// (ECONNRESET on the client). Not what this baseline is about.
+server.keepAliveTimeout = 120_000;
 // Nothing to flush: open keep-alive connections must not hold the exit up.
 process.on('SIGTERM', () => process.exit(0));
 process.on('SIGINT', () => process.exit(0));

@@ -76,5 +76,7 @@ export function machine() {
     totalMemGiB: Math.round(os.totalmem() / 2 ** 30),
     node: process.version,
     platform: `${os.platform()} ${os.release()}`,
+    /** 1, 5 and 15 minute load averages: other work on the machine skews every figure. */
+    loadAvgAtStart: os.loadavg().map((l) => Math.round(l * 100) / 100),
   };
 }

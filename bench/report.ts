@@ -1,6 +1,6 @@
 // The printed report: tables and the ratios against their targets.
 import type { LoadResult } from './load.ts';
-import { TARGETS, type BenchResult } from './result.ts';
+import { TARGETS, type BenchResult, type Measured } from './result.ts';
 
 const num = (n: number | undefined, digits = 1): string => (n === undefined || !Number.isFinite(n) ? '-' : n.toFixed(digits));
 
@@ -17,6 +17,7 @@ export function formatReport(r: BenchResult): string {
   const out: string[] = [];
   const m = r.machine;
   out.push(`Embers benchmark — ${r.date} — ${m.cpuModel}, ${m.cores} cores, node ${m.node}, onnxruntime-node ${m.ortVersion}, ${r.git.commit.slice(0, 7)}${r.git.dirtyFiles ? ` (+${r.git.dirtyFiles} changed files)` : ''}`);
+  out.push(`Load average at start: ${m.loadAvgAtStart.join(', ')} (other work on the machine skews every figure).`);
   out.push(`Each point: ≥${r.window.warmupSeconds} s warm-up (until every worker has an answer), ${r.window.measureSeconds} s measured.`);
 
   out.push('', 'Raw limit, cls model alone (x [N,3,48,192]), items/s (p50 ms per batch):');
@@ -63,7 +64,7 @@ export function formatReport(r: BenchResult): string {
       ]),
     ),
   );
-  out.push('', 'Embers server side (Server-Timing means, ms): queue | compute input+output (handler − infer) | compute infer | gateway+transport (total − queue − handler) | client − total');
+  out.push('', 'Embers server side (Server-Timing means, ms): queue | compute input+output = handler − infer (includes waiting for a batch or a busy model) | compute infer | gateway+transport = total − queue − handler | client − total');
   out.push(
     table(
       ['conc', 'queue', 'in+out', 'infer', 'gw+transport', 'client−total', 'handler', 'total'],
@@ -97,6 +98,16 @@ export function formatReport(r: BenchResult): string {
     ),
   );
   out.push(...errorsNote('echo', echo), ...errorsNote('ping', ping));
+
+  const roles = ['gateway+agent', 'redis', 'replicas', 'naive', 'loadgen', 'other'];
+  const cpuRow = (name: string, p: Measured) => [name, String(p.concurrency), ...roles.map((k) => num(p.cores[k], 2))];
+  out.push('', 'CPU during each point (cores busy, warm-up and drain included; 2 = the whole machine):');
+  out.push(
+    table(
+      ['server', 'conc', ...roles],
+      [...r.ocr.flatMap((p) => [cpuRow('Embers ocr', p.embers), cpuRow('naive ocr', p.naive)]), cpuRow('Embers echo', echo), cpuRow('naive ping', ping)],
+    ),
+  );
 
   const verdict = (ok: boolean | undefined) => (ok ? 'PASS' : 'MISS');
   const target = (name: keyof typeof TARGETS) => `target ${TARGETS[name].op === '>=' ? '≥' : '≤'} ${TARGETS[name].value.toFixed(2)}`;

@@ -3,17 +3,22 @@ import type { LoadResult } from './load.ts';
 import type { ClsPoint, RawPipeline } from './raw.ts';
 import type { BatchDelta } from './servers.ts';
 
-export interface EmbersOcrPoint extends LoadResult {
+/** A load point with the CPU each part used meanwhile (cores busy, warm-up and drain included). */
+export interface Measured extends LoadResult {
+  cores: Record<string, number>;
+}
+
+export interface EmbersOcrPoint extends Measured {
   /** Per model, summed over the ready replicas, from the batching counters. */
   batch: Record<string, BatchDelta>;
-  /** Ready replicas of ocr when the point ended. */
+  /** Ready replicas of ocr a heartbeat after the point ended. */
   replicas: number;
 }
 
 export interface OcrPoint {
   concurrency: number;
   embers: EmbersOcrPoint;
-  naive: LoadResult;
+  naive: Measured;
   /** Embers req/s ÷ naive req/s. */
   ratio: number;
 }
@@ -44,7 +49,7 @@ export function meets(name: keyof typeof TARGETS, value: number): boolean {
 export interface BenchResult {
   date: string;
   durationSeconds: number;
-  machine: { cpuModel: string; cores: number; totalMemGiB: number; node: string; platform: string; ortVersion: string };
+  machine: { cpuModel: string; cores: number; totalMemGiB: number; node: string; platform: string; ortVersion: string; loadAvgAtStart: number[] };
   git: { commit: string; dirtyFiles: number };
   window: { warmupSeconds: number; measureSeconds: number };
   image: { width: number; height: number; base64Bytes: number; text: string };
@@ -53,7 +58,7 @@ export interface BenchResult {
   /** Recognised text of the test image from each path: they should agree. */
   outputs: { raw: string; embers: string; naive: string; match: boolean };
   ocr: OcrPoint[];
-  overhead: { concurrency: number; echo: LoadResult; ping: LoadResult };
+  overhead: { concurrency: number; echo: Measured; ping: Measured };
   ratios: Ratios;
   pass: Record<string, boolean>;
 }

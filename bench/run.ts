@@ -7,12 +7,13 @@ import sharp from 'sharp';
 import { chartSvg } from './chart.ts';
 import { stopAllChildren } from './child.ts';
 import { IMAGE_TEXT, testImage } from './image.ts';
-import { closedLoop, type LoadResult, type Target } from './load.ts';
+import { coresByRole, sampleCpu } from './cpu.ts';
+import { closedLoop, type Target } from './load.ts';
 import { ORT_VERSION } from './ort.ts';
 import { bestCls, machine, rawCls, rawPipeline } from './raw.ts';
 import { formatReport } from './report.ts';
-import { computeRatios, type BenchResult, type OcrPoint } from './result.ts';
-import { HEARTBEAT_MS, ROOT, batchCounters, batchDelta, startEmbers, startNaive, type EmbersServer } from './servers.ts';
+import { computeRatios, type BenchResult, type Measured, type OcrPoint } from './result.ts';
+import { HEARTBEAT_MS, ROOT, batchCounters, batchDelta, startEmbers, startNaive } from './servers.ts';
 import { sleep, windowFromEnv } from './stats.ts';
 
 const CONCURRENCIES = [1, 8, 32, 128];
@@ -52,6 +53,7 @@ async function postJson(port: number, route: string, body: string, headers: Reco
 
 async function main(): Promise<void> {
   const began = performance.now();
+  const host = machine();
   const window = windowFromEnv();
   const image = await testImage();
   const meta = await sharp(Buffer.from(image, 'base64')).metadata();
@@ -72,36 +74,44 @@ async function main(): Promise<void> {
     naive: ocrText(await postJson(naive.port, '/ocr', ocrBody.toString())),
   };
 
+  const groups = [naive.child.pid, embers.child.pid];
+  const measure = async (target: Target, concurrency: number): Promise<Measured> => {
+    const cpu0 = sampleCpu(groups);
+    const t0 = performance.now();
+    const r = await closedLoop(target, { concurrency, window });
+    return { ...r, cores: coresByRole(cpu0, sampleCpu(groups), (performance.now() - t0) / 1000) };
+  };
+
   const embersOcr: Target = { port: embers.port, method: 'POST', path: '/v1/run/ocr', headers: { ...auth, 'content-type': 'application/json' }, body: ocrBody };
   const naiveOcr: Target = { port: naive.port, method: 'POST', path: '/ocr', headers: { 'content-type': 'application/json' }, body: ocrBody };
 
-  // Replica records (with the batching counters) are rewritten every heartbeat: read them only
-  // once Embers has been idle for longer than that, so they hold everything the point did.
-  let embersIdleSince = performance.now();
-  const settledCounters = async (server: EmbersServer) => {
-    await sleep(Math.max(0, embersIdleSince + HEARTBEAT_MS + 500 - performance.now()));
-    return batchCounters(server, 'ocr');
+  // Replica records (with the batching counters) are rewritten every heartbeat: read them once
+  // Embers has been idle for longer than that, so they hold everything a point did, and before
+  // a scale-down can take a replica's counts away.
+  const settledCounters = async (idleSince: number) => {
+    await sleep(Math.max(0, idleSince + HEARTBEAT_MS + 500 - performance.now()));
+    return batchCounters(embers, 'ocr');
   };
 
   const ocr: OcrPoint[] = [];
+  let before = await settledCounters(performance.now());
   for (const concurrency of CONCURRENCIES) {
     log(`ocr c=${concurrency}: Embers`);
-    const before = await settledCounters(embers);
-    const e = await closedLoop(embersOcr, { concurrency, window });
-    embersIdleSince = performance.now();
+    const e = await measure(embersOcr, concurrency);
+    const after = await settledCounters(performance.now());
     log(`ocr c=${concurrency}: Embers ${e.reqPerSec.toFixed(2)} req/s; naive`);
-    const n = await closedLoop(naiveOcr, { concurrency, window });
+    const n = await measure(naiveOcr, concurrency);
     log(`ocr c=${concurrency}: naive ${n.reqPerSec.toFixed(2)} req/s`);
-    const after = await settledCounters(embers);
     ocr.push({ concurrency, embers: { ...e, batch: batchDelta(before, after), replicas: Object.keys(after).length }, naive: n, ratio: e.reqPerSec / n.reqPerSec });
+    before = after;
   }
 
   log(`overhead c=${OVERHEAD_CONCURRENCY}: echo, ping`);
-  const echo: LoadResult = await closedLoop(
+  const echo = await measure(
     { port: embers.port, method: 'POST', path: '/v1/run/echo', headers: { ...auth, 'content-type': 'application/json' }, body: Buffer.from(ECHO_BODY) },
-    { concurrency: OVERHEAD_CONCURRENCY, window },
+    OVERHEAD_CONCURRENCY,
   );
-  const ping = await closedLoop({ port: naive.port, method: 'GET', path: '/ping' }, { concurrency: OVERHEAD_CONCURRENCY, window });
+  const ping = await measure({ port: naive.port, method: 'GET', path: '/ping' }, OVERHEAD_CONCURRENCY);
 
   log('stopping servers');
   await Promise.all([naive.stop(), embers.stop()]);
@@ -110,7 +120,7 @@ async function main(): Promise<void> {
   const result: BenchResult = {
     date: new Date().toISOString(),
     durationSeconds: (performance.now() - began) / 1000,
-    machine: { ...machine(), ortVersion: ORT_VERSION },
+    machine: { ...host, ortVersion: ORT_VERSION },
     git: gitInfo(),
     window: { warmupSeconds: window.warmupMs / 1000, measureSeconds: window.measureMs / 1000 },
     image: { width: meta.width ?? 0, height: meta.height ?? 0, base64Bytes: image.length, text: IMAGE_TEXT },

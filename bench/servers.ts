@@ -1,5 +1,6 @@
 // The two servers under test, as child processes: Embers (`embers dev`, which deploys
 // functions/) and the naive baseline (bench/naive-server.ts).
+import { rmSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
@@ -57,9 +58,13 @@ export async function startEmbers(wakeUp: Record<string, string>, timeoutMs = 18
     cwd: ROOT,
     env: cleanEnv({ EMBERS_PORT: String(port), EMBERS_DATA_DIR: dataDir, EMBERS_LOG_LEVEL: 'warn', EMBERS_LOG_PRETTY: 'false' }),
   });
+  // Also removed when this process exits another way (Ctrl-C, an error): by then the child is gone.
+  const removeDataDir = () => rmSync(dataDir, { recursive: true, force: true });
+  process.once('exit', removeDataDir);
   const stop = async () => {
     await child.stop();
     await rm(dataDir, { recursive: true, force: true });
+    process.off('exit', removeDataDir);
   };
   try {
     const [, apiKey] = await child.waitFor(/API key:\s+(\S+)/, timeoutMs);

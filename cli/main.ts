@@ -9,6 +9,7 @@ import { deployCommand } from './commands/deploy.ts';
 import { functionsCommand } from './commands/functions.ts';
 import { runCommand } from './commands/run.ts';
 import { modelsCommand } from './commands/models.ts';
+import { agentCommand, gatewayCommand } from './commands/components.ts';
 
 const program = new Command('embers')
   .description('Serverless inference endpoints on your own machines: TypeScript handlers, ONNX models, one command to deploy.')
@@ -21,6 +22,8 @@ program.addCommand(deployCommand());
 program.addCommand(functionsCommand());
 program.addCommand(runCommand());
 program.addCommand(modelsCommand());
+program.addCommand(gatewayCommand());
+program.addCommand(agentCommand());
 
 try {
   await program.parseAsync(process.argv);

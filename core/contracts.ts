@@ -65,6 +65,19 @@ export interface ReplyHeader {
   status: number;
   replica: string;
   timing: { queueMs: number; handlerMs: number; inferMs: number };
+  /** Present when the request waited for this replica's cold start. */
+  cold?: { waitedMs: number; phases: ColdStartPhases };
+}
+
+/** A replica's start, phase by phase (ms). model_fetch is 0 when every model was on disk. */
+export interface ColdStartPhases {
+  spawnMs: number;
+  bundleMs: number;
+  modelFetchMs: number;
+  modelLoadMs: number;
+  setupMs: number;
+  warmupMs: number;
+  totalMs: number;
 }
 
 export interface ErrorBody {
@@ -119,7 +132,10 @@ export interface NodeRecord {
 export type PlatformEvent =
   | { type: 'deployed' | 'deleted'; name: string; version?: string }
   | { type: 'placement' }
-  | { type: 'replica'; name: string; replica: string; state: 'ready' | 'failed'; error?: { phase: string; message: string } };
+  | { type: 'replica'; name: string; replica: string; state: 'ready' | 'failed'; coldStart?: ColdStartPhases; error?: { phase: string; message: string } };
+
+/** Exit code of a replica that asks its node agent to replace it (a handler that would not stop). */
+export const EXIT_REPLACE_ME = 75;
 
 /** BullMQ: one queue per function, named after it, under this prefix. */
 export const QUEUE_PREFIX = 'embers';

@@ -10,7 +10,7 @@ import type { ReplyHub } from './replies.ts';
 import { bearerAuth } from './middleware/auth.ts';
 import { requestId } from './middleware/request-id.ts';
 import { notFound, onError } from './errors.ts';
-import { functionRoutes } from './routes/functions.ts';
+import { functionRoutes, replicasOf } from './routes/functions.ts';
 import { modelRoutes } from './routes/models.ts';
 import { runRoutes, type Queues } from './routes/run.ts';
 
@@ -33,6 +33,16 @@ export interface GatewayDeps {
   queueTimeoutMs: number;
 }
 
+/** Replica counts by function and state, read from their heartbeats at scrape time. */
+async function refreshReplicaGauge(deps: GatewayDeps): Promise<void> {
+  deps.metrics.replicas.reset();
+  for (const { name } of await deps.registry.list()) {
+    const counts: Record<string, number> = { starting: 0, ready: 0, draining: 0, failed: 0 };
+    for (const r of (await replicasOf(deps.redis, name)) as { state: string }[]) counts[r.state] = (counts[r.state] ?? 0) + 1;
+    for (const [state, n] of Object.entries(counts)) deps.metrics.replicas.set({ function: name, state }, n);
+  }
+}
+
 export function createApp(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
   app.onError(onError(deps.log));
@@ -49,7 +59,10 @@ export function createApp(deps: GatewayDeps) {
     const ok = redis === 'ok' && s3 === 'ok';
     return c.json({ ok, redis, s3 }, ok ? 200 : 503);
   });
-  app.get('/metrics', async (c) => c.text(await deps.metrics.registry.metrics(), 200, { 'content-type': deps.metrics.registry.contentType }));
+  app.get('/metrics', async (c) => {
+    await refreshReplicaGauge(deps);
+    return c.text(await deps.metrics.registry.metrics(), 200, { 'content-type': deps.metrics.registry.contentType });
+  });
 
   app.use('/v1/*', bearerAuth(deps.apiKey));
   app.route('/v1/functions', functionRoutes(deps));

@@ -10,6 +10,7 @@ export interface ActiveFunction {
 }
 
 const TTL_MS = 5_000;
+const FAILURE_FRESH_MS = 5_000;
 
 export class FunctionsCache {
   private readonly entries = new Map<string, { value: ActiveFunction | null; at: number }>();
@@ -24,6 +25,23 @@ export class FunctionsCache {
     const value = manifest ? { manifest, validate: this.ajv.compile(manifest.inputSchema) } : null;
     this.entries.set(name, { value, at: performance.now() });
     return value;
+  }
+
+  private readonly failing = new Map<string, { phase: string; message: string; at: number }>();
+
+  /** Replica start failures, cleared when a replica of the function becomes ready. */
+  replicaEvent(name: string, state: 'ready' | 'failed', error?: { phase: string; message: string }): void {
+    if (state === 'ready') this.failing.delete(name);
+    else if (error) this.failing.set(name, { ...error, at: performance.now() });
+  }
+
+  /**
+   * Why the function's last replica could not start, if that was within `withinMs` and none has
+   * started since. Older failures let requests through again, so their work triggers a new try.
+   */
+  startFailure(name: string, withinMs = FAILURE_FRESH_MS): { phase: string; message: string } | undefined {
+    const f = this.failing.get(name);
+    return f && performance.now() - f.at < withinMs ? f : undefined;
   }
 
   invalidate(name?: string): void {

@@ -1,9 +1,31 @@
 import { Counter, Gauge, Histogram, Registry as PromRegistry } from 'prom-client';
+import type { ColdStartPhases } from '../core/contracts.ts';
+
+const PHASES: [keyof ColdStartPhases, string][] = [
+  ['spawnMs', 'spawn'],
+  ['bundleMs', 'bundle'],
+  ['modelFetchMs', 'model_fetch'],
+  ['modelLoadMs', 'model_load'],
+  ['setupMs', 'setup'],
+  ['warmupMs', 'warmup'],
+  ['totalMs', 'total'],
+];
 
 /** Gateway metrics, named in Triton's vocabulary where one applies. */
 export function createMetrics() {
   const registry = new PromRegistry();
+  const coldStart = new Histogram({
+    name: 'embers_cold_start_seconds',
+    help: 'Replica cold starts by function and phase (spawn, bundle, model_fetch, model_load, setup, warmup, total)',
+    labelNames: ['function', 'phase'],
+    buckets: [0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+    registers: [registry],
+  });
   return {
+    observeColdStart(fn: string, phases: ColdStartPhases) {
+      for (const [key, phase] of PHASES) coldStart.observe({ function: fn, phase }, phases[key] / 1000);
+    },
+    replicas: new Gauge({ name: 'embers_replicas', help: 'Replicas by function and state (starting, ready, draining, failed)', labelNames: ['function', 'state'], registers: [registry] }),
     registry,
     requests: new Counter({ name: 'embers_requests_total', help: 'Run requests by function and HTTP status', labelNames: ['function', 'status'], registers: [registry] }),
     duration: new Histogram({

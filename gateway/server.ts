@@ -3,10 +3,10 @@ import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { serve, type ServerType } from '@hono/node-server';
 import { Queue } from 'bullmq';
-import { keys, QUEUE_PREFIX } from '../core/contracts.ts';
+import { keys, QUEUE_PREFIX, type PlatformEvent } from '../core/contracts.ts';
 import type { Logger } from '../core/log.ts';
 import { createRedis } from '../core/redis.ts';
-import { Registry, type RegistryEvent } from '../core/registry.ts';
+import { Registry } from '../core/registry.ts';
 import type { ObjectStore } from '../core/s3.ts';
 import { createApp } from './app.ts';
 import { FunctionsCache } from './functions-cache.ts';
@@ -48,9 +48,15 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
   redis.on('error', (err) => log.warn({ err: err.message }, 'redis connection error'));
   const registry = new Registry(redis, o.store);
   const functions = new FunctionsCache(registry);
+  const metrics = createMetrics();
   const replies = new ReplyHub(sub, id, (channel, message) => {
     if (channel !== keys.registryChannel) return;
-    functions.invalidate((JSON.parse(message) as RegistryEvent).name);
+    const event = JSON.parse(message) as PlatformEvent;
+    if (event.type === 'deployed' || event.type === 'deleted') functions.invalidate(event.name);
+    if (event.type === 'replica') {
+      functions.replicaEvent(event.name, event.state, event.error);
+      if (event.coldStart) metrics.observeColdStart(event.name, event.coldStart);
+    }
   });
   await replies.start(keys.registryChannel);
 
@@ -82,7 +88,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     functions,
     replies,
     queues: queueSet,
-    metrics: createMetrics(),
+    metrics,
     log,
     maxBodyBytes: o.maxBodyBytes,
     maxBundleBytes: o.maxBundleBytes,

@@ -1,6 +1,6 @@
 // Replica process entry: started by the node agent with the function and version to serve.
 import { loadConfig } from '../core/config.ts';
-import { keys, type Manifest } from '../core/contracts.ts';
+import { EXIT_REPLACE_ME, keys, type Manifest } from '../core/contracts.ts';
 import { createLogger } from '../core/log.ts';
 import { createRedis } from '../core/redis.ts';
 import { storeFromConfig } from '../core/s3.ts';
@@ -44,6 +44,12 @@ const replica = new Replica({
   heartbeatMs: config.EMBERS_HEARTBEAT_MS,
   lockMs: config.EMBERS_JOB_LOCK_MS,
   spawnedAt: Number(env.EMBERS_REPLICA_SPAWNED_AT) || undefined,
+  handlerGraceMs: config.EMBERS_HANDLER_GRACE_MS,
+  modelCacheBytes: config.EMBERS_MODEL_CACHE_BYTES,
+  onStuck: () => {
+    // Other jobs it holds come back to the queue when their locks expire; the agent starts a fresh replica.
+    void replica.abandon().finally(() => process.exit(EXIT_REPLACE_ME));
+  },
 });
 
 let stopping = false;

@@ -1,7 +1,8 @@
 // Node-level disk cache of models, keyed by content (the object's ETag and size), shared by
-// every replica on the node. Downloads land atomically, so concurrent replicas never see a
-// partial file.
-import { stat } from 'node:fs/promises';
+// every replica on the node and bounded in size with LRU eviction. Downloads land atomically,
+// so concurrent replicas never see a partial file. A model is read once, when its session is
+// created, so evicting a file a running replica loaded earlier is safe.
+import { readdir, rm, stat, utimes } from 'node:fs/promises';
 import path from 'node:path';
 import type { ObjectStore } from '../core/s3.ts';
 
@@ -16,6 +17,7 @@ export class ModelCache {
   constructor(
     private readonly dir: string,
     private readonly store: ObjectStore,
+    private readonly maxBytes = Number.POSITIVE_INFINITY,
   ) {}
 
   async fetch(uri: string): Promise<CachedModel> {
@@ -23,8 +25,37 @@ export class ModelCache {
     if (!head) throw new Error(`model ${uri} not found in S3`);
     const file = path.join(this.dir, `${head.etag.replace(/[^A-Za-z0-9_-]/g, '_')}-${head.size}.onnx`);
     const existing = await stat(file).catch(() => null);
-    if (existing && existing.size === head.size) return { path: file, bytes: head.size, hit: true };
+    if (existing && existing.size === head.size) {
+      const now = new Date();
+      await utimes(file, now, now).catch(() => {});
+      return { path: file, bytes: head.size, hit: true };
+    }
     await this.store.download(uri, file);
+    await this.evict(file);
     return { path: file, bytes: head.size, hit: false };
+  }
+
+  /** Removes least recently used models until the cache fits its bound; never `keep`. */
+  async evict(keep?: string): Promise<string[]> {
+    const entries = await Promise.all(
+      (await readdir(this.dir).catch(() => [] as string[]))
+        .filter((f) => f.endsWith('.onnx'))
+        .map(async (f) => {
+          const full = path.join(this.dir, f);
+          const s = await stat(full).catch(() => null);
+          return s ? { full, size: s.size, used: s.mtimeMs } : null;
+        }),
+    );
+    const files = entries.filter((e): e is { full: string; size: number; used: number } => e !== null).sort((a, b) => a.used - b.used);
+    let total = files.reduce((a, f) => a + f.size, 0);
+    const removed: string[] = [];
+    for (const f of files) {
+      if (total <= this.maxBytes) break;
+      if (f.full === keep) continue;
+      await rm(f.full, { force: true });
+      total -= f.size;
+      removed.push(f.full);
+    }
+    return removed;
   }
 }

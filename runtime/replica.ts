@@ -4,11 +4,11 @@ import { rename, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { Worker, type Job } from 'bullmq';
+import { Queue, Worker, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { linkPlatformModules } from '../core/bundle-dir.ts';
-import { encodeReply, errorBody, keys, QUEUE_PREFIX, type Manifest, type ReplyHeader, type RunJobData } from '../core/contracts.ts';
+import { encodeReply, errorBody, keys, QUEUE_PREFIX, type Manifest, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData } from '../core/contracts.ts';
 import type { Logger } from '../core/log.ts';
 import type { ObjectStore } from '../core/s3.ts';
 import { ModelSession, type ExecutionProvider } from '../native/session.ts';
@@ -19,15 +19,7 @@ import { HandlerError, isFunctionDefinition, type FunctionDefinition, type Handl
 
 export type ReplicaState = 'starting' | 'ready' | 'draining' | 'failed';
 
-export interface ColdStart {
-  spawnMs: number;
-  bundleMs: number;
-  modelFetchMs: number;
-  modelLoadMs: number;
-  setupMs: number;
-  warmupMs: number;
-  totalMs: number;
-}
+export type ColdStart = ColdStartPhases;
 
 export interface ReplicaOptions {
   id: string;
@@ -43,6 +35,12 @@ export interface ReplicaOptions {
   lockMs: number;
   /** When the node agent spawned this process (ms since epoch), for the spawn phase. */
   spawnedAt?: number;
+  /** Bound of the node's model cache (LRU beyond it). */
+  modelCacheBytes?: number;
+  /** How long a handler may run past its timeout before the replica gives up on it. */
+  handlerGraceMs: number;
+  /** Called when a handler will not stop: the process should exit so the agent replaces it. */
+  onStuck?: () => void;
 }
 
 interface LoadedModel {
@@ -75,6 +73,7 @@ export class Replica {
   private error?: ReplicaRecord['error'];
   private readonly jobs = { active: 0, completed: 0, failed: 0 };
   private readonly startedAt = new Date();
+  private readyAt = 0;
   private readonly log: Logger;
 
   constructor(private readonly o: ReplicaOptions) {
@@ -114,18 +113,20 @@ export class Replica {
 
       phase = 'model_fetch';
       const tFetch = performance.now();
-      const cache = new ModelCache(path.join(this.o.cacheDir, 'models'), this.o.store);
+      const cache = new ModelCache(path.join(this.o.cacheDir, 'models'), this.o.store, this.o.modelCacheBytes);
       const files = await Promise.all(Object.entries(manifest.models).map(async ([name, uri]) => [name, await cache.fetch(uri)] as const));
       const modelFetchMs = files.every(([, f]) => f.hit) ? 0 : performance.now() - tFetch;
 
       phase = 'model_load';
       const tLoad = performance.now();
-      for (const [name, file] of files) {
-        const session = await ModelSession.create({ path: file.path, providers: this.o.providers, threads: this.o.threads });
+      // Each session loads on its own thread: in parallel.
+      const sessions = await Promise.all(files.map(([, file]) => ModelSession.create({ path: file.path, providers: this.o.providers, threads: this.o.threads })));
+      files.forEach(([name], i) => {
+        const session = sessions[i];
         if (session.fallback) this.log.warn({ model: name }, session.fallback);
         const batcher = new DynamicBatcher({ ...manifest.batching, execute: (feeds) => session.run(feeds) });
         this.models.set(name, { session, batcher });
-      }
+      });
       const modelLoadMs = performance.now() - tLoad;
 
       phase = 'setup';
@@ -133,12 +134,18 @@ export class Replica {
       await this.def.setup?.({ models: this.handles(), log: this.log, fn: { name: manifest.name, version: manifest.version } });
       const setupMs = performance.now() - tSetup;
 
-      this.coldStart = { spawnMs, bundleMs, modelFetchMs, modelLoadMs, setupMs, warmupMs: 0, totalMs: Date.now() - began };
+      phase = 'warmup';
+      const tWarm = performance.now();
+      await this.warmup();
+      const warmupMs = performance.now() - tWarm;
+
+      this.coldStart = { spawnMs, bundleMs, modelFetchMs, modelLoadMs, setupMs, warmupMs, totalMs: Date.now() - began };
     } catch (err) {
       this.state = 'failed';
       this.error = { phase, message: (err as Error).message };
       this.log.error({ err, phase }, 'replica failed to start');
       await this.beat().catch(() => {});
+      await this.failWaiting(this.error).catch((e) => this.log.warn({ err: (e as Error).message }, 'could not answer waiting requests'));
       throw err;
     }
     this.worker = new Worker<RunJobData>(manifest.name, (job, _token, signal) => this.process(job, signal), {
@@ -154,8 +161,72 @@ export class Replica {
     });
     this.worker.on('error', (err) => this.log.error({ err }, 'queue worker error'));
     this.state = 'ready';
+    this.readyAt = Date.now();
     await this.beat();
+    await this.announceColdStart();
     this.log.info({ coldStart: this.coldStart }, 'replica ready');
+  }
+
+  /** Runs the function's warmup input once through the handler, so the first caller pays no first-run costs. */
+  private async warmup(): Promise<void> {
+    const example = typeof this.def.warmup === 'function' ? await (this.def.warmup as () => unknown)() : this.def.warmup;
+    if (example === undefined) return;
+    const input = (this.def.input as z.ZodType).parse(example);
+    const ctl = new AbortController();
+    await this.def.handler(input, { models: this.handles(), log: this.log, requestId: 'warmup', signal: ctl.signal, fn: { name: this.o.manifest.name, version: this.o.manifest.version } });
+  }
+
+  /** Records the cold start for the API and metrics, and tells gateways this function serves. */
+  private async announceColdStart(): Promise<void> {
+    const { name, version } = this.o.manifest;
+    const record = { replica: this.o.id, version, at: new Date(this.readyAt).toISOString(), ...this.coldStart! };
+    const event: PlatformEvent = { type: 'replica', name, replica: this.o.id, state: 'ready', coldStart: this.coldStart };
+    await this.o.redis
+      .multi()
+      .lpush(keys.coldStarts(name), JSON.stringify(record))
+      .ltrim(keys.coldStarts(name), 0, 19)
+      .publish(keys.registryChannel, JSON.stringify(event))
+      .exec();
+  }
+
+  /**
+   * A replica that cannot start answers the requests waiting for it (503, with the phase and
+   * error) unless another replica of the function is serving, so callers do not hang.
+   */
+  private async failWaiting(error: { phase: string; message: string }): Promise<void> {
+    const { name } = this.o.manifest;
+    const event: PlatformEvent = { type: 'replica', name, replica: this.o.id, state: 'failed', error };
+    await this.o.redis.publish(keys.registryChannel, JSON.stringify(event));
+    const ids = (await this.o.redis.smembers(keys.replicas(name))).filter((id) => id !== this.o.id);
+    const others = ids.length ? await this.o.redis.mget(ids.map(keys.replica)) : [];
+    if (others.some((r) => r && (JSON.parse(r) as ReplicaRecord).state === 'ready')) return;
+    const queue = new Queue<RunJobData>(name, { connection: this.o.redis, prefix: QUEUE_PREFIX });
+    try {
+      for (const job of await queue.getJobs(['wait', 'prioritized'], 0, 999)) {
+        if (!job?.data) continue;
+        const removed = await job.remove().then(() => true, () => false);
+        if (!removed) continue;
+        const body = JSON.stringify(errorBody('replica_start_failed', `${name} ${this.o.manifest.version} cannot start: ${error.phase} failed: ${error.message}`));
+        await this.reply(job.data.gw, { rid: job.data.rid, status: 503, replica: this.o.id, timing: { queueMs: Date.now() - job.data.enq, handlerMs: 0, inferMs: 0 } }, body);
+      }
+    } finally {
+      await queue.close();
+    }
+  }
+
+  private stuck(rid: string): void {
+    if (this.state === 'draining') return;
+    this.log.error({ rid, graceMs: this.o.handlerGraceMs }, 'handler still running after its timeout and grace: replacing this replica');
+    this.state = 'draining';
+    void this.beat().catch(() => {});
+    this.o.onStuck?.();
+  }
+
+  /** Stops at once without waiting for held jobs (their locks expire and they run elsewhere). */
+  async abandon(): Promise<void> {
+    clearInterval(this.heartbeat);
+    await this.worker?.close(true).catch(() => {});
+    await this.o.redis.multi().del(keys.replica(this.o.id)).srem(keys.replicas(this.o.manifest.name), this.o.id).exec().catch(() => {});
   }
 
   /** Takes no more jobs, finishes those it holds, then releases its models. */
@@ -237,7 +308,9 @@ export class Replica {
     } finally {
       this.jobs.active--;
       timing.handlerMs = Date.now() - started;
-      await this.reply(gw, { rid, status, replica: this.o.id, timing }, body);
+      // A request queued before this replica was ready waited for its cold start.
+      const cold = enq < this.readyAt && this.coldStart ? { waitedMs: Math.min(this.coldStart.totalMs, this.readyAt - enq), phases: this.coldStart } : undefined;
+      await this.reply(gw, { rid, status, replica: this.o.id, timing, ...(cold ? { cold } : {}) }, body);
     }
   }
 
@@ -260,14 +333,24 @@ export class Replica {
       fn: { name: this.o.manifest.name, version: this.o.manifest.version },
     };
     let timer: NodeJS.Timeout | undefined;
+    let settled = false;
+    const running = Promise.resolve().then(() => this.def.handler(input, ctx));
+    void running.then(
+      () => (settled = true),
+      () => (settled = true),
+    );
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
         ctl.abort(new TimeoutError(`handler ran past ${budget} ms`));
         reject(new TimeoutError(`${this.o.manifest.name} did not finish within ${this.o.manifest.timeoutMs} ms`));
+        // A handler that ignores its signal holds a slot (and maybe a core) forever: replace the replica.
+        setTimeout(() => {
+          if (!settled) this.stuck(rid);
+        }, this.o.handlerGraceMs).unref();
       }, budget);
     });
     try {
-      return await Promise.race([Promise.resolve().then(() => this.def.handler(input, ctx)), timeout]);
+      return await Promise.race([running, timeout]);
     } finally {
       clearTimeout(timer);
     }

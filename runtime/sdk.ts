@@ -92,6 +92,12 @@ export interface FunctionOptions<S extends z.ZodType, M extends string, O> {
   scaling?: ScalingOptions;
   /** A request running longer is answered 504 and its signal aborted. @default 30000 */
   timeoutMs?: number;
+  /**
+   * An example input run once through the handler before the replica takes requests, so the
+   * first caller does not pay first-inference costs (the cold start's `warmup` phase).
+   * @example warmup: { text: 'hello' }
+   */
+  warmup?: z.input<S> | (() => z.input<S> | Promise<z.input<S>>);
   /** Runs once per replica, after models load and before it takes requests. */
   setup?: (ctx: SetupContext<M>) => Promise<void> | void;
   /** Runs once per request; its result is sent as JSON. */

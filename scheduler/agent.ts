@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
-import { keys, type NodeRecord, type PlacementRecord } from '../core/contracts.ts';
+import { EXIT_REPLACE_ME, keys, type NodeRecord, type PlacementRecord } from '../core/contracts.ts';
 import type { Logger } from '../core/log.ts';
 import { createRedis } from '../core/redis.ts';
 import type { ObjectStore } from '../core/s3.ts';
@@ -18,8 +18,6 @@ import { Scheduler } from './scheduler.ts';
 const REPLICA_MAIN = fileURLToPath(new URL('../runtime/main.ts', import.meta.url));
 const TSX = import.meta.resolve('tsx');
 const STOP_GRACE_MS = 15_000;
-/** Exit code of a replica that asks to be replaced (a handler that would not stop). */
-export const EXIT_REPLACE_ME = 75;
 
 export interface AgentOptions {
   redisUrl: string;

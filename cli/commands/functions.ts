@@ -28,7 +28,16 @@ export function functionsCommand(): Command {
 
   withConnection(cmd.command('show').description('show a function: versions, replicas, cold starts, batching counters').argument('<name>').option('--json', 'print JSON')).action(
     async (name: string, opts: { url?: string; key?: string; json?: boolean }) => {
-      const fn = await clientFrom(opts).call<{ name: string; active: string; endpoint: string; versions: { version: string; createdAt: string }[]; replicas: ReplicaView[]; manifest: { models: Record<string, string> } }>(
+      const fn = await clientFrom(opts).call<{
+        name: string;
+        active: string;
+        endpoint: string;
+        versions: { version: string; createdAt: string }[];
+        replicas: ReplicaView[];
+        manifest: { models: Record<string, string>; scaling: Record<string, number> };
+        scale: { desired: number; inFlight: number; ready: number; reason: string } | null;
+        coldStarts: ({ replica: string; at: string } & Record<string, number | string>)[];
+      }>(
         'GET',
         `/v1/functions/${encodeURIComponent(name)}`,
       );
@@ -37,16 +46,21 @@ export function functionsCommand(): Command {
       out.write(`${fn.name}  active ${fn.active}  ${fn.endpoint}\n`);
       for (const [h, uri] of Object.entries(fn.manifest.models)) out.write(`  model ${h}: ${uri}\n`);
       out.write(`versions: ${fn.versions.map((v) => v.version).join(', ')}\n`);
+      const sc = fn.manifest.scaling;
+      out.write(`scaling: min ${sc.minReplicas}, max ${sc.maxReplicas}, target ${sc.targetConcurrency} in flight per replica, idle ${sc.idleTimeoutS} s\n`);
+      if (fn.scale) out.write(`  now: ${fn.scale.desired} desired, ${fn.scale.ready} ready, ${fn.scale.inFlight} in flight (${fn.scale.reason})\n`);
       if (fn.replicas.length === 0) out.write('replicas: none running\n');
       for (const r of fn.replicas) {
         out.write(`replica ${r.id} [${r.state}] ${r.version}  jobs ok ${r.jobs.completed} failed ${r.jobs.failed} active ${r.jobs.active}\n`);
         if (r.error) out.write(`  failed in ${r.error.phase}: ${r.error.message}\n`);
-        if (r.coldStart) out.write(`  cold start: ${Object.entries(r.coldStart).map(([k, v]) => `${k.replace(/Ms$/, '')} ${Math.round(v)} ms`).join(', ')}\n`);
+        if (r.coldStart) out.write(`  cold start (ms): ${phaseLine(r.coldStart)}\n`);
         for (const [m, s] of Object.entries(r.models)) {
           const avg = s.executions ? (s.inferences / s.executions).toFixed(2) : '-';
           out.write(`  model ${m} on ${s.provider}: ${s.executions} batches, ${s.inferences} rows, avg batch ${avg}, most calls in one batch ${s.maxCallsPerBatch}\n`);
         }
       }
+      if (fn.coldStarts.length) out.write('last cold starts (ms):\n');
+      for (const c of fn.coldStarts.slice(0, 5)) out.write(`  ${c.at} ${c.replica}: ${phaseLine(c)}\n`);
     },
   );
 
@@ -56,6 +70,11 @@ export function functionsCommand(): Command {
     process.stdout.write(`deleted ${name}\n`);
   });
   return cmd;
+}
+
+function phaseLine(p: Record<string, unknown>): string {
+  const names: [string, string][] = [['spawnMs', 'spawn'], ['bundleMs', 'bundle'], ['modelFetchMs', 'model_fetch'], ['modelLoadMs', 'model_load'], ['setupMs', 'setup'], ['warmupMs', 'warmup'], ['totalMs', 'total']];
+  return names.map(([k, label]) => `${label} ${Math.round(Number(p[k] ?? 0))}`).join(', ');
 }
 
 function table(head: string[], rows: string[][]): void {

@@ -52,6 +52,8 @@ export function functionRoutes(deps: GatewayDeps) {
       manifest: describeVersion(active),
       versions: versions.map((v) => ({ version: v.version, createdAt: v.createdAt, bundleBytes: v.bundle.bytes })),
       replicas: await replicasOf(redis, name),
+      scale: await redis.hget(keys.desired, name).then((r) => (r ? JSON.parse(r) : null)),
+      coldStarts: (await redis.lrange(keys.coldStarts(name), 0, 19)).map((r) => JSON.parse(r)),
     });
   });
 

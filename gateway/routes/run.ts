@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import type { Queue } from 'bullmq';
-import { FUNCTION_NAME, type RunJobData } from '../../core/contracts.ts';
+import { FUNCTION_NAME, type ColdStartPhases, type RunJobData } from '../../core/contracts.ts';
 import { ApiError, readJson } from '../errors.ts';
 import type { GatewayEnv, GatewayDeps } from '../app.ts';
 
@@ -29,6 +29,8 @@ export function runRoutes(deps: GatewayDeps) {
       if (!FUNCTION_NAME.test(name)) throw new ApiError(404, 'function_not_found', `no function named "${name}" (names are lower-case letters, digits and "-")`);
       const fn = await functions.get(name);
       if (!fn) throw new ApiError(404, 'function_not_found', `no function named "${name}"; deploy it with \`embers deploy\` or list them with \`embers functions\``);
+      const failure = functions.startFailure(name);
+      if (failure) throw new ApiError(503, 'replica_start_failed', `${name} cannot start right now: ${failure.phase} failed: ${failure.message}`);
       const input = await readJson(c);
       if (!fn.validate(input)) {
         const errors = fn.validate.errors ?? [];
@@ -63,7 +65,9 @@ export function runRoutes(deps: GatewayDeps) {
       metrics.requests.inc({ function: name, status: String(header.status) });
       metrics.queue.observe({ function: name }, header.timing.queueMs / 1000);
       const t = header.timing;
-      c.header('server-timing', `queue;dur=${t.queueMs}, infer;dur=${round(t.inferMs)}, handler;dur=${t.handlerMs}, total;dur=${round(totalMs)}`);
+      const cold = header.cold ? `cold;dur=${round(header.cold.waitedMs)}, ` : '';
+      c.header('server-timing', `${cold}queue;dur=${t.queueMs}, infer;dur=${round(t.inferMs)}, handler;dur=${t.handlerMs}, total;dur=${round(totalMs)}`);
+      if (header.cold) c.header('embers-cold-start', coldStartHeader(header.cold.phases));
       c.header('content-type', 'application/json');
       return c.body(body, header.status as 200);
     },
@@ -74,3 +78,17 @@ export function runRoutes(deps: GatewayDeps) {
 export type Queues = { get(name: string): Queue };
 
 const round = (n: number) => Math.round(n * 100) / 100;
+
+/** `spawn=612;bundle=98;model_fetch=0;model_load=505;setup=0;warmup=41;total=1262` (ms). */
+export function coldStartHeader(p: ColdStartPhases): string {
+  const parts: [string, number][] = [
+    ['spawn', p.spawnMs],
+    ['bundle', p.bundleMs],
+    ['model_fetch', p.modelFetchMs],
+    ['model_load', p.modelLoadMs],
+    ['setup', p.setupMs],
+    ['warmup', p.warmupMs],
+    ['total', p.totalMs],
+  ];
+  return parts.map(([k, v]) => `${k}=${Math.round(v)}`).join(';');
+}

@@ -1,0 +1,63 @@
+// `embers gateway` and `embers agent`: the platform's parts as separate processes, for running
+// across machines (infra/ has manifests). Both need EMBERS_REDIS_URL and EMBERS_S3_ENDPOINT.
+import { Command } from 'commander';
+import { loadConfig, type Config } from '../../core/config.ts';
+import { createLogger, type Logger } from '../../core/log.ts';
+import { storeFromConfig } from '../../core/s3.ts';
+import { startGateway } from '../../gateway/server.ts';
+import { NodeAgent } from '../../scheduler/agent.ts';
+import { CliError } from '../errors.ts';
+import { agentOptions } from '../platform.ts';
+
+function shared(): { config: Config; log: Logger; redisUrl: string } {
+  const config = loadConfig();
+  if (!config.EMBERS_REDIS_URL) throw new CliError('set EMBERS_REDIS_URL: separate gateways and agents share one Redis (use `embers dev` for everything in one process)', 2);
+  if (!config.EMBERS_API_KEY && process.argv.includes('gateway')) throw new CliError('set EMBERS_API_KEY for a standalone gateway', 2);
+  return { config, log: createLogger('embers', config.EMBERS_LOG_LEVEL), redisUrl: config.EMBERS_REDIS_URL };
+}
+
+function onStop(log: Logger, stop: () => Promise<void>): void {
+  let stopping = false;
+  const handler = (signal: string) => {
+    if (stopping) process.exit(130);
+    stopping = true;
+    log.info({ signal }, 'stopping');
+    void stop().finally(() => process.exit(0));
+  };
+  process.on('SIGINT', () => handler('SIGINT'));
+  process.on('SIGTERM', () => handler('SIGTERM'));
+}
+
+export function gatewayCommand(): Command {
+  return new Command('gateway').description('run a gateway only (stateless; run as many as you like behind a load balancer)').action(async () => {
+    const { config, log, redisUrl } = shared();
+    const store = storeFromConfig(config);
+    await store.ensureBucket();
+    const gw = await startGateway({
+      redisUrl,
+      store,
+      apiKey: config.EMBERS_API_KEY!,
+      port: config.EMBERS_PORT,
+      host: config.EMBERS_HOST,
+      log,
+      maxBodyBytes: config.EMBERS_MAX_BODY_BYTES,
+      maxBundleBytes: config.EMBERS_MAX_BUNDLE_BYTES,
+      queueTimeoutMs: config.EMBERS_QUEUE_TIMEOUT_MS,
+    });
+    process.stdout.write(`gateway ${gw.id} listening on ${gw.url}\n`);
+    onStop(log, () => gw.close());
+  });
+}
+
+export function agentCommand(): Command {
+  return new Command('agent')
+    .description("run a node agent: this machine's replicas (and a scheduler candidate); one per machine")
+    .action(async () => {
+      const { config, log, redisUrl } = shared();
+      const store = storeFromConfig(config);
+      const agent = new NodeAgent(agentOptions(config, { redisUrl, store, s3Endpoint: config.EMBERS_S3_ENDPOINT, log }));
+      await agent.start();
+      process.stdout.write(`agent ${agent.id} running (cache ${config.dataDir}/cache)\n`);
+      onStop(log, () => agent.close());
+    });
+}
