@@ -43,6 +43,7 @@ export function agentOptions(config: Config, o: { redisUrl: string; store: Objec
     log: o.log,
     slots: config.EMBERS_NODE_SLOTS,
     heartbeatMs: Math.min(1_000, config.EMBERS_HEARTBEAT_MS),
+    nodeTtlMs: config.EMBERS_NODE_TTL_MS,
     providers: config.EMBERS_EXECUTION_PROVIDERS,
     scheduler: {
       tickMs: config.EMBERS_SCHEDULER_TICK_MS,

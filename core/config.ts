@@ -44,6 +44,8 @@ export const ConfigSchema = z.object({
   EMBERS_JOB_LOCK_MS: int(1000).default(30_000),
   /** Replica slots this node agent offers. @default 2 × CPU cores */
   EMBERS_NODE_SLOTS: int(1, 4096).optional(),
+  /** A node agent silent this long is gone and its replicas are placed elsewhere. @default 10000 */
+  EMBERS_NODE_TTL_MS: int(500).default(10_000),
   /** Scaling: averaging window, and how long scale-down waits. @default 60 */
   EMBERS_SCALE_STABLE_WINDOW_S: z.coerce.number().min(0.1).default(60),
   /** Scaling: short window that reacts to bursts at once. @default 6 */

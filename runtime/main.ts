@@ -44,6 +44,7 @@ const replica = new Replica({
   heartbeatMs: config.EMBERS_HEARTBEAT_MS,
   lockMs: config.EMBERS_JOB_LOCK_MS,
   spawnedAt: Number(env.EMBERS_REPLICA_SPAWNED_AT) || undefined,
+  node: env.EMBERS_NODE_ID,
   handlerGraceMs: config.EMBERS_HANDLER_GRACE_MS,
   modelCacheBytes: config.EMBERS_MODEL_CACHE_BYTES,
   onStuck: () => {

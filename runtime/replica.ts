@@ -33,6 +33,8 @@ export interface ReplicaOptions {
   concurrency: number;
   heartbeatMs: number;
   lockMs: number;
+  /** Id of the node agent that started it. */
+  node?: string;
   /** When the node agent spawned this process (ms since epoch), for the spawn phase. */
   spawnedAt?: number;
   /** Bound of the node's model cache (LRU beyond it). */
@@ -55,6 +57,8 @@ export interface ReplicaRecord {
   version: string;
   pid: number;
   host: string;
+  /** The node agent that runs it. */
+  node?: string;
   state: ReplicaState;
   startedAt: string;
   coldStart?: ColdStart;
@@ -89,6 +93,7 @@ export class Replica {
       version: this.o.manifest.version,
       pid: process.pid,
       host: os.hostname(),
+      node: this.o.node,
       state: this.state,
       startedAt: this.startedAt.toISOString(),
       coldStart: this.coldStart,
@@ -196,7 +201,13 @@ export class Replica {
   private async failWaiting(error: { phase: string; message: string }): Promise<void> {
     const { name } = this.o.manifest;
     const event: PlatformEvent = { type: 'replica', name, replica: this.o.id, state: 'failed', error };
-    await this.o.redis.publish(keys.registryChannel, JSON.stringify(event));
+    const record = { replica: this.o.id, version: this.o.manifest.version, at: new Date().toISOString(), error };
+    await this.o.redis
+      .multi()
+      .lpush(keys.coldStarts(name), JSON.stringify(record))
+      .ltrim(keys.coldStarts(name), 0, 19)
+      .publish(keys.registryChannel, JSON.stringify(event))
+      .exec();
     const ids = (await this.o.redis.smembers(keys.replicas(name))).filter((id) => id !== this.o.id);
     const others = ids.length ? await this.o.redis.mget(ids.map(keys.replica)) : [];
     if (others.some((r) => r && (JSON.parse(r) as ReplicaRecord).state === 'ready')) return;

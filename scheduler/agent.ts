@@ -28,6 +28,8 @@ export interface AgentOptions {
   /** Replica slots offered. @default 2 × CPU cores */
   slots?: number;
   heartbeatMs?: number;
+  /** A node whose record is this old is gone: its replicas are placed elsewhere. @default 10000 */
+  nodeTtlMs?: number;
   scheduler: { tickMs: number; settings: ScalerSettings };
   /** Extra environment for replicas (S3 endpoint, thread budget, …). */
   replicaEnv?: Record<string, string>;
@@ -60,6 +62,7 @@ export class NodeAgent {
   private again = false;
   private closed = false;
   private readonly slots: number;
+  private readonly nodeTtlMs: number;
   private readonly log: Logger;
 
   constructor(private readonly o: AgentOptions) {
@@ -67,6 +70,7 @@ export class NodeAgent {
     this.redis = createRedis(o.redisUrl);
     this.sub = createRedis(o.redisUrl);
     this.slots = o.slots ?? 2 * os.availableParallelism();
+    this.nodeTtlMs = o.nodeTtlMs ?? 10_000;
     this.log = o.log.child({ component: 'agent', node: this.id });
     this.scheduler = new Scheduler({ redis: this.redis, store: o.store, id: this.id, log: o.log, ...o.scheduler });
   }
@@ -99,7 +103,8 @@ export class NodeAgent {
       replicas: this.replicas.size,
       startedAt: new Date().toISOString(),
     };
-    await this.redis.multi().set(keys.node(this.id), JSON.stringify(record), 'PX', (this.o.heartbeatMs ?? 1_000) * 3.5).sadd(keys.nodes, this.id).exec();
+    // A node counts as gone when its record expires; long enough to ride out a Redis blip.
+    await this.redis.multi().set(keys.node(this.id), JSON.stringify(record), 'PX', this.nodeTtlMs).sadd(keys.nodes, this.id).exec();
   }
 
   /** Coalesces concurrent triggers into one pass plus, if needed, one more. */
@@ -160,6 +165,7 @@ export class NodeAgent {
         ...this.o.replicaEnv,
         ...(gpu ? { CUDA_VISIBLE_DEVICES: String(gpu.index) } : {}),
         EMBERS_REPLICA_ID: id,
+        EMBERS_NODE_ID: this.id,
         EMBERS_REPLICA_FUNCTION: fn,
         EMBERS_REPLICA_VERSION: version,
         EMBERS_REPLICA_SPAWNED_AT: String(spawnedAt),

@@ -6,6 +6,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import sharp from 'sharp';
 import { loadConfig } from '../../core/config.ts';
+import { createRedis, type Redis } from '../../core/redis.ts';
 import { createLogger } from '../../core/log.ts';
 import { EmbersClient } from '../../cli/client.ts';
 import { deployFile } from '../../cli/deploy.ts';
@@ -21,6 +22,8 @@ export interface TestPlatform extends Platform {
   deploy(file: string): ReturnType<typeof deployFile>;
   /** fetch against the gateway with the API key unless headers say otherwise. */
   fetch(route: string, init?: RequestInit): Promise<Response>;
+  /** A Redis client on the platform's Redis, for reading what the parts record. */
+  redis(): Redis;
   close(): Promise<void>;
 }
 
@@ -41,6 +44,7 @@ export async function startTestPlatform(env: Record<string, string> = {}): Promi
   // Append-only file on, as under `npm start`: a restarted redis-server keeps the registry.
   const platform = await startPlatform(config, log, { persistRedis: true });
   const client = new EmbersClient({ url: platform.url, apiKey: platform.apiKey });
+  let redis: Redis | undefined;
   return {
     ...platform,
     client,
@@ -51,7 +55,9 @@ export async function startTestPlatform(env: Record<string, string> = {}): Promi
       if (!headers.has('authorization')) headers.set('authorization', `Bearer ${platform.apiKey}`);
       return fetch(`${platform.url}${route}`, { ...init, headers });
     },
+    redis: () => (redis ??= createRedis(platform.redisUrl)),
     async close() {
+      redis?.disconnect();
       await platform.stop();
       await rm(dataDir, { recursive: true, force: true });
     },

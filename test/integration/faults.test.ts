@@ -80,10 +80,14 @@ describe('Redis outage', () => {
     assert.equal((await errorOf(res)).code, 'unavailable');
     assert.equal((await fetch(`${p.url}/readyz`)).status, 503);
     p.localRedis = await startLocalRedis(redis.dir, { port, persist: true });
-    const back = await eventually(async () => {
-      const r = await run('echo', { after: 'outage' });
-      return r.status === 200 ? r : null;
-    }, 'echo to serve again after Redis returns');
+    const back = await eventually(
+      async () => {
+        const r = await p.fetch('/v1/run/echo', { method: 'POST', body: JSON.stringify({ after: 'outage' }), signal: AbortSignal.timeout(5_000) }).catch(() => null);
+        return r?.status === 200 ? r : null;
+      },
+      'echo to serve again after Redis returns',
+      60_000,
+    );
     assert.deepEqual(await back.json(), { after: 'outage' });
   });
 });
