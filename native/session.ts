@@ -17,8 +17,10 @@ export type WorkerReply =
   | { type: 'result'; id: number; outputs: Feeds; inferMs: number }
   | { type: 'error'; id: number; message: string };
 
-const BOOT = new URL('./worker-boot.mjs', import.meta.url);
-const ENTRY = new URL('./session-worker.ts', import.meta.url).href;
+// From source (tsx), the worker boots tsx first; from the prebuilt runtime, it is plain JS.
+const FROM_SOURCE = import.meta.url.endsWith('.ts');
+const BOOT = FROM_SOURCE ? new URL('./worker-boot.mjs', import.meta.url) : new URL('./session-worker.mjs', import.meta.url);
+const ENTRY = new URL(FROM_SOURCE ? './session-worker.ts' : './session-worker.mjs', import.meta.url).href;
 
 export class ModelSession {
   private nextId = 1;

@@ -5,6 +5,7 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import os from 'node:os';
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
 import { EXIT_REPLACE_ME, keys, type NodeRecord, type PlacementRecord } from '../core/contracts.ts';
@@ -13,9 +14,10 @@ import { createRedis } from '../core/redis.ts';
 import type { ObjectStore } from '../core/s3.ts';
 import { discoverGpus, type GpuInfo } from '../native/gpu.ts';
 import type { ScalerSettings } from './scaler.ts';
+import { buildRuntime } from './runtime-build.ts';
 import { Scheduler } from './scheduler.ts';
 
-const REPLICA_MAIN = fileURLToPath(new URL('../runtime/main.ts', import.meta.url));
+const REPLICA_SOURCE = fileURLToPath(new URL('../runtime/main.ts', import.meta.url));
 const TSX = import.meta.resolve('tsx');
 const STOP_GRACE_MS = 15_000;
 
@@ -56,6 +58,8 @@ export class NodeAgent {
   private readonly replicas = new Map<string, ReplicaProcess>();
   private readonly backoff = new Map<string, { failures: number; until: number }>();
   private gpus: GpuInfo[] = [];
+  /** Prebuilt replica entry (plain JS), or null to run the TypeScript source through tsx. */
+  private replicaMain: string | null = null;
   private spawned = 0;
   private timers: NodeJS.Timeout[] = [];
   private reconciling: Promise<void> | null = null;
@@ -76,6 +80,11 @@ export class NodeAgent {
   }
 
   async start(): Promise<void> {
+    try {
+      this.replicaMain = (await buildRuntime(path.join(this.o.cacheDir, 'runtime'))).main;
+    } catch (err) {
+      this.log.warn({ err: (err as Error).message }, 'could not prebuild the replica runtime; replicas run from TypeScript source');
+    }
     this.gpus = await discoverGpus();
     if (this.gpus.length) this.log.info({ gpus: this.gpus }, 'GPUs found');
     await this.advertise();
@@ -158,8 +167,8 @@ export class NodeAgent {
     const gpu = this.gpus.length && (this.o.providers ?? []).some((p) => p !== 'cpu') ? this.gpus[this.spawned % this.gpus.length] : undefined;
     this.spawned++;
     const spawnedAt = Date.now();
-    const child = fork(REPLICA_MAIN, [], {
-      execArgv: ['--import', TSX],
+    const child = fork(this.replicaMain ?? REPLICA_SOURCE, [], {
+      execArgv: this.replicaMain ? [] : ['--import', TSX],
       env: {
         ...process.env,
         ...this.o.replicaEnv,

@@ -1,0 +1,52 @@
+// Replicas run a prebuilt JavaScript runtime: esbuild bundles runtime/main.ts and the model
+// session worker once per agent start, so a replica's spawn costs Node's start-up, not
+// loading tsx and transpiling the runtime's TypeScript on every cold start.
+import { createHash } from 'node:crypto';
+import { readdir, readFile, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { build } from 'esbuild';
+import { linkPlatformModules } from '../core/bundle-dir.ts';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const ENTRIES = ['runtime/main.ts', 'native/session-worker.ts'];
+
+export interface BuiltRuntime {
+  /** The replica entry to fork. */
+  main: string;
+}
+
+/** Builds (or reuses) the runtime bundle under `dir`, keyed by a hash of its sources. */
+export async function buildRuntime(dir: string): Promise<BuiltRuntime> {
+  const out = path.join(dir, await sourceKey());
+  const main = path.join(out, 'main.mjs');
+  if (!(await stat(main).catch(() => null))) {
+    await linkPlatformModules(out);
+    await build({
+      entryPoints: ENTRIES.map((e) => path.join(ROOT, e)),
+      outdir: out,
+      entryNames: '[name]',
+      outExtension: { '.js': '.mjs' },
+      bundle: true,
+      format: 'esm',
+      platform: 'node',
+      target: 'node20',
+      // npm packages load from the platform's node_modules (linked next to the bundle).
+      packages: 'external',
+      logLevel: 'silent',
+    });
+  }
+  return { main };
+}
+
+/** Changes whenever a runtime source changes, so a stale build is never used. */
+async function sourceKey(): Promise<string> {
+  const hash = createHash('sha256');
+  for (const folder of ['runtime', 'native', 'core']) {
+    for (const f of (await readdir(path.join(ROOT, folder))).sort()) {
+      if (!/\.(ts|mjs)$/.test(f)) continue;
+      hash.update(f).update(await readFile(path.join(ROOT, folder, f)));
+    }
+  }
+  return hash.digest('hex').slice(0, 16);
+}
