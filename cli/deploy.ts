@@ -42,7 +42,9 @@ export async function bundleFunction(file: string): Promise<Buffer> {
       platform: 'node',
       target: 'node20',
       write: false,
-      minify: false,
+      // Smaller bundles import faster on a cold start; identifiers stay readable in stack traces.
+      minifyWhitespace: true,
+      minifySyntax: true,
       logLevel: 'silent',
       external: EXTERNALS,
       alias: { embers: SDK },

@@ -1,4 +1,7 @@
-// Replica process entry: started by the node agent with the function and version to serve.
+// Replica process entry. The node agent keeps one of these booted in standby (modules loaded,
+// Redis connected) and assigns it a function version over IPC when a replica is needed, so a
+// cold start does not pay for process and module start-up. Started without
+// EMBERS_REPLICA_STANDBY, it reads its assignment from the environment instead.
 import { loadConfig } from '../core/config.ts';
 import { EXIT_REPLACE_ME, keys, type Manifest } from '../core/contracts.ts';
 import { createLogger } from '../core/log.ts';
@@ -6,33 +9,73 @@ import { createRedis } from '../core/redis.ts';
 import { storeFromConfig } from '../core/s3.ts';
 import { Replica } from './replica.ts';
 
+/** What the agent tells a process to serve. */
+export interface Assignment {
+  type: 'assign';
+  id: string;
+  fn: string;
+  version: string;
+  /** When the agent decided to start this replica (ms since epoch): the spawn phase starts here. */
+  spawnedAt: number;
+  env?: Record<string, string>;
+}
+
 const env = process.env;
 const log = createLogger('replica');
 
 function required(name: string): string {
   const v = env[name];
   if (!v) {
-    log.fatal(`${name} is not set: replicas are started by the node agent (embers dev / scheduler), not by hand`);
+    log.fatal(`${name} is not set: replicas are started by the node agent (embers dev / embers agent), not by hand`);
     process.exit(2);
   }
   return v;
 }
 
 const config = loadConfig();
-const fn = required('EMBERS_REPLICA_FUNCTION');
-const version = required('EMBERS_REPLICA_VERSION');
-const id = required('EMBERS_REPLICA_ID');
 const redis = createRedis(required('EMBERS_REDIS_URL'));
 const store = storeFromConfig(config);
+let replica: Replica | undefined;
 
-const raw = await redis.hget(keys.versions(fn), version);
+let stopping = false;
+async function stop(signal: string) {
+  if (stopping) return;
+  stopping = true;
+  if (replica) log.info({ signal }, 'draining');
+  await replica?.drain().catch((err) => log.error({ err }, 'drain failed'));
+  redis.disconnect();
+  store.destroy();
+  process.exit(0);
+}
+process.on('SIGTERM', () => void stop('SIGTERM'));
+process.on('SIGINT', () => void stop('SIGINT'));
+// IPC channel closes when the agent dies: do not outlive it.
+process.on('disconnect', () => void stop('agent gone'));
+
+const assignment: Assignment =
+  env.EMBERS_REPLICA_STANDBY === '1'
+    ? await new Promise<Assignment>((resolve) => {
+        process.on('message', (m: Assignment) => m?.type === 'assign' && resolve(m));
+        process.send?.({ type: 'standby' });
+      })
+    : {
+        type: 'assign',
+        id: required('EMBERS_REPLICA_ID'),
+        fn: required('EMBERS_REPLICA_FUNCTION'),
+        version: required('EMBERS_REPLICA_VERSION'),
+        spawnedAt: Number(env.EMBERS_REPLICA_SPAWNED_AT) || Date.now(),
+      };
+// Per-replica settings such as CUDA_VISIBLE_DEVICES: set before any model session exists.
+Object.assign(process.env, assignment.env);
+
+const raw = await redis.hget(keys.versions(assignment.fn), assignment.version);
 if (!raw) {
-  log.fatal({ fn, version }, 'version not in the registry');
+  log.fatal({ fn: assignment.fn, version: assignment.version }, 'version not in the registry');
   process.exit(3);
 }
 
-const replica = new Replica({
-  id,
+replica = new Replica({
+  id: assignment.id,
   manifest: JSON.parse(raw) as Manifest,
   redis,
   store,
@@ -43,30 +86,15 @@ const replica = new Replica({
   concurrency: config.EMBERS_REPLICA_CONCURRENCY,
   heartbeatMs: config.EMBERS_HEARTBEAT_MS,
   lockMs: config.EMBERS_JOB_LOCK_MS,
-  spawnedAt: Number(env.EMBERS_REPLICA_SPAWNED_AT) || undefined,
+  spawnedAt: assignment.spawnedAt,
   node: env.EMBERS_NODE_ID,
   handlerGraceMs: config.EMBERS_HANDLER_GRACE_MS,
   modelCacheBytes: config.EMBERS_MODEL_CACHE_BYTES,
   onStuck: () => {
     // Other jobs it holds come back to the queue when their locks expire; the agent starts a fresh replica.
-    void replica.abandon().finally(() => process.exit(EXIT_REPLACE_ME));
+    void replica!.abandon().finally(() => process.exit(EXIT_REPLACE_ME));
   },
 });
-
-let stopping = false;
-async function stop(signal: string) {
-  if (stopping) return;
-  stopping = true;
-  log.info({ signal }, 'draining');
-  await replica.drain().catch((err) => log.error({ err }, 'drain failed'));
-  redis.disconnect();
-  store.destroy();
-  process.exit(0);
-}
-process.on('SIGTERM', () => void stop('SIGTERM'));
-process.on('SIGINT', () => void stop('SIGINT'));
-// IPC channel closes when the agent dies: do not outlive it.
-process.on('disconnect', () => void stop('agent gone'));
 
 try {
   await replica.start();

@@ -60,6 +60,7 @@ export class NodeAgent {
   private gpus: GpuInfo[] = [];
   /** Prebuilt replica entry (plain JS), or null to run the TypeScript source through tsx. */
   private replicaMain: string | null = null;
+  private standby: { child: ChildProcess; booted: boolean } | null = null;
   private spawned = 0;
   private timers: NodeJS.Timeout[] = [];
   private reconciling: Promise<void> | null = null;
@@ -94,6 +95,7 @@ export class NodeAgent {
     this.timers.push(setInterval(() => void this.advertise().catch(() => {}), beat));
     this.timers.push(setInterval(() => void this.reconcile(), Math.max(500, beat)));
     this.scheduler.start();
+    this.prepareStandby();
     await this.reconcile();
   }
 
@@ -162,27 +164,48 @@ export class NodeAgent {
     }
   }
 
+  /** Forks a runtime process; in standby it loads everything and waits for an assignment. */
+  private forkRuntime(extraEnv: Record<string, string>): ChildProcess {
+    return fork(this.replicaMain ?? REPLICA_SOURCE, [], {
+      execArgv: this.replicaMain ? [] : ['--import', TSX],
+      env: { ...process.env, ...this.o.replicaEnv, EMBERS_NODE_ID: this.id, EMBERS_REDIS_URL: this.o.redisUrl, EMBERS_CACHE_DIR: this.o.cacheDir, ...extraEnv },
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+  }
+
+  /** Keeps one booted runtime process waiting, so a cold start skips process and module start-up. */
+  private prepareStandby(): void {
+    if (this.closed || this.standby) return;
+    const child = this.forkRuntime({ EMBERS_REPLICA_STANDBY: '1' });
+    const entry = { child, booted: false };
+    this.standby = entry;
+    child.on('message', (m: { type?: string }) => {
+      if (m?.type === 'standby') entry.booted = true;
+    });
+    child.once('exit', () => {
+      if (this.standby !== entry) return;
+      this.standby = null;
+      if (!this.closed) setTimeout(() => this.prepareStandby(), 1_000).unref();
+    });
+  }
+
   private spawn(fn: string, version: string): void {
     const id = `${fn}-${version}-${randomUUID().slice(0, 6)}`;
     const gpu = this.gpus.length && (this.o.providers ?? []).some((p) => p !== 'cpu') ? this.gpus[this.spawned % this.gpus.length] : undefined;
     this.spawned++;
     const spawnedAt = Date.now();
-    const child = fork(this.replicaMain ?? REPLICA_SOURCE, [], {
-      execArgv: this.replicaMain ? [] : ['--import', TSX],
-      env: {
-        ...process.env,
-        ...this.o.replicaEnv,
-        ...(gpu ? { CUDA_VISIBLE_DEVICES: String(gpu.index) } : {}),
-        EMBERS_REPLICA_ID: id,
-        EMBERS_NODE_ID: this.id,
-        EMBERS_REPLICA_FUNCTION: fn,
-        EMBERS_REPLICA_VERSION: version,
-        EMBERS_REPLICA_SPAWNED_AT: String(spawnedAt),
-        EMBERS_REDIS_URL: this.o.redisUrl,
-        EMBERS_CACHE_DIR: this.o.cacheDir,
-      },
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    });
+    const perReplica: Record<string, string> = gpu ? { CUDA_VISIBLE_DEVICES: String(gpu.index) } : {};
+    let child: ChildProcess;
+    const standby = this.standby;
+    if (standby && standby.booted && standby.child.connected) {
+      this.standby = null;
+      child = standby.child;
+      child.removeAllListeners('message');
+      child.send({ type: 'assign', id, fn, version, spawnedAt, env: perReplica });
+      setImmediate(() => this.prepareStandby());
+    } else {
+      child = this.forkRuntime({ ...perReplica, EMBERS_REPLICA_ID: id, EMBERS_REPLICA_FUNCTION: fn, EMBERS_REPLICA_VERSION: version, EMBERS_REPLICA_SPAWNED_AT: String(spawnedAt) });
+    }
     const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
     const r: ReplicaProcess = { id, fn, version, child, state: 'starting', stopping: false, spawnedAt, exited };
     this.replicas.set(id, r);
@@ -230,6 +253,8 @@ export class NodeAgent {
     for (const t of this.timers) clearInterval(t);
     await this.scheduler.close();
     await this.reconciling;
+    this.standby?.child.kill('SIGTERM');
+    this.standby = null;
     await Promise.all([...this.replicas.values()].map((r) => this.stopReplica(r)));
     await this.redis.multi().del(keys.node(this.id)).srem(keys.nodes, this.id).exec().catch(() => {});
     this.sub.disconnect();

@@ -45,7 +45,7 @@ export async function startTestPlatform(env: Record<string, string> = {}): Promi
   const platform = await startPlatform(config, log, { persistRedis: true });
   const client = new EmbersClient({ url: platform.url, apiKey: platform.apiKey });
   let redis: Redis | undefined;
-  return {
+  const tp: TestPlatform = {
     ...platform,
     client,
     dataDir,
@@ -59,9 +59,12 @@ export async function startTestPlatform(env: Record<string, string> = {}): Promi
     async close() {
       redis?.disconnect();
       await platform.stop();
+      // A test may have replaced the redis-server (an outage test restarts it): stop that one too.
+      if (tp.localRedis !== platform.localRedis) await tp.localRedis?.stop();
       await rm(dataDir, { recursive: true, force: true });
     },
   };
+  return tp;
 }
 
 /** Polls until check returns a value (not a timing assertion: it only bounds how long to wait). */

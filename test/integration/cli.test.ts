@@ -60,7 +60,7 @@ describe('embers CLI', () => {
     const res = await embers(['run', 'slow', '--data', '{"ms": 1}', '-v']);
     assert.equal(res.code, 0, res.stderr);
     assert.deepEqual(JSON.parse(res.stdout), { slept: 1, aborted: false });
-    assert.match(res.stderr, /server-timing queue;dur=/);
+    assert.match(res.stderr, /server-timing (cold;dur=[\d.]+, )?queue;dur=/);
   });
 
   it('uploads a model file by content hash', async () => {

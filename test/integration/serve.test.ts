@@ -12,6 +12,11 @@ before(async () => {
   helloPng = (await textImage(['HELLO EMBERS 2026'])).toString('base64');
   await p.deploy(shipped('echo.ts'));
   await p.deploy(shipped('ocr/index.ts'));
+  // Both scale from zero: the first call of each waits for a cold start (tested in elastic.test.ts).
+  for (const [name, body] of [['echo', {}], ['ocr', { image: helloPng }]] as const) {
+    const res = await p.fetch(`/v1/run/${name}`, { method: 'POST', body: JSON.stringify(body) });
+    assert.equal(res.status, 200, `${name} warms up`);
+  }
 });
 after(() => p?.close());
 
