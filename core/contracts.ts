@@ -64,7 +64,11 @@ export interface ReplyHeader {
   rid: string;
   status: number;
   replica: string;
-  timing: { queueMs: number; handlerMs: number; inferMs: number };
+  /**
+   * queue: waiting for a replica; batch: model calls waiting for their batch to start (forming
+   * or behind a running one); infer: this request's share of inference; handler: its wall time.
+   */
+  timing: { queueMs: number; handlerMs: number; inferMs: number; batchMs: number };
   /** Present when the request waited for this replica's cold start. */
   cold?: { waitedMs: number; phases: ColdStartPhases };
 }

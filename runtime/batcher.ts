@@ -27,6 +27,11 @@ export interface BatcherOptions {
   maxDelayMs: number;
   execute: (feeds: Feeds) => Promise<BatchResult>;
   clock?: Clock;
+  /**
+   * How many callers could still join a batch (e.g. the replica's requests in flight). When
+   * every one of them is already waiting here, waiting longer gains nothing: run at once.
+   */
+  potentialCallers?: () => number;
 }
 
 export interface BatcherStats {
@@ -130,7 +135,8 @@ export class DynamicBatcher {
       for (const g of this.groups.values()) if (!oldest || g.oldest < oldest.oldest) oldest = g;
       if (!oldest) return;
       const due = oldest.oldest + this.options.maxDelayMs;
-      if (due > now) {
+      const nobodyElse = this.options.potentialCallers !== undefined && this.options.potentialCallers() <= this.pending;
+      if (due > now && !nobodyElse) {
         this.timer = this.clock.setTimeout(() => {
           this.timer = null;
           this.dispatch();

@@ -129,7 +129,7 @@ export class Replica {
       files.forEach(([name], i) => {
         const session = sessions[i];
         if (session.fallback) this.log.warn({ model: name }, session.fallback);
-        const batcher = new DynamicBatcher({ ...manifest.batching, execute: (feeds) => session.run(feeds) });
+        const batcher = new DynamicBatcher({ ...manifest.batching, execute: (feeds) => session.run(feeds), potentialCallers: () => this.jobs.active });
         this.models.set(name, { session, batcher });
       });
       const modelLoadMs = performance.now() - tLoad;
@@ -218,7 +218,7 @@ export class Replica {
         const removed = await job.remove().then(() => true, () => false);
         if (!removed) continue;
         const body = JSON.stringify(errorBody('replica_start_failed', `${name} ${this.o.manifest.version} cannot start: ${error.phase} failed: ${error.message}`));
-        await this.reply(job.data.gw, { rid: job.data.rid, status: 503, replica: this.o.id, timing: { queueMs: Date.now() - job.data.enq, handlerMs: 0, inferMs: 0 } }, body);
+        await this.reply(job.data.gw, { rid: job.data.rid, status: 503, replica: this.o.id, timing: { queueMs: Date.now() - job.data.enq, handlerMs: 0, inferMs: 0, batchMs: 0 } }, body);
       }
     } finally {
       await queue.close();
@@ -274,7 +274,7 @@ export class Replica {
     return mod.default;
   }
 
-  private handles(onInfer?: (ms: number) => void): Record<string, ModelHandle> {
+  private handles(onRun?: (r: { inferMs: number; waitMs: number }) => void): Record<string, ModelHandle> {
     const out: Record<string, ModelHandle> = {};
     for (const [name, m] of this.models) {
       out[name] = {
@@ -282,7 +282,7 @@ export class Replica {
         outputNames: m.session.outputNames,
         run: async (feeds: Feeds) => {
           const r = await m.batcher.run(feeds);
-          onInfer?.(r.inferMs);
+          onRun?.(r);
           return r.outputs;
         },
       };
@@ -293,7 +293,8 @@ export class Replica {
   private async process(job: Job<RunJobData>, jobSignal?: AbortSignal): Promise<void> {
     const { rid, gw, input, enq, deadline } = job.data;
     const started = Date.now();
-    const timing = { queueMs: Math.max(0, started - enq), handlerMs: 0, inferMs: 0 };
+    const t0 = performance.now();
+    const timing = { queueMs: Math.max(0, started - enq), handlerMs: 0, inferMs: 0, batchMs: 0 };
     this.jobs.active++;
     let status = 200;
     let body = '';
@@ -318,7 +319,7 @@ export class Replica {
       ({ status, body } = errorReply(err, this.o.manifest, log));
     } finally {
       this.jobs.active--;
-      timing.handlerMs = Date.now() - started;
+      timing.handlerMs = Math.round((performance.now() - t0) * 100) / 100;
       // A request queued before this replica was ready waited for its cold start.
       const cold = enq < this.readyAt && this.coldStart ? { waitedMs: Math.min(this.coldStart.totalMs, this.readyAt - enq), phases: this.coldStart } : undefined;
       await this.reply(gw, { rid, status, replica: this.o.id, timing, ...(cold ? { cold } : {}) }, body);
@@ -331,13 +332,16 @@ export class Replica {
     await this.o.redis.publish(keys.replyChannel(gw), encodeReply(header, body));
   }
 
-  private async runHandler(input: unknown, rid: string, deadline: number, jobSignal: AbortSignal | undefined, timing: { inferMs: number }, log: Logger): Promise<unknown> {
+  private async runHandler(input: unknown, rid: string, deadline: number, jobSignal: AbortSignal | undefined, timing: { inferMs: number; batchMs: number }, log: Logger): Promise<unknown> {
     if (Date.now() > deadline) throw new TimeoutError(`request waited in the queue past its limit (EMBERS_QUEUE_TIMEOUT_MS) before a replica could run it`);
     const budget = this.o.manifest.timeoutMs;
     const ctl = new AbortController();
     jobSignal?.addEventListener('abort', () => ctl.abort(jobSignal.reason), { once: true });
     const ctx: HandlerContext = {
-      models: this.handles((ms) => (timing.inferMs += ms)),
+      models: this.handles((r) => {
+        timing.inferMs += r.inferMs;
+        timing.batchMs += r.waitMs;
+      }),
       log,
       requestId: rid,
       signal: ctl.signal,

@@ -164,6 +164,26 @@ describe('DynamicBatcher', () => {
     assert.match(String((results[0] as PromiseRejectedResult).reason), /maxBatchSize to 1/);
   });
 
+  it('runs at once when every caller that could join is already waiting', async () => {
+    const clock = new FakeClock();
+    const { batches, execute } = recorder();
+    let inFlight = 1;
+    const b = new DynamicBatcher({ maxBatchSize: 8, maxDelayMs: 50, execute, clock, potentialCallers: () => inFlight });
+    const lone = b.run(rowsOf([1]));
+    assert.equal(batches.length, 1, 'the only request in flight does not wait for company');
+    batches[0].release();
+    await lone;
+    inFlight = 3;
+    const a = b.run(rowsOf([2]));
+    const c = b.run(rowsOf([3]));
+    assert.equal(batches.length, 1, 'a third request in flight may still come: wait');
+    const d = b.run(rowsOf([4]));
+    assert.equal(batches.length, 2, 'all three are here: run');
+    assert.deepEqual(batches[1].dims, [3, 2]);
+    batches[1].release();
+    await Promise.all([a, c, d]);
+  });
+
   it('refuses bad options and feeds without rows', async () => {
     assert.throws(() => new DynamicBatcher({ maxBatchSize: 0, maxDelayMs: 1, execute: async () => ({ outputs: {}, inferMs: 0 }) }), /maxBatchSize/);
     const b = new DynamicBatcher({ maxBatchSize: 2, maxDelayMs: 1, execute: async () => ({ outputs: {}, inferMs: 0 }) });

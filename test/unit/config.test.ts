@@ -34,7 +34,7 @@ describe('contracts', () => {
   });
 
   it('replies carry the body untouched after their header', () => {
-    const msg = encodeReply({ rid: 'r1', status: 200, replica: 'x', timing: { queueMs: 1, handlerMs: 2, inferMs: 3 } }, '{"a":"line\\nbreak"}');
+    const msg = encodeReply({ rid: 'r1', status: 200, replica: 'x', timing: { queueMs: 1, handlerMs: 2, inferMs: 3, batchMs: 0 } }, '{"a":"line\\nbreak"}');
     const { header, body } = decodeReply(msg);
     assert.equal(header.rid, 'r1');
     assert.deepEqual(JSON.parse(body), { a: 'line\nbreak' });
