@@ -45,24 +45,54 @@ export interface EmbersServer {
   stop(): Promise<void>;
 }
 
-interface FunctionView {
-  replicas: { id: string; state: string; models?: Record<string, BatchCounters> }[];
+export interface ColdStartRecord {
+  replica: string;
+  at: string;
+  spawnMs: number;
+  bundleMs: number;
+  modelFetchMs: number;
+  modelLoadMs: number;
+  setupMs: number;
+  warmupMs: number;
+  totalMs: number;
 }
 
-/** Starts `embers dev` and waits for a ready replica of each function in `wakeUp` (name → a valid request body). */
-export async function startEmbers(wakeUp: Record<string, string>, timeoutMs = 180_000): Promise<EmbersServer> {
-  const t0 = performance.now();
+interface FunctionView {
+  replicas: { id: string; state: string; models?: Record<string, BatchCounters> }[];
+  /** Newest first. */
+  coldStarts?: ColdStartRecord[];
+}
+
+/** A running `embers dev` whose banner has been printed (its functions are deployed). */
+export interface EmbersProcess {
+  port: number;
+  apiKey: string;
+  child: Child;
+  dataDir: string;
+  /** GET /v1/functions/:name with the key. */
+  describe(name: string): Promise<FunctionView>;
+  /** SIGTERM, wait for exit (SIGKILL to its group after a grace period); removes the data dir if launchEmbers made it. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts `embers dev` with EMBERS_DATA_DIR = `dataDir` (left in place on stop), or on a fresh
+ * temporary one (removed on stop and on exit), and waits until it prints its URL and key.
+ */
+export async function launchEmbers(o: { dataDir?: string; timeoutMs?: number } = {}): Promise<EmbersProcess> {
+  const timeoutMs = o.timeoutMs ?? 180_000;
   const port = await freePort();
-  const dataDir = await mkdtemp(path.join(os.tmpdir(), 'embers-bench-'));
+  const dataDir = o.dataDir ?? (await mkdtemp(path.join(os.tmpdir(), 'embers-bench-')));
   const child = startChild('embers dev', ['cli/bin.mjs', 'dev'], {
     cwd: ROOT,
     env: cleanEnv({ EMBERS_PORT: String(port), EMBERS_DATA_DIR: dataDir, EMBERS_LOG_LEVEL: 'warn', EMBERS_LOG_PRETTY: 'false' }),
   });
   // Also removed when this process exits another way (Ctrl-C, an error): by then the child is gone.
   const removeDataDir = () => rmSync(dataDir, { recursive: true, force: true });
-  process.once('exit', removeDataDir);
+  if (!o.dataDir) process.once('exit', removeDataDir);
   const stop = async () => {
     await child.stop();
+    if (o.dataDir) return;
     await rm(dataDir, { recursive: true, force: true });
     process.off('exit', removeDataDir);
   };
@@ -71,10 +101,23 @@ export async function startEmbers(wakeUp: Record<string, string>, timeoutMs = 18
     const url = (await child.waitFor(/Embers is running at (http:\/\/\S+)/, 1000))[1];
     if (!url.endsWith(`:${port}`)) throw new Error(`embers dev serves ${url}, expected port ${port}`);
     const describe = async (name: string): Promise<FunctionView> => {
-      const res = await fetch(`http://127.0.0.1:${port}/v1/functions/${name}`, { headers: { authorization: `Bearer ${apiKey}` } });
+      const res = await fetch(`http://127.0.0.1:${port}/v1/functions/${name}`, { headers: { authorization: `Bearer ${apiKey}` }, signal: AbortSignal.timeout(10_000) });
       if (!res.ok) throw new Error(`GET /v1/functions/${name}: ${res.status} ${await res.text()}`);
       return (await res.json()) as FunctionView;
     };
+    return { port, apiKey, child, dataDir, describe, stop };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+/** Starts `embers dev` and waits for a ready replica of each function in `wakeUp` (name → a valid request body). */
+export async function startEmbers(wakeUp: Record<string, string>, timeoutMs = 180_000): Promise<EmbersServer> {
+  const t0 = performance.now();
+  const embers = await launchEmbers({ timeoutMs });
+  const { port, apiKey, child, describe, stop } = embers;
+  try {
     // Functions may scale from zero: a first call (answered once a replica is up) is the demand
     // that starts one.
     const end = Date.now() + timeoutMs;
