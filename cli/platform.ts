@@ -6,7 +6,7 @@ import path from 'node:path';
 import type { Config } from '../core/config.ts';
 import type { Logger } from '../core/log.ts';
 import { storeFromConfig, type ObjectStore } from '../core/s3.ts';
-import { startGateway, type RunningGateway } from '../gateway/server.ts';
+import { startGateway, type GatewayOptions, type RunningGateway } from '../gateway/server.ts';
 import { startLocalRedis, type LocalRedis } from '../infra/local/redis.ts';
 import { startLocalS3, type LocalS3 } from '../infra/local/s3.ts';
 import { NodeAgent, type AgentOptions } from '../scheduler/agent.ts';
@@ -32,6 +32,18 @@ export async function localApiKey(dataDir: string): Promise<string> {
   await writeFile(file, `${key}\n`, { mode: 0o600 });
   await chmod(file, 0o600);
   return key;
+}
+
+/** Gateway settings from config: shared by `embers dev` and a standalone `embers gateway`. */
+export function gatewayOptions(config: Config, o: { redisUrl: string; store: ObjectStore; apiKey: string; log: Logger }): GatewayOptions {
+  return {
+    ...o,
+    port: config.EMBERS_PORT,
+    host: config.EMBERS_HOST,
+    maxBodyBytes: config.EMBERS_MAX_BODY_BYTES,
+    maxBundleBytes: config.EMBERS_MAX_BUNDLE_BYTES,
+    queueTimeoutMs: config.EMBERS_QUEUE_TIMEOUT_MS,
+  };
 }
 
 /** Node agent settings from config: shared by `embers dev` and a standalone `embers agent`. */
@@ -89,17 +101,7 @@ export async function startPlatform(config: Config, log: Logger, opts: { persist
     await store.ensureBucket();
     const apiKey = config.EMBERS_API_KEY ?? (await localApiKey(config.dataDir));
 
-    const gateway = await startGateway({
-      redisUrl,
-      store,
-      apiKey,
-      port: config.EMBERS_PORT,
-      host: config.EMBERS_HOST,
-      log,
-      maxBodyBytes: config.EMBERS_MAX_BODY_BYTES,
-      maxBundleBytes: config.EMBERS_MAX_BUNDLE_BYTES,
-      queueTimeoutMs: config.EMBERS_QUEUE_TIMEOUT_MS,
-    });
+    const gateway = await startGateway(gatewayOptions(config, { redisUrl, store, apiKey, log }));
     stops.push(() => gateway.close());
 
     const agent = new NodeAgent(agentOptions(config, { redisUrl, store, s3Endpoint, log }));

@@ -184,14 +184,16 @@ export class Replica {
   /** Records the cold start for the API and metrics, and tells gateways this function serves. */
   private async announceColdStart(): Promise<void> {
     const { name, version } = this.o.manifest;
-    const record = { replica: this.o.id, version, at: new Date(this.readyAt).toISOString(), ...this.coldStart! };
-    const event: PlatformEvent = { type: 'replica', name, replica: this.o.id, state: 'ready', coldStart: this.coldStart };
-    await this.o.redis
-      .multi()
-      .lpush(keys.coldStarts(name), JSON.stringify(record))
-      .ltrim(keys.coldStarts(name), 0, 19)
-      .publish(keys.registryChannel, JSON.stringify(event))
-      .exec();
+    await this.recordStart(
+      { replica: this.o.id, version, at: new Date(this.readyAt).toISOString(), ...this.coldStart! },
+      { type: 'replica', name, replica: this.o.id, state: 'ready', coldStart: this.coldStart },
+    );
+  }
+
+  /** Keeps the last 20 starts (and failures) of the function, and announces this one. */
+  private async recordStart(record: object, event: PlatformEvent): Promise<void> {
+    const list = keys.coldStarts(this.o.manifest.name);
+    await this.o.redis.multi().lpush(list, JSON.stringify(record)).ltrim(list, 0, 19).publish(keys.registryChannel, JSON.stringify(event)).exec();
   }
 
   /**
@@ -200,14 +202,10 @@ export class Replica {
    */
   private async failWaiting(error: { phase: string; message: string }): Promise<void> {
     const { name } = this.o.manifest;
-    const event: PlatformEvent = { type: 'replica', name, replica: this.o.id, state: 'failed', error };
-    const record = { replica: this.o.id, version: this.o.manifest.version, at: new Date().toISOString(), error };
-    await this.o.redis
-      .multi()
-      .lpush(keys.coldStarts(name), JSON.stringify(record))
-      .ltrim(keys.coldStarts(name), 0, 19)
-      .publish(keys.registryChannel, JSON.stringify(event))
-      .exec();
+    await this.recordStart(
+      { replica: this.o.id, version: this.o.manifest.version, at: new Date().toISOString(), error },
+      { type: 'replica', name, replica: this.o.id, state: 'failed', error },
+    );
     const ids = (await this.o.redis.smembers(keys.replicas(name))).filter((id) => id !== this.o.id);
     const others = ids.length ? await this.o.redis.mget(ids.map(keys.replica)) : [];
     if (others.some((r) => r && (JSON.parse(r) as ReplicaRecord).state === 'ready')) return;

@@ -7,7 +7,7 @@ import { storeFromConfig } from '../../core/s3.ts';
 import { startGateway } from '../../gateway/server.ts';
 import { NodeAgent } from '../../scheduler/agent.ts';
 import { CliError } from '../errors.ts';
-import { agentOptions } from '../platform.ts';
+import { agentOptions, gatewayOptions } from '../platform.ts';
 
 function shared(): { config: Config; log: Logger; redisUrl: string } {
   const config = loadConfig();
@@ -33,17 +33,7 @@ export function gatewayCommand(): Command {
     const { config, log, redisUrl } = shared();
     const store = storeFromConfig(config);
     await store.ensureBucket();
-    const gw = await startGateway({
-      redisUrl,
-      store,
-      apiKey: config.EMBERS_API_KEY!,
-      port: config.EMBERS_PORT,
-      host: config.EMBERS_HOST,
-      log,
-      maxBodyBytes: config.EMBERS_MAX_BODY_BYTES,
-      maxBundleBytes: config.EMBERS_MAX_BUNDLE_BYTES,
-      queueTimeoutMs: config.EMBERS_QUEUE_TIMEOUT_MS,
-    });
+    const gw = await startGateway(gatewayOptions(config, { redisUrl, store, apiKey: config.EMBERS_API_KEY!, log }));
     process.stdout.write(`gateway ${gw.id} listening on ${gw.url}\n`);
     onStop(log, () => gw.close());
   });
