@@ -136,6 +136,8 @@ export interface NodeRecord {
 export type PlatformEvent =
   | { type: 'deployed' | 'deleted'; name: string; version?: string }
   | { type: 'placement' }
+  /** A gateway queued work for the function: the scheduler decides now rather than at its next tick. */
+  | { type: 'wake'; name: string }
   | { type: 'replica'; name: string; replica: string; state: 'ready' | 'failed'; coldStart?: ColdStartPhases; error?: { phase: string; message: string } };
 
 /** Exit code of a replica that asks its node agent to replace it (a handler that would not stop). */

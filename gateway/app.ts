@@ -31,6 +31,8 @@ export interface GatewayDeps {
   maxBundleBytes: number;
   /** Longest a request waits in its queue before it is answered 504. */
   queueTimeoutMs: number;
+  /** Tells the scheduler work arrived for a function (throttled), so a scale from zero starts at once. */
+  wake(name: string): void;
 }
 
 /** Replica counts by function and state, read from their heartbeats at scrape time. */

@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
-import { EXIT_REPLACE_ME, keys, type NodeRecord, type PlacementRecord } from '../core/contracts.ts';
+import { EXIT_REPLACE_ME, keys, type NodeRecord, type PlacementRecord, type PlatformEvent } from '../core/contracts.ts';
 import type { Logger } from '../core/log.ts';
 import { createRedis } from '../core/redis.ts';
 import type { ObjectStore } from '../core/s3.ts';
@@ -89,7 +89,10 @@ export class NodeAgent {
     this.gpus = await discoverGpus();
     if (this.gpus.length) this.log.info({ gpus: this.gpus }, 'GPUs found');
     await this.advertise();
-    this.sub.on('message', () => void this.reconcile());
+    this.sub.on('message', (_channel: string, message: string) => {
+      if ((JSON.parse(message) as PlatformEvent).type === 'wake') void this.scheduler.tick();
+      else void this.reconcile();
+    });
     await this.sub.subscribe(keys.registryChannel);
     const beat = this.o.heartbeatMs ?? 1_000;
     this.timers.push(setInterval(() => void this.advertise().catch(() => {}), beat));

@@ -46,6 +46,7 @@ export function runRoutes(deps: GatewayDeps) {
       let reply;
       try {
         await queues.get(name).add('run', data, { jobId });
+        deps.wake(name);
         reply = await wait;
       } catch (err) {
         replies.cancel(rid);
