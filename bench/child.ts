@@ -13,6 +13,7 @@ export class Child {
   private output = '';
   private readonly exited: Promise<number | null>;
   private exitCode: number | null | undefined;
+  private exitSignal: NodeJS.Signals | null = null;
 
   constructor(
     readonly name: string,
@@ -26,8 +27,9 @@ export class Child {
     proc.stdout?.on('data', keep);
     proc.stderr?.on('data', keep);
     this.exited = new Promise((resolve) =>
-      proc.once('exit', (code) => {
+      proc.once('exit', (code, signal) => {
         this.exitCode = code;
+        this.exitSignal = signal;
         live.delete(this);
         resolve(code);
       }),
@@ -48,7 +50,7 @@ export class Child {
     for (;;) {
       const m = this.output.match(pattern);
       if (m) return m;
-      if (this.exitCode !== undefined) throw new Error(`${this.name} exited (code ${this.exitCode}) before printing ${pattern}:\n${this.tail}`);
+      if (this.exitCode !== undefined) throw new Error(`${this.name} exited (${this.exitSignal ? `signal ${this.exitSignal}` : `code ${this.exitCode}`}) before printing ${pattern}:\n${this.tail}`);
       if (Date.now() > end) throw new Error(`${this.name} did not print ${pattern} within ${timeoutMs / 1000} s:\n${this.tail}`);
       await new Promise((r) => setTimeout(r, 50));
     }

@@ -10,7 +10,8 @@ export type CpuSample = Map<number, { role: string; ticks: number }>;
 function role(pid: number, cmdline: string): string {
   if (pid === process.pid) return 'loadgen';
   if (cmdline.includes('redis-server')) return 'redis';
-  if (cmdline.includes('runtime/main.ts')) return 'replicas';
+  // From TypeScript source, or the prebuilt runtime the agent writes to <data dir>/cache/runtime/<hash>/main.mjs.
+  if (cmdline.includes('runtime/main.ts') || /cache\/runtime\/[^/ ]+\/main\.mjs/.test(cmdline)) return 'replicas';
   if (cmdline.includes('cli/bin.mjs')) return 'gateway+agent';
   if (cmdline.includes('naive-server')) return 'naive';
   return 'other';

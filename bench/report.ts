@@ -1,4 +1,5 @@
 // The printed report: tables and the ratios against their targets.
+import { coldSummaryLine, formatCold } from './cold.ts';
 import type { LoadResult } from './load.ts';
 import { TARGETS, type BenchResult, type Measured } from './result.ts';
 
@@ -109,6 +110,9 @@ export function formatReport(r: BenchResult): string {
     ),
   );
 
+  if (r.coldStart) out.push('', formatCold(r.coldStart));
+  if (r.coldStartError) out.push('', `Cold start section failed: ${r.coldStartError}`);
+
   const verdict = (ok: boolean | undefined) => (ok ? 'PASS' : 'MISS');
   const target = (name: keyof typeof TARGETS) => `target ${TARGETS[name].op === '>=' ? '≥' : '≤'} ${TARGETS[name].value.toFixed(2)}`;
   const { ratios, pass } = r;
@@ -122,6 +126,7 @@ export function formatReport(r: BenchResult): string {
   }
   out.push(`  added_p50_ms_at_c1   ${num(ratios.added_p50_ms_at_c1, 2).padStart(7)}  ${target('added_p50_ms_at_c1')}  ${verdict(pass.added_p50_ms_at_c1)}`);
   out.push(`  echo_vs_ping         ${num(ratios.echo_vs_ping, 3).padStart(7)}  ${target('echo_vs_ping')}  ${verdict(pass.echo_vs_ping)}`);
+  if (r.coldStart) out.push(coldSummaryLine(r.coldStart));
   out.push(`Took ${num(r.durationSeconds, 0)} s.`);
   return out.join('\n');
 }

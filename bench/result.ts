@@ -1,4 +1,5 @@
 // The shape of one benchmark run (what bench/results/latest.json holds) and its verdicts.
+import type { ColdStartResult } from './cold.ts';
 import type { LoadResult } from './load.ts';
 import type { ClsPoint, RawPipeline } from './raw.ts';
 import type { BatchDelta } from './servers.ts';
@@ -61,6 +62,19 @@ export interface BenchResult {
   overhead: { concurrency: number; echo: Measured; ping: Measured };
   ratios: Ratios;
   pass: Record<string, boolean>;
+  /** ocr started from zero, models in S3 and then on the node's disk (bench/cold.ts). */
+  coldStart?: ColdStartResult;
+  /** Why the cold-start section has no result. */
+  coldStartError?: string;
+}
+
+/** What `BENCH_ONLY=cold` writes (bench/results/latest-cold.json). */
+export interface ColdOnlyResult {
+  date: string;
+  durationSeconds: number;
+  machine: BenchResult['machine'];
+  git: BenchResult['git'];
+  coldStart: ColdStartResult;
 }
 
 export function computeRatios(ocr: OcrPoint[], raw: Pick<RawPipeline, 'reqPerSec' | 'latencyMs'>, echo: LoadResult, ping: LoadResult): { ratios: Ratios; pass: Record<string, boolean> } {

@@ -1,18 +1,21 @@
 // `npm run bench`: the raw limit, the naive baseline and Embers, on one machine with one model
-// and one image; prints the tables and writes bench/results/latest.{json,svg}.
+// and one image, then Embers' cold start from zero; prints the tables and writes
+// bench/results/latest.{json,svg}. `BENCH_ONLY=cold` runs only the cold-start section and
+// writes bench/results/latest-cold.json (latest.json is left as it is).
 import { execFileSync } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import sharp from 'sharp';
 import { chartSvg } from './chart.ts';
 import { stopAllChildren } from './child.ts';
+import { coldStartSection, coldSummaryLine, formatCold, type ColdStartResult } from './cold.ts';
 import { IMAGE_TEXT, testImage } from './image.ts';
 import { coresByRole, sampleCpu } from './cpu.ts';
 import { closedLoop, type Target } from './load.ts';
 import { ORT_VERSION } from './ort.ts';
 import { bestCls, machine, rawCls, rawPipeline } from './raw.ts';
 import { formatReport } from './report.ts';
-import { computeRatios, type BenchResult, type Measured, type OcrPoint } from './result.ts';
+import { computeRatios, type BenchResult, type ColdOnlyResult, type Measured, type OcrPoint } from './result.ts';
 import { HEARTBEAT_MS, ROOT, batchCounters, batchDelta, startEmbers, startNaive } from './servers.ts';
 import { sleep, windowFromEnv } from './stats.ts';
 
@@ -51,7 +54,46 @@ async function postJson(port: number, route: string, body: string, headers: Reco
   return res.json();
 }
 
+/** The cold-start section, or why it failed (the rest of the results are kept either way). */
+async function coldStart(ocrBody: Buffer): Promise<{ coldStart?: ColdStartResult; coldStartError?: string }> {
+  log('cold start: ocr from zero (models in S3, then on disk)');
+  try {
+    return { coldStart: await coldStartSection(ocrBody, log) };
+  } catch (err) {
+    const message = err instanceof Error ? err.message : String(err);
+    log(`cold start section failed: ${err instanceof Error ? (err.stack ?? message) : message}`);
+    process.exitCode = 1;
+    return { coldStartError: message };
+  }
+}
+
+async function mainColdOnly(): Promise<void> {
+  const began = performance.now();
+  const host = machine();
+  const ocrBody = Buffer.from(JSON.stringify({ image: await testImage() }));
+  const cold = await coldStartSection(ocrBody, log);
+  const result: ColdOnlyResult = {
+    date: new Date().toISOString(),
+    durationSeconds: (performance.now() - began) / 1000,
+    machine: { ...host, ortVersion: ORT_VERSION },
+    git: gitInfo(),
+    coldStart: cold,
+  };
+  await mkdir(RESULTS, { recursive: true });
+  const file = path.join(RESULTS, 'latest-cold.json');
+  await writeFile(file, `${JSON.stringify(result, null, 2)}\n`);
+  const m = result.machine;
+  process.stdout.write(
+    `\nEmbers cold-start benchmark — ${result.date} — ${m.cpuModel}, ${m.cores} cores, node ${m.node}, onnxruntime-node ${m.ortVersion}, ${result.git.commit.slice(0, 7)}${result.git.dirtyFiles ? ` (+${result.git.dirtyFiles} changed files)` : ''}\n` +
+      `Load average at start: ${m.loadAvgAtStart.join(', ')} (other work on the machine skews every figure).\n\n${formatCold(cold)}\n\nSummary:\n${coldSummaryLine(cold)}\n`,
+  );
+  log(`wrote ${path.relative(process.cwd(), file)}`);
+}
+
 async function main(): Promise<void> {
+  const only = process.env.BENCH_ONLY ?? '';
+  if (only === 'cold') return mainColdOnly();
+  if (only !== '') throw new Error(`BENCH_ONLY must be "cold" or unset, got "${only}"`);
   const began = performance.now();
   const host = machine();
   const window = windowFromEnv();
@@ -116,6 +158,8 @@ async function main(): Promise<void> {
   log('stopping servers');
   await Promise.all([naive.stop(), embers.stop()]);
 
+  const cold = await coldStart(ocrBody);
+
   const { ratios, pass } = computeRatios(ocr, pipeline, echo, ping);
   const result: BenchResult = {
     date: new Date().toISOString(),
@@ -131,6 +175,7 @@ async function main(): Promise<void> {
     overhead: { concurrency: OVERHEAD_CONCURRENCY, echo, ping },
     ratios,
     pass,
+    ...cold,
   };
   await mkdir(RESULTS, { recursive: true });
   await writeFile(path.join(RESULTS, 'latest.json'), `${JSON.stringify(result, null, 2)}\n`);

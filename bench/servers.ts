@@ -8,6 +8,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startChild, type Child } from './child.ts';
 import { sleep } from './stats.ts';
+import type { ColdStartPhases } from '../core/contracts.ts';
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
@@ -45,16 +46,10 @@ export interface EmbersServer {
   stop(): Promise<void>;
 }
 
-export interface ColdStartRecord {
+/** A replica's start as `GET /v1/functions/:name` lists it. */
+export interface ColdStartRecord extends ColdStartPhases {
   replica: string;
   at: string;
-  spawnMs: number;
-  bundleMs: number;
-  modelFetchMs: number;
-  modelLoadMs: number;
-  setupMs: number;
-  warmupMs: number;
-  totalMs: number;
 }
 
 interface FunctionView {

@@ -13,6 +13,8 @@ export interface CachedModel {
   hit: boolean;
 }
 
+const CONTENT_ADDRESSED = /\/models\/sha256\/([0-9a-f]{64})\.onnx$/;
+
 export class ModelCache {
   constructor(
     private readonly dir: string,
@@ -21,18 +23,32 @@ export class ModelCache {
   ) {}
 
   async fetch(uri: string): Promise<CachedModel> {
+    // Models uploaded through Embers are named by their sha256: a file of that name is that
+    // model, so a cache hit costs no S3 round trip.
+    const sha = CONTENT_ADDRESSED.exec(uri)?.[1];
+    if (sha) {
+      const file = path.join(this.dir, `sha256-${sha}.onnx`);
+      const existing = await stat(file).catch(() => null);
+      if (existing) return this.touch(file, existing.size);
+      await this.store.download(uri, file);
+      await this.evict(file);
+      return { path: file, bytes: (await stat(file)).size, hit: false };
+    }
     const head = await this.store.head(uri);
     if (!head) throw new Error(`model ${uri} not found in S3`);
     const file = path.join(this.dir, `${head.etag.replace(/[^A-Za-z0-9_-]/g, '_')}-${head.size}.onnx`);
     const existing = await stat(file).catch(() => null);
-    if (existing && existing.size === head.size) {
-      const now = new Date();
-      await utimes(file, now, now).catch(() => {});
-      return { path: file, bytes: head.size, hit: true };
-    }
+    if (existing && existing.size === head.size) return this.touch(file, head.size);
     await this.store.download(uri, file);
     await this.evict(file);
     return { path: file, bytes: head.size, hit: false };
+  }
+
+  /** Marks a hit as recently used (LRU order is file mtime). */
+  private async touch(file: string, bytes: number): Promise<CachedModel> {
+    const now = new Date();
+    await utimes(file, now, now).catch(() => {});
+    return { path: file, bytes, hit: true };
   }
 
   /** Removes least recently used models until the cache fits its bound; never `keep`. */

@@ -205,7 +205,6 @@ export class NodeAgent {
       child = standby.child;
       child.removeAllListeners('message');
       child.send({ type: 'assign', id, fn, version, spawnedAt, env: perReplica });
-      setImmediate(() => this.prepareStandby());
     } else {
       child = this.forkRuntime({ ...perReplica, EMBERS_REPLICA_ID: id, EMBERS_REPLICA_FUNCTION: fn, EMBERS_REPLICA_VERSION: version, EMBERS_REPLICA_SPAWNED_AT: String(spawnedAt) });
     }
@@ -217,10 +216,13 @@ export class NodeAgent {
       if (m?.type === 'ready') {
         r.state = 'ready';
         this.backoff.delete(`${fn}@${version}`);
+        // Refill the standby only now: booting one takes CPU the cold start needs.
+        this.prepareStandby();
       }
     });
     void exited.then((code) => {
       this.replicas.delete(id);
+      this.prepareStandby();
       void this.redis.multi().del(keys.replica(id)).srem(keys.replicas(fn), id).exec().catch(() => {});
       if (r.stopping || this.closed) return;
       if (code === EXIT_REPLACE_ME) {
