@@ -25,6 +25,8 @@ export class Scheduler {
   private readonly registry: Registry;
   private readonly queues = new Map<string, Queue>();
   private readonly states = new Map<string, ScalerState>();
+  /** Last tick's decisions: what other functions hold bounds each function's capacity. */
+  private lastDesired: Record<string, number> = {};
   private timer?: NodeJS.Timeout;
   private running: Promise<void> | null = null;
   private readonly log: Logger;
@@ -106,8 +108,6 @@ export class Scheduler {
     if (committed > totalSlots) this.log.warn({ committed, totalSlots }, 'more replicas wanted than the nodes have slots');
   }
 
-  private lastDesired: Record<string, number> = {};
-
   private queue(name: string): Queue {
     let q = this.queues.get(name);
     if (!q) {
@@ -121,7 +121,9 @@ export class Scheduler {
   private async readyCount(ids: string[], version: string): Promise<number> {
     if (ids.length === 0) return 0;
     const records = await this.o.redis.mget(ids.map(keys.replica));
-    return records.filter((r) => r && (JSON.parse(r) as { state: string; version: string }).state === 'ready' && JSON.parse(r).version === version).length;
+    return records
+      .map((r) => (r ? (JSON.parse(r) as { state: string; version: string }) : null))
+      .filter((r) => r?.state === 'ready' && r.version === version).length;
   }
 
   private async liveNodes(): Promise<NodeRecord[]> {
