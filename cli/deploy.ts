@@ -63,7 +63,7 @@ export async function bundleFunction(file: string): Promise<Buffer> {
 }
 
 /** A directory for a bundle whose externals resolve to the platform's node_modules. */
-export async function bundleDir(prefix: string): Promise<string> {
+async function bundleDir(prefix: string): Promise<string> {
   const dir = await mkdtemp(path.join(os.tmpdir(), prefix));
   await linkPlatformModules(dir);
   return dir;

@@ -1,6 +1,5 @@
 import { Command } from 'commander';
 import { clientFrom, printJson, withConnection } from './common.ts';
-import { CliError } from '../errors.ts';
 
 interface Summary { name: string; active: string; versions: number; updatedAt: string }
 interface ReplicaView {
@@ -65,7 +64,6 @@ export function functionsCommand(): Command {
   );
 
   withConnection(cmd.command('delete').description('delete a function (its versions stay in S3)').argument('<name>')).action(async (name: string, opts: { url?: string; key?: string }) => {
-    if (!name) throw new CliError('name a function to delete', 2);
     await clientFrom(opts).call('DELETE', `/v1/functions/${encodeURIComponent(name)}`);
     process.stdout.write(`deleted ${name}\n`);
   });

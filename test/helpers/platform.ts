@@ -85,7 +85,3 @@ export async function textImage(lines: string[], width = 520): Promise<Buffer> {
   const svg = `<svg width="${width}" height="${height}" xmlns="http://www.w3.org/2000/svg"><rect width="100%" height="100%" fill="white"/>${texts}</svg>`;
   return sharp(Buffer.from(svg)).png().toBuffer();
 }
-
-export async function json(res: Response): Promise<any> {
-  return res.json();
-}
