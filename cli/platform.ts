@@ -38,6 +38,9 @@ export async function localApiKey(dataDir: string): Promise<string> {
 export function gatewayOptions(config: Config, o: { redisUrl: string; store: ObjectStore; apiKey: string; log: Logger }): GatewayOptions {
   return {
     ...o,
+    webhookSecret: config.EMBERS_WEBHOOK_SECRET,
+    jobRetentionS: config.EMBERS_JOB_RETENTION_S,
+    maxBatchBytes: config.EMBERS_MAX_BATCH_BYTES,
     port: config.EMBERS_PORT,
     host: config.EMBERS_HOST,
     maxBodyBytes: config.EMBERS_MAX_BODY_BYTES,
@@ -59,6 +62,7 @@ export function agentOptions(config: Config, o: { redisUrl: string; store: Objec
     providers: config.EMBERS_EXECUTION_PROVIDERS,
     scheduler: {
       tickMs: config.EMBERS_SCHEDULER_TICK_MS,
+      batchMaxOutstanding: config.EMBERS_BATCH_MAX_OUTSTANDING,
       settings: {
         stableWindowMs: config.EMBERS_SCALE_STABLE_WINDOW_S * 1000,
         panicWindowMs: config.EMBERS_SCALE_PANIC_WINDOW_S * 1000,

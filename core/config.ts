@@ -56,6 +56,14 @@ export const ConfigSchema = z.object({
   EMBERS_HANDLER_GRACE_MS: int(0).default(5_000),
   /** Node model cache bound (LRU beyond it). @default 20 GiB */
   EMBERS_MODEL_CACHE_BYTES: int(1).default(20 * 1024 ** 3),
+  /** How long an async job's result is kept after it finishes; later it answers 404 "expired". @default 86400 (1 day) */
+  EMBERS_JOB_RETENTION_S: int(1).default(86_400),
+  /** Root secret webhook signatures derive from (one secret per tenant). Unset: generated once and kept in Redis for every gateway. */
+  EMBERS_WEBHOOK_SECRET: z.string().min(16, 'must be at least 16 characters').optional(),
+  /** Largest batch input uploaded through POST /v1/batches, in bytes. @default 1 GiB */
+  EMBERS_MAX_BATCH_BYTES: int(1024).default(1024 ** 3),
+  /** Batch lines a batch keeps in its function's queue at once; the feeder adds more as they finish. @default 256 */
+  EMBERS_BATCH_MAX_OUTSTANDING: int(1, 100_000).default(256),
   /** Pretty logs (default when stdout is a terminal). */
   EMBERS_LOG_PRETTY: bool.optional(),
 });

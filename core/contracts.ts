@@ -46,18 +46,29 @@ export interface Manifest extends DeploySpec {
   bundle: { key: string; sha256: string; bytes: number };
 }
 
-/** Job payload on a function's queue: only what the handler needs, plus the reply address. */
+/**
+ * Job payload on a function's queue: only what the handler needs, plus where the result goes —
+ * exactly one of `gw` (a gateway waits on the line), `job` (an async job record) or `batch`
+ * (one line of a bulk batch).
+ */
 export interface RunJobData {
   /** Request id. */
   rid: string;
-  /** Gateway id whose reply channel waits for this job. */
-  gw: string;
+  /** Gateway id whose reply channel waits for this job (synchronous runs). */
+  gw?: string;
+  /** Async job id: the result is written to its record (keys.job). */
+  job?: string;
+  /** Batch item: the batch, the 1-based line of the input file, and the line's custom_id. */
+  batch?: { id: string; line: number; cid: string };
   input: unknown;
   /** Enqueue time (ms since epoch) for queue timing. */
   enq: number;
-  /** Latest start (ms since epoch): a job still queued then is answered 504 without running. */
-  deadline: number;
+  /** Latest start (ms since epoch) of a synchronous run: still queued then, it is answered 504 without running. */
+  deadline?: number;
 }
+
+/** Live traffic has no priority; BullMQ takes every unprioritized job before any prioritized one. */
+export const BATCH_PRIORITY = 100;
 
 /** Header of a reply message; the body (result or error JSON) follows after a newline. */
 export interface ReplyHeader {
@@ -105,6 +116,20 @@ export const keys = {
   /** fn → JSON ScaleRecord: the last decision and why. */
   desired: 'embers:desired',
   leader: 'embers:scheduler:leader',
+  /** Async job record (hash) and the tombstone that outlives it, so an expired id answers "expired". */
+  job: (id: string) => `embers:job:${id}`,
+  jobGone: (id: string) => `embers:job:${id}:gone`,
+  /** Replicas listen here for cancellations of running async jobs: `<function> <job id>`. */
+  cancelChannel: 'embers:cancel',
+  batch: (id: string) => `embers:batch:${id}`,
+  /** line → `o{json}` or `e{json}`: a line's outcome, written once (HSETNX) whatever retries happen. */
+  batchResults: (id: string) => `embers:batch:${id}:results`,
+  /** Batches the feeder still works on. */
+  activeBatches: 'embers:batches:active',
+  /** Root of webhook signing secrets when EMBERS_WEBHOOK_SECRET is unset. */
+  webhookSecret: 'embers:webhook-secret',
+  /** Every batch by creation time, for listing. */
+  batches: 'embers:batches',
 };
 
 /** Where a function's replicas should run: the leading scheduler's word to the node agents. */
@@ -138,6 +163,8 @@ export type PlatformEvent =
   | { type: 'placement' }
   /** A gateway queued work for the function: the scheduler decides now rather than at its next tick. */
   | { type: 'wake'; name: string }
+  /** A batch was created or asked to cancel: the feeder looks now. */
+  | { type: 'batch'; id: string }
   | { type: 'replica'; name: string; replica: string; state: 'ready' | 'failed'; coldStart?: ColdStartPhases; error?: { phase: string; message: string } };
 
 /** Exit code of a replica that asks its node agent to replace it (a handler that would not stop). */
@@ -150,7 +177,13 @@ export const s3Keys = {
   bundle: (name: string, version: string) => `functions/${name}/${version}/bundle.mjs`,
   manifest: (name: string, version: string) => `functions/${name}/${version}/manifest.json`,
   model: (sha256: string) => `models/sha256/${sha256}.onnx`,
+  batchInput: (id: string) => `batches/${id}/input.jsonl`,
+  batchOutput: (id: string) => `batches/${id}/output.jsonl`,
+  batchErrors: (id: string) => `batches/${id}/errors.jsonl`,
 };
+
+/** Queue (under QUEUE_PREFIX) of webhook deliveries; "_" keeps it apart from function names. */
+export const WEBHOOK_QUEUE = '_webhooks';
 
 export function encodeReply(header: ReplyHeader, body: string): string {
   return `${JSON.stringify(header)}\n${body}`;

@@ -87,6 +87,13 @@ export class ObjectStore {
     return Buffer.from(await res.Body!.transformToByteArray());
   }
 
+  /** The object as a stream (batch files can be large). */
+  async stream(keyOrUri: string): Promise<Readable> {
+    const { bucket, key } = this.loc(keyOrUri);
+    const res = await this.client.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
+    return res.Body as Readable;
+  }
+
   /** Streams an object to a file atomically (temp file, then rename). */
   async download(keyOrUri: string, file: string): Promise<void> {
     const { bucket, key } = this.loc(keyOrUri);

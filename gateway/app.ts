@@ -1,6 +1,9 @@
 // The Hono app: one sub-app per resource, errors mapped in one place.
 import { Hono } from 'hono';
+import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
+import type { BatchStore } from '../core/batches.ts';
+import type { JobStore } from '../core/jobs.ts';
 import type { Logger } from '../core/log.ts';
 import type { Registry } from '../core/registry.ts';
 import type { ObjectStore } from '../core/s3.ts';
@@ -13,6 +16,9 @@ import { notFound, onError } from './errors.ts';
 import { functionRoutes, replicasOf } from './routes/functions.ts';
 import { modelRoutes } from './routes/models.ts';
 import { runRoutes, type Queues } from './routes/run.ts';
+import { jobRoutes } from './routes/jobs.ts';
+import { batchRoutes } from './routes/batches.ts';
+import { webhookRoutes } from './webhooks.ts';
 
 export type GatewayEnv = { Variables: { rid: string } };
 
@@ -31,6 +37,13 @@ export interface GatewayDeps {
   maxBundleBytes: number;
   /** Longest a request waits in its queue before it is answered 504. */
   queueTimeoutMs: number;
+  jobs: JobStore;
+  batches: BatchStore;
+  /** Where finished async jobs with a webhook are queued for delivery. */
+  webhookQueue: Queue;
+  /** Root of the per-tenant webhook signing secrets. */
+  webhookSecret: string;
+  maxBatchBytes: number;
   /** Tells the scheduler work arrived for a function (throttled), so a scale from zero starts at once. */
   wake(name: string): void;
 }
@@ -70,5 +83,8 @@ export function createApp(deps: GatewayDeps) {
   app.route('/v1/functions', functionRoutes(deps));
   app.route('/v1/models', modelRoutes(deps));
   app.route('/v1/run', runRoutes(deps));
+  app.route('/v1/jobs', jobRoutes(deps));
+  app.route('/v1/batches', batchRoutes(deps));
+  app.route('/v1/webhooks', webhookRoutes(deps));
   return app;
 }

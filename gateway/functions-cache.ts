@@ -1,12 +1,12 @@
 // Active manifests and their compiled input validators, cached per gateway and dropped on
 // every registry event (with a short TTL as a backstop), so a run costs no registry reads.
-import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 import type { Manifest } from '../core/contracts.ts';
 import type { Registry } from '../core/registry.ts';
+import { compileInputSchema, type InputValidator } from '../core/validate.ts';
 
 export interface ActiveFunction {
   manifest: Manifest;
-  validate: ValidateFunction;
+  validate: InputValidator;
 }
 
 const TTL_MS = 5_000;
@@ -14,7 +14,6 @@ const FAILURE_FRESH_MS = 5_000;
 
 export class FunctionsCache {
   private readonly entries = new Map<string, { value: ActiveFunction | null; at: number }>();
-  private readonly ajv = new Ajv2020({ allErrors: true, strict: false });
 
   constructor(private readonly registry: Registry) {}
 
@@ -22,7 +21,7 @@ export class FunctionsCache {
     const hit = this.entries.get(name);
     if (hit && performance.now() - hit.at < TTL_MS) return hit.value;
     const manifest = await this.registry.active(name);
-    const value = manifest ? { manifest, validate: this.ajv.compile(manifest.inputSchema) } : null;
+    const value = manifest ? { manifest, validate: compileInputSchema(manifest.inputSchema) } : null;
     this.entries.set(name, { value, at: performance.now() });
     return value;
   }

@@ -1,17 +1,20 @@
 // Starts a gateway process-part: Redis connections, reply channel, HTTP listener.
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { serve, type ServerType } from '@hono/node-server';
 import { Queue } from 'bullmq';
-import { keys, QUEUE_PREFIX, type PlatformEvent } from '../core/contracts.ts';
+import { BatchStore } from '../core/batches.ts';
+import { keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type PlatformEvent } from '../core/contracts.ts';
+import { JobStore } from '../core/jobs.ts';
 import type { Logger } from '../core/log.ts';
-import { createRedis } from '../core/redis.ts';
+import { createRedis, type Redis } from '../core/redis.ts';
 import { Registry } from '../core/registry.ts';
 import type { ObjectStore } from '../core/s3.ts';
 import { createApp } from './app.ts';
 import { FunctionsCache } from './functions-cache.ts';
 import { createMetrics } from './metrics.ts';
 import { ReplyHub } from './replies.ts';
+import { startWebhookWorker } from './webhooks.ts';
 
 export interface GatewayOptions {
   redisUrl: string;
@@ -23,6 +26,10 @@ export interface GatewayOptions {
   maxBodyBytes: number;
   maxBundleBytes: number;
   queueTimeoutMs: number;
+  jobRetentionS: number;
+  /** Root of webhook signing secrets; unset, one is generated once and shared by all gateways through Redis. */
+  webhookSecret?: string;
+  maxBatchBytes: number;
 }
 
 export interface RunningGateway {
@@ -79,6 +86,13 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     },
   };
 
+  const jobs = new JobStore(redis, o.jobRetentionS);
+  const webhookSecret = o.webhookSecret ?? (await sharedWebhookSecret(redis));
+  const webhookQueue = new Queue(WEBHOOK_QUEUE, { connection: redis, prefix: QUEUE_PREFIX });
+  webhookQueue.on('error', (err) => log.warn({ err: err.message }, 'webhook queue error'));
+  let url = '';
+  const webhooks = startWebhookWorker({ redisUrl: o.redisUrl, jobs, secret: webhookSecret, baseUrl: () => url, log });
+
   const lastWake = new Map<string, number>();
   const app = createApp({
     gatewayId: id,
@@ -94,6 +108,11 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     maxBodyBytes: o.maxBodyBytes,
     maxBundleBytes: o.maxBundleBytes,
     queueTimeoutMs: o.queueTimeoutMs,
+    jobs,
+    batches: new BatchStore(redis),
+    webhookQueue,
+    webhookSecret,
+    maxBatchBytes: o.maxBatchBytes,
     wake: (name) => {
       // At most one wake per function per second from this gateway: cheap, and enough to cut
       // the scheduler's tick out of a cold start.
@@ -111,6 +130,8 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
       s.once('error', reject);
     });
   } catch (err) {
+    await webhooks.close();
+    await webhookQueue.close();
     sub.disconnect();
     redis.disconnect();
     const code = (err as NodeJS.ErrnoException).code;
@@ -120,7 +141,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
   }
   const addr = server.address() as AddressInfo;
   const host = o.host === '0.0.0.0' || o.host === '::' ? 'localhost' : o.host;
-  const url = `http://${host}:${addr.port}`;
+  url = `http://${host}:${addr.port}`;
   log.info({ url }, 'gateway listening');
   return {
     url,
@@ -134,8 +155,16 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
       await closed;
       clearTimeout(cut);
       await Promise.all([...queues.values()].map((q) => q.close()));
+      await webhooks.close();
+      await webhookQueue.close();
       sub.disconnect();
       redis.disconnect();
     },
   };
+}
+
+/** The platform's webhook root secret when EMBERS_WEBHOOK_SECRET is unset: the first gateway makes it. */
+async function sharedWebhookSecret(redis: Redis): Promise<string> {
+  await redis.set(keys.webhookSecret, `whroot_${randomBytes(32).toString('base64url')}`, 'NX');
+  return (await redis.get(keys.webhookSecret))!;
 }

@@ -8,7 +8,9 @@ import { Queue, Worker, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { linkPlatformModules } from '../core/bundle-dir.ts';
-import { encodeReply, errorBody, keys, QUEUE_PREFIX, type Manifest, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData } from '../core/contracts.ts';
+import { BatchStore, errorLine, outputLine } from '../core/batches.ts';
+import { encodeReply, errorBody, keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type Manifest, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData } from '../core/contracts.ts';
+import { CANCELED_BODY, enqueueWebhook, isTerminal, JobStore } from '../core/jobs.ts';
 import type { Logger } from '../core/log.ts';
 import type { ObjectStore } from '../core/s3.ts';
 import { ModelSession, type ExecutionProvider } from '../native/session.ts';
@@ -41,6 +43,8 @@ export interface ReplicaOptions {
   modelCacheBytes?: number;
   /** How long a handler may run past its timeout before the replica gives up on it. */
   handlerGraceMs: number;
+  /** How long async job results are kept. */
+  jobRetentionS: number;
   /** Called when a handler will not stop: the process should exit so the agent replaces it. */
   onStuck?: () => void;
 }
@@ -79,9 +83,17 @@ export class Replica {
   private readonly startedAt = new Date();
   private readyAt = 0;
   private readonly log: Logger;
+  private readonly jobStore: JobStore;
+  private readonly batchStore: BatchStore;
+  private webhookQueue?: Queue;
+  /** Running async jobs, by job id, so DELETE /v1/jobs/:id can abort their handlers. */
+  private readonly cancels = new Map<string, AbortController>();
+  private cancelSub?: Redis;
 
   constructor(private readonly o: ReplicaOptions) {
     this.log = o.log.child({ replica: o.id, fn: o.manifest.name, version: o.manifest.version });
+    this.jobStore = new JobStore(o.redis, o.jobRetentionS);
+    this.batchStore = new BatchStore(o.redis);
   }
 
   record(): ReplicaRecord {
@@ -165,6 +177,13 @@ export class Replica {
       removeOnFail: { count: 100 },
     });
     this.worker.on('error', (err) => this.log.error({ err }, 'queue worker error'));
+    this.cancelSub = this.o.redis.duplicate();
+    this.cancelSub.on('error', () => {});
+    this.cancelSub.on('message', (_channel: string, message: string) => {
+      const [fn, id] = message.split(' ');
+      if (fn === manifest.name) this.cancels.get(id)?.abort(new CanceledError('canceled'));
+    });
+    await this.cancelSub.subscribe(keys.cancelChannel);
     this.state = 'ready';
     this.readyAt = Date.now();
     await this.beat();
@@ -216,7 +235,7 @@ export class Replica {
         const removed = await job.remove().then(() => true, () => false);
         if (!removed) continue;
         const body = JSON.stringify(errorBody('replica_start_failed', `${name} ${this.o.manifest.version} cannot start: ${error.phase} failed: ${error.message}`));
-        await this.reply(job.data.gw, { rid: job.data.rid, status: 503, replica: this.o.id, timing: { queueMs: Date.now() - job.data.enq, handlerMs: 0, inferMs: 0, batchMs: 0 } }, body);
+        await this.deliver(job.data, { rid: job.data.rid, status: 503, replica: this.o.id, timing: { queueMs: Date.now() - job.data.enq, handlerMs: 0, inferMs: 0, batchMs: 0 } }, body, false);
       }
     } finally {
       await queue.close();
@@ -234,6 +253,7 @@ export class Replica {
   /** Stops at once without waiting for held jobs (their locks expire and they run elsewhere). */
   async abandon(): Promise<void> {
     clearInterval(this.heartbeat);
+    this.cancelSub?.disconnect();
     await this.worker?.close(true).catch(() => {});
     await this.o.redis.multi().del(keys.replica(this.o.id)).srem(keys.replicas(this.o.manifest.name), this.o.id).exec().catch(() => {});
   }
@@ -245,6 +265,8 @@ export class Replica {
     await this.beat().catch(() => {});
     await this.worker?.close();
     clearInterval(this.heartbeat);
+    this.cancelSub?.disconnect();
+    await this.webhookQueue?.close();
     await Promise.all([...this.models.values()].map((m) => m.session.close()));
     await this.o.redis.multi().del(keys.replica(this.o.id)).srem(keys.replicas(this.o.manifest.name), this.o.id).exec().catch(() => {});
   }
@@ -289,7 +311,9 @@ export class Replica {
   }
 
   private async process(job: Job<RunJobData>, jobSignal?: AbortSignal): Promise<void> {
-    const { rid, gw, input, enq, deadline } = job.data;
+    const data = job.data;
+    const { rid, input, enq } = data;
+    if (data.job && !(await this.startJob(data.job))) return;
     const started = Date.now();
     const t0 = performance.now();
     const timing = { queueMs: Math.max(0, started - enq), handlerMs: 0, inferMs: 0, batchMs: 0 };
@@ -297,6 +321,8 @@ export class Replica {
     let status = 200;
     let body = '';
     const log = this.log.child({ rid });
+    const cancel = new AbortController();
+    if (data.job) this.cancels.set(data.job, cancel);
     try {
       if ((job.stalledCounter ?? 0) >= MAX_CRASHES) {
         // Replicas died twice while holding this request: it is likely the cause. Answer, don't run.
@@ -310,28 +336,63 @@ export class Replica {
         status = 400;
         body = JSON.stringify(errorBody('invalid_input', `input does not match the schema of ${this.o.manifest.name}: ${z.prettifyError(parsed.error)}`, parsed.error.issues));
       } else {
-        const result = await this.runHandler(parsed.data, rid, deadline, jobSignal, timing, log);
+        const signal = jobSignal ? AbortSignal.any([jobSignal, cancel.signal]) : cancel.signal;
+        const result = await this.runHandler(parsed.data, rid, data.deadline, signal, timing, log);
         body = JSON.stringify(result ?? null);
       }
     } catch (err) {
-      ({ status, body } = errorReply(err, this.o.manifest, log));
+      if (cancel.signal.aborted) log.info('handler stopped: the job was canceled');
+      else ({ status, body } = errorReply(err, this.o.manifest, log));
     } finally {
       this.jobs.active--;
+      if (data.job) this.cancels.delete(data.job);
       timing.handlerMs = Math.round((performance.now() - t0) * 100) / 100;
       // A request queued before this replica was ready waited for its cold start.
       const cold = enq < this.readyAt && this.coldStart ? { waitedMs: Math.min(this.coldStart.totalMs, this.readyAt - enq), phases: this.coldStart } : undefined;
-      await this.reply(gw, { rid, status, replica: this.o.id, timing, ...(cold ? { cold } : {}) }, body);
+      // A handler that stopped because it was canceled ends "canceled", not "failed".
+      const canceled = cancel.signal.aborted && (status >= 400 || body === '');
+      await this.deliver(data, { rid, status, replica: this.o.id, timing, ...(cold ? { cold } : {}) }, canceled ? CANCELED_BODY : body, canceled);
     }
   }
 
-  private async reply(gw: string, header: ReplyHeader, body: string): Promise<void> {
-    if (header.status >= 500) this.jobs.failed++;
-    else this.jobs.completed++;
-    await this.o.redis.publish(keys.replyChannel(gw), encodeReply(header, body));
+  /** Moves an async job to running; false when it must not run (canceled, finished, expired). */
+  private async startJob(id: string): Promise<boolean> {
+    const state = await this.jobStore.start(id, this.o.id);
+    if (state === 'running') return true;
+    if (state === 'cancel') {
+      const zero = { queueMs: 0, handlerMs: 0, inferMs: 0, batchMs: 0 };
+      await this.deliver({ rid: id, job: id, input: null, enq: Date.now() }, { rid: id, status: 499, replica: this.o.id, timing: zero }, CANCELED_BODY, true);
+    } else if (isTerminal(state)) {
+      // Finished by an earlier run that died before its webhook was queued: queue it (deduped by id).
+      const url = await this.o.redis.hget(keys.job(id), 'webhook');
+      if (url) await enqueueWebhook(this.webhooks(), { job: id, url });
+    }
+    return false;
   }
 
-  private async runHandler(input: unknown, rid: string, deadline: number, jobSignal: AbortSignal | undefined, timing: { inferMs: number; batchMs: number }, log: Logger): Promise<unknown> {
-    if (Date.now() > deadline) throw new TimeoutError(`request waited in the queue past its limit (EMBERS_QUEUE_TIMEOUT_MS) before a replica could run it`);
+  /** Sends the outcome where the job says: the waiting gateway, the async job record, or the batch. */
+  private async deliver(data: RunJobData, header: ReplyHeader, body: string, canceled: boolean): Promise<void> {
+    if (header.status >= 500) this.jobs.failed++;
+    else this.jobs.completed++;
+    if (data.gw) {
+      await this.o.redis.publish(keys.replyChannel(data.gw), encodeReply(header, body));
+    } else if (data.job) {
+      const done = await this.jobStore.finish(data.job, { httpStatus: header.status, body, canceled, timing: header.timing, version: this.o.manifest.version });
+      if (done.webhook) await enqueueWebhook(this.webhooks(), { job: data.job, url: done.webhook });
+    } else if (data.batch) {
+      const { id, line, cid } = data.batch;
+      const ok = header.status < 400;
+      const error = ok ? undefined : { ...((JSON.parse(body) as { error: { code: string; message: string } }).error ?? { code: 'error', message: body }), status: header.status };
+      await this.batchStore.lineDone(id, line, ok, ok ? outputLine(cid, body) : errorLine(cid, line, error!));
+    }
+  }
+
+  private webhooks(): Queue {
+    return (this.webhookQueue ??= new Queue(WEBHOOK_QUEUE, { connection: this.o.redis, prefix: QUEUE_PREFIX }));
+  }
+
+  private async runHandler(input: unknown, rid: string, deadline: number | undefined, jobSignal: AbortSignal | undefined, timing: { inferMs: number; batchMs: number }, log: Logger): Promise<unknown> {
+    if (deadline !== undefined && Date.now() > deadline) throw new TimeoutError(`request waited in the queue past its limit (EMBERS_QUEUE_TIMEOUT_MS) before a replica could run it`);
     const budget = this.o.manifest.timeoutMs;
     const ctl = new AbortController();
     jobSignal?.addEventListener('abort', () => ctl.abort(jobSignal.reason), { once: true });
@@ -375,6 +436,10 @@ const MAX_CRASHES = 2;
 
 export class TimeoutError extends Error {
   override name = 'TimeoutError';
+}
+
+export class CanceledError extends Error {
+  override name = 'CanceledError';
 }
 
 function errorReply(err: unknown, manifest: Manifest, log: Logger): { status: number; body: string } {

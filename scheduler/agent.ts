@@ -32,7 +32,7 @@ export interface AgentOptions {
   heartbeatMs?: number;
   /** A node whose record is this old is gone: its replicas are placed elsewhere. @default 10000 */
   nodeTtlMs?: number;
-  scheduler: { tickMs: number; settings: ScalerSettings };
+  scheduler: { tickMs: number; settings: ScalerSettings; batchMaxOutstanding?: number };
   /** Extra environment for replicas (S3 endpoint, thread budget, …). */
   replicaEnv?: Record<string, string>;
   /** Execution providers replicas are asked to use: GPUs are handed out only for cuda/tensorrt. */
@@ -90,7 +90,8 @@ export class NodeAgent {
     if (this.gpus.length) this.log.info({ gpus: this.gpus }, 'GPUs found');
     await this.advertise();
     this.sub.on('message', (_channel: string, message: string) => {
-      if ((JSON.parse(message) as PlatformEvent).type === 'wake') void this.scheduler.tick();
+      const type = (JSON.parse(message) as PlatformEvent).type;
+      if (type === 'wake' || type === 'batch') void this.scheduler.tick();
       else void this.reconcile();
     });
     await this.sub.subscribe(keys.registryChannel);

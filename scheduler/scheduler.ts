@@ -7,6 +7,7 @@ import { keys, QUEUE_PREFIX, type NodeRecord, type PlacementRecord, type ScaleRe
 import type { Logger } from '../core/log.ts';
 import { Registry } from '../core/registry.ts';
 import type { ObjectStore } from '../core/s3.ts';
+import { BatchFeeder } from './batch-feeder.ts';
 import { LeaderLease } from './leader.ts';
 import { place, type Placement } from './placement.ts';
 import { decide, initialScalerState, type ScalerSettings, type ScalerState } from './scaler.ts';
@@ -18,6 +19,8 @@ export interface SchedulerOptions {
   log: Logger;
   tickMs: number;
   settings: ScalerSettings;
+  /** Lines of one batch kept in its function's queue at once. @default 256 */
+  batchMaxOutstanding?: number;
 }
 
 export class Scheduler {
@@ -30,11 +33,21 @@ export class Scheduler {
   private timer?: NodeJS.Timeout;
   private running: Promise<void> | null = null;
   private readonly log: Logger;
+  readonly feeder: BatchFeeder;
 
   constructor(private readonly o: SchedulerOptions) {
     this.lease = new LeaderLease(o.redis, o.id, Math.max(3_000, o.tickMs * 6));
     this.registry = new Registry(o.redis, o.store);
     this.log = o.log.child({ component: 'scheduler', scheduler: o.id });
+    this.feeder = new BatchFeeder({
+      redis: o.redis,
+      store: o.store,
+      registry: this.registry,
+      log: o.log,
+      maxOutstanding: o.batchMaxOutstanding ?? 256,
+      // Batch lines count as load like any other queued job: decide at once rather than at the next tick.
+      wake: () => void this.tick(),
+    });
   }
 
   start(): void {
@@ -56,7 +69,9 @@ export class Scheduler {
 
   private async pass(): Promise<void> {
     const wasLeader = this.lease.isLeader;
-    if (!(await this.lease.tick())) {
+    const leading = await this.lease.tick();
+    await this.feeder.sync(leading);
+    if (!leading) {
       if (wasLeader) this.log.warn('lost the scheduler lease');
       return;
     }
@@ -143,6 +158,7 @@ export class Scheduler {
   async close(): Promise<void> {
     clearInterval(this.timer);
     await this.running;
+    await this.feeder.close();
     await this.lease.release().catch(() => {});
     await Promise.all([...this.queues.values()].map((q) => q.close()));
   }

@@ -3,7 +3,9 @@ import { randomUUID } from 'node:crypto';
 import { Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import type { Queue } from 'bullmq';
-import { FUNCTION_NAME, type ColdStartPhases, type RunJobData } from '../../core/contracts.ts';
+import { FUNCTION_NAME, keys, type ColdStartPhases, type RunJobData } from '../../core/contracts.ts';
+import { JobStore } from '../../core/jobs.ts';
+import { describeErrors } from '../../core/validate.ts';
 import { ApiError, readJson } from '../errors.ts';
 import type { GatewayEnv, GatewayDeps } from '../app.ts';
 
@@ -33,11 +35,16 @@ export function runRoutes(deps: GatewayDeps) {
       if (failure) throw new ApiError(503, 'replica_start_failed', `${name} cannot start right now: ${failure.phase} failed: ${failure.message}`);
       const input = await readJson(c);
       if (!fn.validate(input)) {
-        const errors = fn.validate.errors ?? [];
-        const summary = errors.map((e) => `${e.instancePath || '(body)'} ${e.message}`).join('; ');
-        throw new ApiError(400, 'invalid_input', `input does not match the schema of ${name}: ${summary}`, errors);
+        throw new ApiError(400, 'invalid_input', `input does not match the schema of ${name}: ${describeErrors(fn.validate)}`, fn.validate.errors);
       }
       const enq = Date.now();
+      if (/\brespond-async\b/i.test(c.req.header('prefer') ?? '')) {
+        const job = await enqueueAsync(deps, name, rid, input, webhookOf(c.req.query('webhook') ?? c.req.header('embers-webhook')));
+        const url = `${new URL(c.req.url).origin}/v1/jobs/${job}`;
+        c.header('location', url);
+        c.header('preference-applied', 'respond-async');
+        return c.json({ id: job, status: 'queued', url }, 202);
+      }
       // Time in the queue (cold starts included) and handler time are bounded separately.
       const data: RunJobData = { rid, gw: gatewayId, input, enq, deadline: enq + deps.queueTimeoutMs };
       const wait = replies.expect(rid, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS);
@@ -77,6 +84,33 @@ export function runRoutes(deps: GatewayDeps) {
 }
 
 export type Queues = { get(name: string): Queue };
+
+/** Queues an async run: its record first (so GET never misses it), then the job itself. */
+async function enqueueAsync(deps: GatewayDeps, name: string, rid: string, input: unknown, webhook: string | undefined): Promise<string> {
+  const id = JobStore.newId();
+  try {
+    await deps.jobs.create({ id, fn: name, tenant: 'default', webhook });
+    await deps.queues.get(name).add('run', { rid, job: id, input, enq: Date.now() } satisfies RunJobData, { jobId: id });
+  } catch (err) {
+    await deps.redis.del(keys.job(id)).catch(() => 0);
+    throw new ApiError(503, 'unavailable', `could not queue the request (Redis unreachable?): ${(err as Error).message}; retry shortly`);
+  }
+  deps.wake(name);
+  return id;
+}
+
+/** A webhook must be an absolute http(s) URL. */
+function webhookOf(raw: string | undefined): string | undefined {
+  if (raw === undefined || raw === '') return undefined;
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new ApiError(400, 'invalid_webhook', `webhook "${raw}" is not an absolute URL; give one like https://example.com/hooks/embers`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ApiError(400, 'invalid_webhook', `webhook must be an http or https URL, not ${url.protocol}`);
+  return url.href;
+}
 
 const round = (n: number) => Math.round(n * 100) / 100;
 

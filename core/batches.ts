@@ -1,0 +1,210 @@
+// Bulk batch records (anchor: the OpenAI Batch API). The gateway creates them, the feeder (in
+// the leading scheduler) validates, feeds and finalizes them, and replicas record each line's
+// outcome exactly once. State lives in Redis (append-only) and files in S3, so any part of the
+// platform can restart mid-batch.
+import { randomBytes } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { keys } from './contracts.ts';
+
+export type BatchStatus = 'validating' | 'in_progress' | 'finalizing' | 'completed' | 'failed' | 'cancelling' | 'cancelled';
+export const BATCH_TERMINAL: BatchStatus[] = ['completed', 'failed', 'cancelled'];
+
+export interface BatchView {
+  id: string;
+  object: 'batch';
+  function: string;
+  status: BatchStatus;
+  inputUri: string;
+  outputUri?: string;
+  errorsUri?: string;
+  request_counts: { total: number; completed: number; failed: number };
+  createdAt: string;
+  inProgressAt?: string;
+  finalizingAt?: string;
+  completedAt?: string;
+  failedAt?: string;
+  cancellingAt?: string;
+  cancelledAt?: string;
+  /** Why the batch failed as a whole (bad lines only ever fail their own line). */
+  error?: string;
+  urls: { self: string; output: string; errors: string };
+}
+
+/** The raw hash, for the feeder. */
+export interface BatchRecord {
+  id: string;
+  function: string;
+  tenant: string;
+  status: BatchStatus;
+  inputUri: string;
+  total: number;
+  completed: number;
+  failed: number;
+  /** Lines that failed validation (they never reach the queue). */
+  invalid: number;
+  /** How far the feeder has read the input (line number), and how many valid lines it queued. */
+  cursor: number;
+  fed: number;
+  createdAt: string;
+}
+
+/** Records a line's outcome once, and counts it, unless the batch is gone or already final. */
+const ITEM_DONE = `
+local s = redis.call('HGET', KEYS[1], 'status')
+if s ~= 'validating' and s ~= 'in_progress' and s ~= 'cancelling' then return -1 end
+if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 0 then return 0 end
+redis.call('HINCRBY', KEYS[1], ARGV[3], 1)
+if ARGV[4] == '1' then redis.call('HINCRBY', KEYS[1], 'invalid', 1) end
+return 1`;
+
+/** Moves the status only from one of the expected ones; the fields are set with it. */
+const TRANSITION = `
+local s = redis.call('HGET', KEYS[1], 'status')
+if not s then return nil end
+local ok = false
+for w in string.gmatch(ARGV[1], '[^,]+') do if w == s then ok = true end end
+if not ok then return s end
+for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+return 'ok'`;
+
+export class BatchStore {
+  constructor(private readonly redis: Redis) {}
+
+  static newId(): string {
+    return `batch_${randomBytes(12).toString('base64url')}`;
+  }
+
+  async create(r: { id: string; fn: string; tenant: string; inputUri: string }): Promise<void> {
+    const now = Date.now();
+    await this.redis
+      .multi()
+      .hset(keys.batch(r.id), {
+        id: r.id,
+        function: r.fn,
+        tenant: r.tenant,
+        status: 'validating',
+        inputUri: r.inputUri,
+        total: 0,
+        completed: 0,
+        failed: 0,
+        invalid: 0,
+        cursor: 0,
+        fed: 0,
+        createdAt: new Date(now).toISOString(),
+      })
+      .sadd(keys.activeBatches, r.id)
+      .zadd(keys.batches, now, r.id)
+      .exec();
+  }
+
+  async record(id: string): Promise<BatchRecord | null> {
+    const h = await this.redis.hgetall(keys.batch(id));
+    if (!h.status) return null;
+    return {
+      ...(h as unknown as BatchRecord),
+      total: Number(h.total),
+      completed: Number(h.completed),
+      failed: Number(h.failed),
+      invalid: Number(h.invalid),
+      cursor: Number(h.cursor),
+      fed: Number(h.fed),
+    };
+  }
+
+  async view(id: string, baseUrl: string): Promise<{ view: BatchView; tenant: string } | null> {
+    const h = await this.redis.hgetall(keys.batch(id));
+    if (!h.status) return null;
+    return { view: toView(h, baseUrl), tenant: h.tenant ?? '' };
+  }
+
+  /** Newest first. */
+  async list(baseUrl: string, limit = 20): Promise<{ view: BatchView; tenant: string }[]> {
+    const ids = await this.redis.zrevrange(keys.batches, 0, limit - 1);
+    const found = await Promise.all(ids.map((id) => this.view(id, baseUrl)));
+    return found.filter((b) => b !== null);
+  }
+
+  /**
+   * A line's outcome: `ok` lines go to the output file, the rest to the errors file. Returns 1
+   * when recorded, 0 when the line already had one (a retried job), -1 when the batch is over.
+   */
+  async lineDone(id: string, line: number, ok: boolean, json: string, invalid = false): Promise<number> {
+    return (await this.redis.eval(ITEM_DONE, 2, keys.batch(id), keys.batchResults(id), String(line), `${ok ? 'o' : 'e'}${json}`, ok ? 'completed' : 'failed', invalid ? '1' : '0')) as number;
+  }
+
+  /** 'ok' when moved; otherwise the status it was in (or null when there is no such batch). */
+  async transition(id: string, from: BatchStatus[], fields: Partial<Record<keyof BatchRecord | keyof BatchView, string | number>>): Promise<string | null> {
+    const args = Object.entries(fields).flatMap(([k, v]) => [k, String(v)]);
+    return (await this.redis.eval(TRANSITION, 1, keys.batch(id), from.join(','), ...args)) as string | null;
+  }
+
+  async set(id: string, fields: Partial<Record<keyof BatchRecord | keyof BatchView, string | number>>): Promise<void> {
+    await this.redis.hset(keys.batch(id), fields);
+  }
+
+  /** Line numbers that already have an outcome (invalid lines, and done ones after a restart). */
+  async doneLines(id: string): Promise<Set<number>> {
+    const out = new Set<number>();
+    let cursor = '0';
+    do {
+      const [next, fields] = await this.redis.hscan(keys.batchResults(id), cursor, 'COUNT', 1000);
+      cursor = next;
+      for (let i = 0; i < fields.length; i += 2) out.add(Number(fields[i]));
+    } while (cursor !== '0');
+    return out;
+  }
+
+  /** Every recorded outcome, in line order, split into output and error JSONL. */
+  async results(id: string): Promise<{ output: string; errors: string }> {
+    const rows: [number, string][] = [];
+    let cursor = '0';
+    do {
+      const [next, fields] = await this.redis.hscan(keys.batchResults(id), cursor, 'COUNT', 1000);
+      cursor = next;
+      for (let i = 0; i < fields.length; i += 2) rows.push([Number(fields[i]), fields[i + 1]]);
+    } while (cursor !== '0');
+    rows.sort((a, b) => a[0] - b[0]);
+    const output: string[] = [];
+    const errors: string[] = [];
+    for (const [, v] of rows) (v[0] === 'o' ? output : errors).push(v.slice(1));
+    const jsonl = (lines: string[]) => (lines.length ? `${lines.join('\n')}\n` : '');
+    return { output: jsonl(output), errors: jsonl(errors) };
+  }
+
+  async hasResult(id: string, line: number): Promise<boolean> {
+    return (await this.redis.hexists(keys.batchResults(id), String(line))) === 1;
+  }
+
+  async retire(id: string): Promise<void> {
+    await this.redis.multi().srem(keys.activeBatches, id).del(keys.batchResults(id)).exec();
+  }
+
+  active(): Promise<string[]> {
+    return this.redis.smembers(keys.activeBatches);
+  }
+}
+
+function toView(h: Record<string, string>, baseUrl: string): BatchView {
+  const self = `${baseUrl}/v1/batches/${h.id}`;
+  const v: BatchView = {
+    id: h.id,
+    object: 'batch',
+    function: h.function,
+    status: h.status as BatchStatus,
+    inputUri: h.inputUri,
+    request_counts: { total: Number(h.total), completed: Number(h.completed), failed: Number(h.failed) },
+    createdAt: h.createdAt,
+    urls: { self, output: `${self}/output`, errors: `${self}/errors` },
+  };
+  for (const k of ['outputUri', 'errorsUri', 'inProgressAt', 'finalizingAt', 'completedAt', 'failedAt', 'cancellingAt', 'cancelledAt', 'error'] as const) if (h[k]) v[k] = h[k];
+  return v;
+}
+
+/** One line of the output or errors file. */
+export function outputLine(cid: string, body: string): string {
+  return `{"custom_id":${JSON.stringify(cid)},"output":${body}}`;
+}
+
+export function errorLine(cid: string | null, line: number, error: { code: string; message: string; status?: number }): string {
+  return JSON.stringify({ custom_id: cid, line, error });
+}

@@ -1,0 +1,178 @@
+// Async job records: created by the gateway, moved to running and to their outcome by the
+// replica, read and cancelled through /v1/jobs. Every transition is one Lua script, so a
+// replica that crashed and a job that was retried can never overwrite a finished outcome.
+import { createHmac, randomBytes } from 'node:crypto';
+import type { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { keys } from './contracts.ts';
+
+export type JobStatus = 'queued' | 'running' | 'succeeded' | 'failed' | 'canceled';
+const TERMINAL: JobStatus[] = ['succeeded', 'failed', 'canceled'];
+export const isTerminal = (s: string) => (TERMINAL as string[]).includes(s);
+
+/** A queued job's record lives this long (it waits that long at most); finished ones, the retention. */
+const QUEUED_TTL_S = 7 * 24 * 3600;
+/** An expired job still answers "expired" (not "unknown") this long after its result is gone. */
+const TOMBSTONE_S = 30 * 24 * 3600;
+
+export interface JobView {
+  id: string;
+  function: string;
+  version?: string;
+  status: JobStatus;
+  createdAt: string;
+  startedAt?: string;
+  finishedAt?: string;
+  /** The HTTP status a synchronous run would have answered. */
+  httpStatus?: number;
+  timing?: { queueMs: number; handlerMs: number; inferMs: number; batchMs: number };
+  output?: unknown;
+  error?: { code: string; message: string };
+  cancelRequested?: boolean;
+  webhook?: string;
+  url: string;
+}
+
+export interface JobOutcome {
+  httpStatus: number;
+  /** The result JSON, or an error body `{ error: { code, message } }`. */
+  body: string;
+  canceled: boolean;
+  timing: JobView['timing'];
+  version: string;
+}
+
+const START = `
+local s = redis.call('HGET', KEYS[1], 'status')
+if not s then return 'gone' end
+if s == 'succeeded' or s == 'failed' or s == 'canceled' then return s end
+if redis.call('HGET', KEYS[1], 'cancel') == '1' then return 'cancel' end
+redis.call('HSET', KEYS[1], 'status', 'running', 'startedAt', ARGV[1], 'replica', ARGV[2])
+return 'running'`;
+
+const FINISH = `
+local s = redis.call('HGET', KEYS[1], 'status')
+if not s or s == 'succeeded' or s == 'failed' or s == 'canceled' then return 0 end
+if ARGV[9] == '1' and s ~= 'queued' then return 0 end
+redis.call('HSET', KEYS[1], 'status', ARGV[1], 'finishedAt', ARGV[2], 'httpStatus', ARGV[3], 'result', ARGV[4], 'timing', ARGV[5], 'version', ARGV[6])
+redis.call('EXPIRE', KEYS[1], ARGV[7])
+redis.call('SET', KEYS[2], redis.call('HGET', KEYS[1], 'tenant') or '', 'EX', ARGV[8])
+return 1`;
+
+export class JobStore {
+  constructor(
+    private readonly redis: Redis,
+    /** How long a finished job's result is kept (s). */
+    readonly retentionS: number,
+  ) {}
+
+  static newId(): string {
+    return `job_${randomBytes(12).toString('base64url')}`;
+  }
+
+  async create(r: { id: string; fn: string; tenant: string; webhook?: string }): Promise<void> {
+    const fields: Record<string, string> = { id: r.id, function: r.fn, tenant: r.tenant, status: 'queued', createdAt: new Date().toISOString() };
+    if (r.webhook) fields.webhook = r.webhook;
+    await this.redis.multi().hset(keys.job(r.id), fields).expire(keys.job(r.id), QUEUED_TTL_S).exec();
+  }
+
+  /** The replica is about to run it: 'running', or why not ('cancel', 'gone' or a final status). */
+  async start(id: string, replica: string): Promise<string> {
+    return (await this.redis.eval(START, 1, keys.job(id), new Date().toISOString(), replica)) as string;
+  }
+
+  /**
+   * Records the outcome once. Returns the webhook to notify when this call finished the job,
+   * null when it had already finished (a retry) or has no webhook. `ifQueued` finishes only a job
+   * no replica has started (a cancel of a queued job).
+   */
+  async finish(id: string, o: JobOutcome, ifQueued = false): Promise<{ finished: boolean; webhook?: string }> {
+    const status: JobStatus = o.canceled ? 'canceled' : o.httpStatus < 400 ? 'succeeded' : 'failed';
+    const done = (await this.redis.eval(
+      FINISH,
+      2,
+      keys.job(id),
+      keys.jobGone(id),
+      status,
+      new Date().toISOString(),
+      String(o.httpStatus),
+      o.body,
+      JSON.stringify(o.timing ?? null),
+      o.version,
+      String(this.retentionS),
+      String(this.retentionS + TOMBSTONE_S),
+      ifQueued ? '1' : '0',
+    )) as number;
+    if (!done) return { finished: false };
+    const webhook = await this.redis.hget(keys.job(id), 'webhook');
+    return { finished: true, webhook: webhook ?? undefined };
+  }
+
+  /** Marks a running job for cancellation; false when it has already finished. */
+  async requestCancel(id: string): Promise<boolean> {
+    const status = await this.redis.hget(keys.job(id), 'status');
+    if (!status || isTerminal(status)) return false;
+    await this.redis.hset(keys.job(id), 'cancel', '1');
+    return true;
+  }
+
+  /** The job, 'expired' when its result is gone, or null when it never existed. */
+  async get(id: string, baseUrl: string): Promise<{ view: JobView; tenant: string } | { expired: true; tenant: string } | null> {
+    const [[, h], [, gone]] = (await this.redis.multi().hgetall(keys.job(id)).get(keys.jobGone(id)).exec()) as [[null, Record<string, string>], [null, string | null]];
+    if (!h.status) return gone !== null ? { expired: true, tenant: gone } : null;
+    return { view: toView(h, baseUrl), tenant: h.tenant ?? '' };
+  }
+}
+
+function toView(h: Record<string, string>, baseUrl: string): JobView {
+  const v: JobView = { id: h.id, function: h.function, status: h.status as JobStatus, createdAt: h.createdAt, url: `${baseUrl}/v1/jobs/${h.id}` };
+  if (h.version) v.version = h.version;
+  if (h.startedAt) v.startedAt = h.startedAt;
+  if (h.finishedAt) v.finishedAt = h.finishedAt;
+  if (h.webhook) v.webhook = h.webhook;
+  if (h.cancel === '1' && !isTerminal(h.status)) v.cancelRequested = true;
+  if (h.timing && h.timing !== 'null') v.timing = JSON.parse(h.timing) as JobView['timing'];
+  if (h.httpStatus) v.httpStatus = Number(h.httpStatus);
+  if (h.result !== undefined) {
+    const parsed = JSON.parse(h.result) as unknown;
+    if (h.status === 'succeeded') v.output = parsed;
+    else v.error = (parsed as { error?: JobView['error'] })?.error;
+  }
+  return v;
+}
+
+/** The error body of a job stopped through DELETE /v1/jobs/:id. */
+export const CANCELED_BODY = JSON.stringify({ error: { code: 'canceled', message: 'canceled by DELETE /v1/jobs/:id' } });
+
+// ---- webhooks -------------------------------------------------------------------------------
+
+export interface WebhookDelivery {
+  job: string;
+  url: string;
+}
+
+/** At-least-once: BullMQ retries with exponential backoff; the job id dedupes repeated enqueues. */
+export async function enqueueWebhook(queue: Queue, d: WebhookDelivery): Promise<void> {
+  await queue.add('deliver', d, {
+    jobId: d.job,
+    attempts: WEBHOOK_ATTEMPTS,
+    backoff: { type: 'exponential', delay: 1_000 },
+    removeOnComplete: { age: 24 * 3600 },
+    removeOnFail: { age: 7 * 24 * 3600 },
+  });
+}
+
+export const WEBHOOK_ATTEMPTS = 6;
+
+/**
+ * Each tenant signs with its own secret, derived from the platform's, so one tenant can never
+ * forge deliveries to another's receiver. `GET /v1/webhooks/secret` hands it to the tenant.
+ */
+export function tenantWebhookSecret(root: string, tenant: string): string {
+  return `whsec_${createHmac('sha256', root).update(`webhook:${tenant}`).digest('base64url')}`;
+}
+
+/** `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`, as Stripe signs. */
+export function signWebhook(secret: string, body: string, t = Math.floor(Date.now() / 1000)): string {
+  return `t=${t},v1=${createHmac('sha256', secret).update(`${t}.${body}`).digest('hex')}`;
+}

@@ -1,0 +1,53 @@
+// Webhook deliveries for async jobs: a BullMQ worker in every gateway POSTs the finished job
+// to its webhook, signed per tenant, and retries with exponential backoff on any failure.
+import { Worker, type Job } from 'bullmq';
+import { Hono } from 'hono';
+import { QUEUE_PREFIX, WEBHOOK_QUEUE } from '../core/contracts.ts';
+import { signWebhook, tenantWebhookSecret, type JobStore, type WebhookDelivery } from '../core/jobs.ts';
+import type { Logger } from '../core/log.ts';
+import { createRedis } from '../core/redis.ts';
+import type { GatewayDeps, GatewayEnv } from './app.ts';
+
+const DELIVERY_TIMEOUT_MS = 10_000;
+
+export function startWebhookWorker(o: { redisUrl: string; jobs: JobStore; secret: string; baseUrl: () => string; log: Logger }): { close(): Promise<void> } {
+  const log = o.log.child({ component: 'webhooks' });
+  const connection = createRedis(o.redisUrl);
+  const worker = new Worker<WebhookDelivery>(
+    WEBHOOK_QUEUE,
+    async (job: Job<WebhookDelivery>) => {
+      const found = await o.jobs.get(job.data.job, o.baseUrl());
+      if (!found || 'expired' in found) return; // nothing left to send
+      const body = JSON.stringify(found.view);
+      const res = await fetch(job.data.url, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'user-agent': 'embers-webhooks',
+          'embers-webhook-id': job.data.job,
+          'embers-signature': signWebhook(tenantWebhookSecret(o.secret, found.tenant), body),
+        },
+        body,
+        signal: AbortSignal.timeout(DELIVERY_TIMEOUT_MS),
+      });
+      await res.body?.cancel();
+      if (!res.ok) throw new Error(`webhook answered ${res.status}`);
+    },
+    { connection, prefix: QUEUE_PREFIX, concurrency: 16 },
+  );
+  worker.on('failed', (job, err) => log.warn({ job: job?.data.job, url: job?.data.url, attempt: job?.attemptsMade, err: err.message }, 'webhook delivery failed'));
+  worker.on('error', (err) => log.warn({ err: err.message }, 'webhook worker error'));
+  return {
+    async close() {
+      await worker.close();
+      connection.disconnect();
+    },
+  };
+}
+
+/** GET /v1/webhooks/secret: the caller's tenant's signing secret, to verify Embers-Signature. */
+export function webhookRoutes(deps: GatewayDeps) {
+  const app = new Hono<GatewayEnv>();
+  app.get('/secret', (c) => c.json({ secret: tenantWebhookSecret(deps.webhookSecret, 'default'), header: 'Embers-Signature', scheme: 't=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">' }));
+  return app;
+}
