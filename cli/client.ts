@@ -50,6 +50,15 @@ export class EmbersClient {
     return { status: res.status, data: data as T, headers: res.headers };
   }
 
+  /** A raw fetch with the key, for streamed answers. */
+  async fetch(route: string): Promise<Response> {
+    try {
+      return await fetch(`${this.o.url}${route}`, { headers: { authorization: `Bearer ${this.o.apiKey}` } });
+    } catch (err) {
+      throw new CliError(`cannot reach Embers at ${this.o.url} (${(err as Error).message})`);
+    }
+  }
+
   /** Like request, but a non-2xx answer becomes a CliError carrying the server's message. */
   async call<T = unknown>(method: string, route: string, body?: BodyInit | object, headers?: Record<string, string>): Promise<T> {
     const res = await this.request<T>(method, route, body, headers);

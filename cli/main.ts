@@ -9,6 +9,8 @@ import { deployCommand } from './commands/deploy.ts';
 import { functionsCommand } from './commands/functions.ts';
 import { runCommand } from './commands/run.ts';
 import { modelsCommand } from './commands/models.ts';
+import { batchCommand } from './commands/batch.ts';
+import { jobsCommand } from './commands/jobs.ts';
 import { agentCommand, gatewayCommand } from './commands/components.ts';
 
 const program = new Command('embers')
@@ -22,6 +24,8 @@ program.addCommand(deployCommand());
 program.addCommand(functionsCommand());
 program.addCommand(runCommand());
 program.addCommand(modelsCommand());
+program.addCommand(batchCommand());
+program.addCommand(jobsCommand());
 program.addCommand(gatewayCommand());
 program.addCommand(agentCommand());
 

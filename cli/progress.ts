@@ -5,10 +5,17 @@ export class ProgressBar {
   private last = -1;
   constructor(
     private readonly label: string,
-    private readonly total: number,
+    private total: number,
     private readonly out: NodeJS.WriteStream = process.stderr,
+    /** How amounts print: bytes by default, or e.g. `String` for counts. */
+    private readonly format: (n: number) => string = formatBytes,
   ) {
-    if (!out.isTTY) out.write(`${label} (${formatBytes(total)})…\n`);
+    if (!out.isTTY) out.write(total ? `${label} (${format(total)})…\n` : `${label}…\n`);
+  }
+
+  /** For work whose size is learnt on the way (a batch counts its lines first). */
+  setTotal(total: number): void {
+    this.total = total;
   }
 
   update(done: number): void {
@@ -17,7 +24,7 @@ export class ProgressBar {
     if (pct === this.last) return;
     this.last = pct;
     const filled = Math.round((pct / 100) * WIDTH);
-    this.out.write(`\r${this.label} ▕${'█'.repeat(filled)}${'░'.repeat(WIDTH - filled)}▏ ${String(pct).padStart(3)}% ${formatBytes(done)}/${formatBytes(this.total)}`);
+    this.out.write(`\r${this.label} ▕${'█'.repeat(filled)}${'░'.repeat(WIDTH - filled)}▏ ${String(pct).padStart(3)}% ${this.format(done)}/${this.format(this.total)}`);
   }
 
   done(note = 'done'): void {

@@ -78,7 +78,9 @@ export class ObjectStore {
 
   async put(keyOrUri: string, body: Buffer | string | Readable, contentType = 'application/octet-stream', contentLength?: number): Promise<void> {
     const { bucket, key } = this.loc(keyOrUri);
-    await this.client.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: body, ContentType: contentType, ContentLength: contentLength }));
+    // Explicit lengths, empty bodies included (the SDK warns about "streams of unknown length" otherwise).
+    const length = contentLength ?? (typeof body === 'string' ? Buffer.byteLength(body) : Buffer.isBuffer(body) ? body.length : undefined);
+    await this.client.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: body, ContentType: contentType, ContentLength: length }));
   }
 
   async get(keyOrUri: string): Promise<Buffer> {

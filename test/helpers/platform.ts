@@ -10,7 +10,10 @@ import { createRedis, type Redis } from '../../core/redis.ts';
 import { createLogger } from '../../core/log.ts';
 import { EmbersClient } from '../../cli/client.ts';
 import { deployFile } from '../../cli/deploy.ts';
-import { startPlatform, type Platform } from '../../cli/platform.ts';
+import { agentOptions, gatewayOptions, startPlatform, type Platform } from '../../cli/platform.ts';
+import { storeFromConfig } from '../../core/s3.ts';
+import { startGateway } from '../../gateway/server.ts';
+import { NodeAgent } from '../../scheduler/agent.ts';
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 export const fixture = (name: string) => path.join(ROOT, 'test/fixtures/functions', name);
@@ -24,6 +27,11 @@ export interface TestPlatform extends Platform {
   fetch(route: string, init?: RequestInit): Promise<Response>;
   /** A Redis client on the platform's Redis, for reading what the parts record. */
   redis(): Redis;
+  /**
+   * Stops the gateway and the node agent (its scheduler, batch feeder and replicas; `kill`
+   * SIGKILLs the replicas first) and starts new ones on the same Redis and S3.
+   */
+  restart(o?: { kill?: boolean }): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -43,21 +51,42 @@ export async function startTestPlatform(env: Record<string, string> = {}): Promi
   const log = createLogger('test', 'warn');
   // Append-only file on, as under `npm start`: a restarted redis-server keeps the registry.
   const platform = await startPlatform(config, log, { persistRedis: true });
-  const client = new EmbersClient({ url: platform.url, apiKey: platform.apiKey });
+  let client = new EmbersClient({ url: platform.url, apiKey: platform.apiKey });
   let redis: Redis | undefined;
+  const restarted: (() => Promise<void>)[] = [];
   const tp: TestPlatform = {
     ...platform,
-    client,
+    get client() {
+      return client;
+    },
     dataDir,
     deploy: (file) => deployFile(client, file),
     fetch: (route, init = {}) => {
       const headers = new Headers(init.headers);
       if (!headers.has('authorization')) headers.set('authorization', `Bearer ${platform.apiKey}`);
-      return fetch(`${platform.url}${route}`, { ...init, headers });
+      return fetch(`${tp.url}${route}`, { ...init, headers });
     },
     redis: () => (redis ??= createRedis(platform.redisUrl)),
+    async restart(o = {}) {
+      if (o.kill) for (const r of tp.agent.running()) if (r.pid) process.kill(r.pid, 'SIGKILL');
+      await tp.agent.close();
+      await tp.gateway.close();
+      const store = storeFromConfig({ ...config, EMBERS_S3_ENDPOINT: platform.s3Endpoint });
+      tp.gateway = await startGateway(gatewayOptions(config, { redisUrl: platform.redisUrl, store, apiKey: platform.apiKey, log }));
+      tp.agent = new NodeAgent(agentOptions(config, { redisUrl: platform.redisUrl, store, s3Endpoint: platform.s3Endpoint, log }));
+      await tp.agent.start();
+      tp.url = tp.gateway.url;
+      client = new EmbersClient({ url: tp.url, apiKey: platform.apiKey });
+      const { gateway, agent } = tp;
+      restarted.push(async () => {
+        await agent.close();
+        await gateway.close();
+        store.destroy();
+      });
+    },
     async close() {
       redis?.disconnect();
+      for (const stop of restarted) await stop().catch(() => {});
       await platform.stop();
       // A test may have replaced the redis-server (an outage test restarts it): stop that one too.
       if (tp.localRedis !== platform.localRedis) await tp.localRedis?.stop();

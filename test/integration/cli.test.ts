@@ -38,7 +38,7 @@ function embers(args: string[], env: Record<string, string> = {}): Promise<Resul
 
 describe('embers CLI', () => {
   it('has --help on every command', async () => {
-    for (const cmd of [[], ['dev'], ['start'], ['deploy'], ['functions'], ['functions', 'list'], ['functions', 'show'], ['functions', 'delete'], ['run'], ['models'], ['models', 'upload']]) {
+    for (const cmd of [[], ['dev'], ['start'], ['deploy'], ['functions'], ['functions', 'list'], ['functions', 'show'], ['functions', 'delete'], ['run'], ['models'], ['models', 'upload'], ['batch'], ['batch', 'submit'], ['batch', 'status'], ['batch', 'list'], ['batch', 'cancel'], ['batch', 'output'], ['jobs'], ['jobs', 'show'], ['jobs', 'cancel']]) {
       const r = await embers([...cmd, '--help']);
       assert.equal(r.code, 0, `${cmd.join(' ')} --help: ${r.stderr}`);
       assert.match(r.stdout, /Usage: embers/);
@@ -88,6 +88,10 @@ describe('embers CLI', () => {
       [['functions'], 1, /401: invalid API key/, { EMBERS_API_KEY: 'wrong-key' }],
       [['dev'], 2, /EMBERS_PORT: /, { EMBERS_PORT: 'not-a-port' }],
       [['frobnicate'], 1, /unknown command 'frobnicate'/],
+      [['batch', 'submit', 'echo', 'missing.jsonl'], 2, /cannot read missing\.jsonl/],
+      [['batch', 'status', 'batch_nope'], 1, /404: no batch batch_nope/],
+      [['jobs', 'show', 'job_nope'], 1, /404: no job job_nope/],
+      [['run', 'echo', '--data', '{}', '--webhook', 'http://x'], 2, /--webhook needs --async/],
     ];
     for (const [args, code, message, env] of cases) {
       const r = await embers(args, env);
@@ -103,5 +107,32 @@ describe('embers CLI', () => {
     assert.equal(JSON.parse(dep.stdout)[0].name, 'echo');
     const res = await embers(['run', 'echo', '--data', '{"from":"cli"}']);
     assert.deepEqual(JSON.parse(res.stdout), { from: 'cli' });
+  });
+
+  it('submits a batch file with a progress bar, waits, and fetches its output; runs async and follows the job', async () => {
+    const file = path.join(tmp, 'lines.jsonl');
+    await writeFile(file, Array.from({ length: 50 }, (_, i) => JSON.stringify({ custom_id: `l${i}`, input: { i } })).join('\n') + '\n{bad\n');
+    const sub = await embers(['batch', 'submit', 'echo', file, '--wait', '--json']);
+    assert.equal(sub.code, 0, sub.stderr);
+    assert.match(sub.stderr, /uploading .*lines\.jsonl/);
+    const batch = JSON.parse(sub.stdout) as { id: string; status: string; request_counts: { total: number; completed: number; failed: number } };
+    assert.equal(batch.status, 'completed');
+    assert.deepEqual(batch.request_counts, { total: 51, completed: 50, failed: 1 });
+    const out = await embers(['batch', 'output', batch.id]);
+    assert.equal(out.stdout.trim().split('\n').length, 50);
+    const errs = await embers(['batch', 'output', batch.id, '--errors']);
+    assert.match(errs.stdout, /"line":51/);
+    const status = await embers(['batch', 'status', batch.id]);
+    assert.match(status.stdout, /50 completed, 1 failed/);
+    const list = await embers(['batch', 'list']);
+    assert.match(list.stdout, new RegExp(`^${batch.id}\\s+echo\\s+completed`, 'm'));
+
+    const queued = await embers(['run', 'echo', '--data', '{"later":true}', '--async']);
+    assert.equal(queued.code, 0, queued.stderr);
+    const id = queued.stdout.trim();
+    assert.match(id, /^job_/);
+    const shown = await embers(['jobs', 'show', id, '--wait']);
+    assert.equal(shown.code, 0, shown.stderr);
+    assert.deepEqual(JSON.parse(shown.stdout).output, { later: true });
   });
 });
