@@ -1,4 +1,5 @@
 // The shape of one benchmark run (what bench/results/latest.json holds) and its verdicts.
+import type { BatchSection } from './batch.ts';
 import type { ColdStartResult } from './cold.ts';
 import type { LoadResult } from './load.ts';
 import type { ClsPoint, RawPipeline } from './raw.ts';
@@ -66,6 +67,9 @@ export interface BenchResult {
   coldStart?: ColdStartResult;
   /** Why the cold-start section has no result. */
   coldStartError?: string;
+  /** Bulk batches: echo and ocr items/s, live p99 with a batch running (bench/batch.ts). */
+  batches?: BatchSection;
+  batchesError?: string;
 }
 
 /** What `BENCH_ONLY=cold` writes (bench/results/latest-cold.json). */

@@ -6,6 +6,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import sharp from 'sharp';
+import { batchSection, formatBatch, type BatchSection } from './batch.ts';
 import { chartSvg } from './chart.ts';
 import { stopAllChildren } from './child.ts';
 import { coldStartSection, coldSummaryLine, formatCold, type ColdStartResult } from './cold.ts';
@@ -155,6 +156,16 @@ async function main(): Promise<void> {
   );
   const ping = await measure({ port: naive.port, method: 'GET', path: '/ping' }, OVERHEAD_CONCURRENCY);
 
+  let batches: BatchSection | undefined;
+  let batchesError: string | undefined;
+  try {
+    batches = await batchSection({ port: embers.port, apiKey: embers.apiKey, ocrBody, window, echoLiveReqPerSec: echo.reqPerSec, rawOcrReqPerSec: pipeline.reqPerSec, log });
+  } catch (err) {
+    batchesError = err instanceof Error ? err.message : String(err);
+    log(`batch section failed: ${batchesError}`);
+    process.exitCode = 1;
+  }
+
   log('stopping servers');
   await Promise.all([naive.stop(), embers.stop()]);
 
@@ -176,11 +187,12 @@ async function main(): Promise<void> {
     ratios,
     pass,
     ...cold,
+    ...(batches ? { batches } : { batchesError }),
   };
   await mkdir(RESULTS, { recursive: true });
   await writeFile(path.join(RESULTS, 'latest.json'), `${JSON.stringify(result, null, 2)}\n`);
   await writeFile(path.join(RESULTS, 'latest.svg'), chartSvg(result));
-  process.stdout.write(`\n${formatReport(result)}\n`);
+  process.stdout.write(`\n${formatReport(result)}\n${batches ? `\n${formatBatch(batches)}\n` : ''}`);
   log(`wrote ${path.relative(process.cwd(), path.join(RESULTS, 'latest.json'))} and latest.svg`);
 }
 

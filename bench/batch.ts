@@ -1,0 +1,131 @@
+// Bulk batches in the bench: a 100k-line echo batch and an ocr batch (items/s against the live
+// and raw limits), and live ocr p99 at concurrency 1 with and without a batch running.
+import type { BatchView } from '../core/batches.ts';
+import { closedLoop, type Target } from './load.ts';
+import { sleep, type Window } from './stats.ts';
+
+export interface BatchRun {
+  lines: number;
+  /** From in_progress to completed (feeding and running), s. */
+  seconds: number;
+  /** Including validation and writing the output files, s. */
+  endToEndSeconds: number;
+  itemsPerSec: number;
+  failed: number;
+}
+
+export interface BatchSection {
+  echo: BatchRun;
+  ocr: BatchRun;
+  live: { p99WithoutMs: number; p99WithMs: number; p50WithoutMs: number; p50WithMs: number; requests: number; batchLinesDuring: number };
+  ratios: {
+    /** echo batch items/s ÷ live echo req/s (the queue path's own limit). */
+    echo_batch_vs_live: number;
+    /** ocr batch items/s ÷ raw in-process pipeline req/s. Target ≥ 0.9. */
+    ocr_batch_vs_raw: number;
+    /** live p99 with a batch running ÷ without. Target ≤ 1.2. */
+    live_p99_with_batch: number;
+  };
+}
+
+export const ECHO_BATCH_LINES = Number(process.env.BENCH_ECHO_BATCH_LINES ?? 100_000);
+
+type Api = (method: string, route: string, body?: string) => Promise<unknown>;
+
+async function runBatch(api: Api, fn: string, jsonl: string, log: (l: string) => void): Promise<BatchRun> {
+  const created = (await api('POST', `/v1/batches?function=${fn}`, jsonl)) as BatchView;
+  let b = created;
+  let lastLog = 0;
+  while (!['completed', 'failed', 'cancelled'].includes(b.status)) {
+    await sleep(250);
+    b = (await api('GET', `/v1/batches/${created.id}`)) as BatchView;
+    if (performance.now() - lastLog > 5_000) {
+      lastLog = performance.now();
+      log(`  ${fn} batch ${b.status}: ${b.request_counts.completed + b.request_counts.failed}/${b.request_counts.total}`);
+    }
+  }
+  if (b.status !== 'completed') throw new Error(`${fn} batch ended ${b.status}: ${b.error ?? ''}`);
+  const t = (s?: string) => (s ? Date.parse(s) : Number.NaN);
+  const seconds = (t(b.completedAt) - t(b.inProgressAt)) / 1000;
+  return {
+    lines: b.request_counts.total,
+    seconds,
+    endToEndSeconds: (t(b.completedAt) - t(b.createdAt)) / 1000,
+    itemsPerSec: b.request_counts.total / seconds,
+    failed: b.request_counts.failed,
+  };
+}
+
+export async function batchSection(o: {
+  port: number;
+  apiKey: string;
+  ocrBody: Buffer;
+  window: Window;
+  echoLiveReqPerSec: number;
+  rawOcrReqPerSec: number;
+  log: (l: string) => void;
+}): Promise<BatchSection> {
+  const api: Api = async (method, route, body) => {
+    const res = await fetch(`http://127.0.0.1:${o.port}${route}`, { method, headers: { authorization: `Bearer ${o.apiKey}` }, body });
+    if (!res.ok) throw new Error(`${method} ${route}: ${res.status} ${await res.text()}`);
+    return res.json();
+  };
+  const input = JSON.parse(o.ocrBody.toString()) as { image: string };
+
+  o.log(`batch: ${ECHO_BATCH_LINES} echo lines`);
+  const echoLines = Array.from({ length: ECHO_BATCH_LINES }, (_, i) => `{"custom_id":"e${i}","input":{"i":${i}}}`).join('\n');
+  const echo = await runBatch(api, 'echo', echoLines, o.log);
+
+  // Enough ocr lines for ~20 s at the raw rate.
+  const ocrLines = Math.max(50, Math.round(o.rawOcrReqPerSec * 20));
+  o.log(`batch: ${ocrLines} ocr lines`);
+  const line = (i: number) => JSON.stringify({ custom_id: `o${i}`, input });
+  const ocr = await runBatch(api, 'ocr', Array.from({ length: ocrLines }, (_, i) => line(i)).join('\n'), o.log);
+
+  const target: Target = { port: o.port, method: 'POST', path: '/v1/run/ocr', headers: { authorization: `Bearer ${o.apiKey}`, 'content-type': 'application/json' }, body: o.ocrBody };
+  o.log('live ocr c=1 without a batch');
+  const without = await closedLoop(target, { concurrency: 1, window: o.window });
+  // A batch that outlasts the measurement: started, given time to fill the queue, then measured under.
+  const lines = Math.round(o.rawOcrReqPerSec * ((o.window.warmupMs + o.window.measureMs) / 1000 + 30));
+  const big = (await api('POST', '/v1/batches?function=ocr', Array.from({ length: lines }, (_, i) => line(i)).join('\n'))) as BatchView;
+  let running = big;
+  while (running.status === 'validating' || running.request_counts.completed < 5) {
+    await sleep(200);
+    running = (await api('GET', `/v1/batches/${big.id}`)) as BatchView;
+  }
+  const doneBefore = running.request_counts.completed;
+  o.log(`live ocr c=1 with a ${lines}-line ocr batch running`);
+  const withBatch = await closedLoop(target, { concurrency: 1, window: o.window });
+  const after = (await api('GET', `/v1/batches/${big.id}`)) as BatchView;
+  await api('POST', `/v1/batches/${big.id}/cancel`);
+  if (after.status !== 'in_progress') o.log(`warning: the batch was ${after.status} by the end of the live measurement`);
+  while (!['cancelled', 'completed', 'failed'].includes(((await api('GET', `/v1/batches/${big.id}`)) as BatchView).status)) await sleep(250);
+
+  return {
+    echo,
+    ocr,
+    live: {
+      p99WithoutMs: without.latencyMs.p99,
+      p99WithMs: withBatch.latencyMs.p99,
+      p50WithoutMs: without.latencyMs.p50,
+      p50WithMs: withBatch.latencyMs.p50,
+      requests: withBatch.requests,
+      batchLinesDuring: after.request_counts.completed - doneBefore,
+    },
+    ratios: {
+      echo_batch_vs_live: echo.itemsPerSec / o.echoLiveReqPerSec,
+      ocr_batch_vs_raw: ocr.itemsPerSec / o.rawOcrReqPerSec,
+      live_p99_with_batch: withBatch.latencyMs.p99 / without.latencyMs.p99,
+    },
+  };
+}
+
+export function formatBatch(b: BatchSection): string {
+  const r = b.ratios;
+  return [
+    'Bulk batches (same Embers, after the live points):',
+    `  echo  ${b.echo.lines} lines: ${b.echo.itemsPerSec.toFixed(0)} items/s (${b.echo.seconds.toFixed(1)} s running, ${b.echo.endToEndSeconds.toFixed(1)} s end to end); ÷ live echo req/s = ${r.echo_batch_vs_live.toFixed(2)}`,
+    `  ocr   ${b.ocr.lines} lines: ${b.ocr.itemsPerSec.toFixed(2)} items/s (${b.ocr.seconds.toFixed(1)} s); ÷ raw pipeline = ${r.ocr_batch_vs_raw.toFixed(2)} (target ≥ 0.90: ${r.ocr_batch_vs_raw >= 0.9 ? 'PASS' : 'MISS'})`,
+    `  live ocr c=1: p50 ${b.live.p50WithoutMs.toFixed(1)} → ${b.live.p50WithMs.toFixed(1)} ms, p99 ${b.live.p99WithoutMs.toFixed(1)} → ${b.live.p99WithMs.toFixed(1)} ms with a batch running (${b.live.batchLinesDuring} batch lines done meanwhile); p99 ×${r.live_p99_with_batch.toFixed(2)} (target ≤ 1.20: ${r.live_p99_with_batch <= 1.2 ? 'PASS' : 'MISS'})`,
+  ].join('\n');
+}
