@@ -10,6 +10,8 @@ import { functionsCommand } from './commands/functions.ts';
 import { runCommand } from './commands/run.ts';
 import { modelsCommand } from './commands/models.ts';
 import { agentCommand, gatewayCommand } from './commands/components.ts';
+import { tenantsCommand } from './commands/tenants.ts';
+import { keysCommand } from './commands/keys.ts';
 
 const program = new Command('embers')
   .description('Serverless inference endpoints on your own machines: TypeScript handlers, ONNX models, one command to deploy.')
@@ -24,6 +26,8 @@ program.addCommand(runCommand());
 program.addCommand(modelsCommand());
 program.addCommand(gatewayCommand());
 program.addCommand(agentCommand());
+program.addCommand(tenantsCommand());
+program.addCommand(keysCommand());
 
 try {
   await program.parseAsync(process.argv);

@@ -3,25 +3,29 @@ import { Hono } from 'hono';
 import type { Redis } from 'ioredis';
 import type { Logger } from '../core/log.ts';
 import type { Registry } from '../core/registry.ts';
+import type { AuthContext, TenantStore } from '../core/tenants.ts';
 import type { ObjectStore } from '../core/s3.ts';
 import type { FunctionsCache } from './functions-cache.ts';
 import type { Metrics } from './metrics.ts';
 import type { ReplyHub } from './replies.ts';
-import { bearerAuth } from './middleware/auth.ts';
+import { authenticate } from './middleware/auth.ts';
 import { requestId } from './middleware/request-id.ts';
 import { notFound, onError } from './errors.ts';
 import { functionRoutes, replicasOf } from './routes/functions.ts';
 import { modelRoutes } from './routes/models.ts';
 import { runRoutes, type Queues } from './routes/run.ts';
+import { tenantRoutes } from './routes/tenants.ts';
 
-export type GatewayEnv = { Variables: { rid: string } };
+export type GatewayEnv = { Variables: { rid: string; auth: AuthContext } };
 
 export interface GatewayDeps {
   gatewayId: string;
-  apiKey: string;
   redis: Redis;
   store: ObjectStore;
   registry: Registry;
+  tenants: TenantStore;
+  /** EMBERS_ADMIN_KEY; without one, no caller is admin. */
+  adminKey?: string;
   functions: FunctionsCache;
   replies: ReplyHub;
   queues: Queues;
@@ -66,9 +70,10 @@ export function createApp(deps: GatewayDeps) {
     return c.text(await deps.metrics.registry.metrics(), 200, { 'content-type': deps.metrics.registry.contentType });
   });
 
-  app.use('/v1/*', bearerAuth(deps.apiKey));
+  app.use('/v1/*', authenticate(deps.tenants, deps.adminKey));
   app.route('/v1/functions', functionRoutes(deps));
   app.route('/v1/models', modelRoutes(deps));
   app.route('/v1/run', runRoutes(deps));
+  app.route('/v1/tenants', tenantRoutes(deps));
   return app;
 }
