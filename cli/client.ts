@@ -1,11 +1,14 @@
 // A small client for the gateway API, shared by every command and by `embers dev`.
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
+import { caFetch, type Fetch } from './ca-fetch.ts';
 import { CliError } from './errors.ts';
 
 export interface ClientOptions {
   url: string;
   apiKey: string;
+  /** An extra CA certificate (PEM) to trust, for a gateway with a self-signed certificate. */
+  ca?: string;
 }
 
 /** URL and key from flags, then EMBERS_URL / EMBERS_API_KEY, then what `embers dev` keeps in .embers/. */
@@ -20,24 +23,56 @@ export function clientOptions(flags: { url?: string; key?: string }): ClientOpti
       throw new CliError(`no API key: pass --key, set EMBERS_API_KEY, or run this where \`npm start\` keeps ${file}`, 2);
     }
   }
-  return { url: url.replace(/\/$/, ''), apiKey };
+  return { url: url.replace(/\/$/, ''), apiKey, ca: caCert() };
+}
+
+/** Like clientOptions, for the admin routes: --admin-key, then EMBERS_ADMIN_KEY, then .embers/admin-key. */
+export function adminClientOptions(flags: { url?: string; adminKey?: string }): ClientOptions {
+  let adminKey = flags.adminKey ?? process.env.EMBERS_ADMIN_KEY;
+  if (!adminKey) {
+    const file = path.resolve(process.env.EMBERS_DATA_DIR ?? '.embers', 'admin-key');
+    try {
+      adminKey = readFileSync(file, 'utf8').trim();
+    } catch {
+      throw new CliError(`no admin key: pass --admin-key, set EMBERS_ADMIN_KEY, or run this where \`npm start\` keeps ${file}`, 2);
+    }
+  }
+  return clientOptions({ url: flags.url, key: adminKey });
+}
+
+/** The PEM file named by EMBERS_CA_CERT, if set. */
+export function caCert(file = process.env.EMBERS_CA_CERT): string | undefined {
+  if (!file) return undefined;
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new CliError(`EMBERS_CA_CERT: cannot read ${file}: ${(err as Error).message}`, 2);
+  }
 }
 
 export class EmbersClient {
-  constructor(readonly o: ClientOptions) {}
+  private readonly fetch: Fetch;
+
+  constructor(readonly o: ClientOptions) {
+    this.fetch = o.ca ? caFetch(o.ca) : (url, init) => fetch(url, init);
+  }
 
   async request<T = unknown>(method: string, route: string, body?: BodyInit | object, headers: Record<string, string> = {}): Promise<{ status: number; data: T; headers: Headers }> {
     const isRaw = body instanceof Uint8Array || typeof body === 'string' || (body !== undefined && typeof (body as ReadableStream).getReader === 'function');
     let res: Response;
     try {
-      res = await fetch(`${this.o.url}${route}`, {
+      res = await this.fetch(`${this.o.url}${route}`, {
         method,
         headers: { authorization: `Bearer ${this.o.apiKey}`, ...(body !== undefined && !isRaw ? { 'content-type': 'application/json' } : {}), ...headers },
         body: body === undefined ? undefined : isRaw ? (body as BodyInit) : JSON.stringify(body),
         ...(isRaw && typeof (body as ReadableStream).getReader === 'function' ? { duplex: 'half' } : {}),
       } as RequestInit);
     } catch (err) {
-      const cause = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).message;
+      const e = err as { cause?: { code?: string }; code?: string; message: string };
+      const cause = e.cause?.code ?? e.code ?? e.message;
+      if (/CERT|SELF_SIGNED|UNABLE_TO_VERIFY|ERR_TLS/.test(cause)) {
+        throw new CliError(`cannot trust the TLS certificate of ${this.o.url} (${cause}): set EMBERS_CA_CERT to the PEM file of its CA (for a self-signed gateway, its certificate)`);
+      }
       throw new CliError(`cannot reach Embers at ${this.o.url} (${cause}); is \`npm start\` running? (--url or EMBERS_URL to point elsewhere)`);
     }
     const text = method === 'HEAD' ? '' : await res.text();
@@ -50,10 +85,10 @@ export class EmbersClient {
     return { status: res.status, data: data as T, headers: res.headers };
   }
 
-  /** A raw fetch with the key, for streamed answers. */
-  async fetch(route: string): Promise<Response> {
+  /** A GET whose answer is read as a stream (batch files). */
+  async stream(route: string): Promise<Response> {
     try {
-      return await fetch(`${this.o.url}${route}`, { headers: { authorization: `Bearer ${this.o.apiKey}` } });
+      return await this.fetch(`${this.o.url}${route}`, { headers: { authorization: `Bearer ${this.o.apiKey}` } });
     } catch (err) {
       throw new CliError(`cannot reach Embers at ${this.o.url} (${(err as Error).message})`);
     }

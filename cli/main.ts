@@ -12,6 +12,8 @@ import { modelsCommand } from './commands/models.ts';
 import { batchCommand } from './commands/batch.ts';
 import { jobsCommand } from './commands/jobs.ts';
 import { agentCommand, gatewayCommand } from './commands/components.ts';
+import { tenantsCommand } from './commands/tenants.ts';
+import { keysCommand } from './commands/keys.ts';
 
 const program = new Command('embers')
   .description('Serverless inference endpoints on your own machines: TypeScript handlers, ONNX models, one command to deploy.')
@@ -28,6 +30,8 @@ program.addCommand(batchCommand());
 program.addCommand(jobsCommand());
 program.addCommand(gatewayCommand());
 program.addCommand(agentCommand());
+program.addCommand(tenantsCommand());
+program.addCommand(keysCommand());
 
 try {
   await program.parseAsync(process.argv);

@@ -14,6 +14,8 @@ import { NodeAgent, type AgentOptions } from '../scheduler/agent.ts';
 export interface Platform {
   url: string;
   apiKey: string;
+  /** EMBERS_ADMIN_KEY, or the one generated and kept in the data dir. */
+  adminKey: string;
   redisUrl: string;
   s3Endpoint?: string;
   /** The redis-server this platform started, if it started one (tests restart it). */
@@ -25,7 +27,15 @@ export interface Platform {
 
 /** The key `embers dev` uses when EMBERS_API_KEY is unset: generated once, kept in the data dir. */
 export async function localApiKey(dataDir: string): Promise<string> {
-  const file = path.join(dataDir, 'api-key');
+  return localSecret(path.join(dataDir, 'api-key'));
+}
+
+/** The admin key `embers dev` uses when EMBERS_ADMIN_KEY is unset: generated once, kept in the data dir. */
+export async function localAdminKey(dataDir: string): Promise<string> {
+  return localSecret(path.join(dataDir, 'admin-key'));
+}
+
+async function localSecret(file: string): Promise<string> {
   const existing = await readFile(file, 'utf8').catch(() => '');
   if (existing.trim()) return existing.trim();
   const key = `emb_${randomBytes(24).toString('base64url')}`;
@@ -35,12 +45,14 @@ export async function localApiKey(dataDir: string): Promise<string> {
 }
 
 /** Gateway settings from config: shared by `embers dev` and a standalone `embers gateway`. */
-export function gatewayOptions(config: Config, o: { redisUrl: string; store: ObjectStore; apiKey: string; log: Logger }): GatewayOptions {
+export function gatewayOptions(config: Config, o: { redisUrl: string; store: ObjectStore; apiKey: string; adminKey?: string; log: Logger }): GatewayOptions {
   return {
     ...o,
     webhookSecret: config.EMBERS_WEBHOOK_SECRET,
     jobRetentionS: config.EMBERS_JOB_RETENTION_S,
     maxBatchBytes: config.EMBERS_MAX_BATCH_BYTES,
+    adminKey: o.adminKey ?? config.EMBERS_ADMIN_KEY,
+    tls: config.EMBERS_TLS_CERT && config.EMBERS_TLS_KEY ? { certFile: config.EMBERS_TLS_CERT, keyFile: config.EMBERS_TLS_KEY } : undefined,
     port: config.EMBERS_PORT,
     host: config.EMBERS_HOST,
     maxBodyBytes: config.EMBERS_MAX_BODY_BYTES,
@@ -104,15 +116,16 @@ export async function startPlatform(config: Config, log: Logger, opts: { persist
     stops.push(async () => store.destroy());
     await store.ensureBucket();
     const apiKey = config.EMBERS_API_KEY ?? (await localApiKey(config.dataDir));
+    const adminKey = config.EMBERS_ADMIN_KEY ?? (await localAdminKey(config.dataDir));
 
-    const gateway = await startGateway(gatewayOptions(config, { redisUrl, store, apiKey, log }));
+    const gateway = await startGateway(gatewayOptions(config, { redisUrl, store, apiKey, adminKey, log }));
     stops.push(() => gateway.close());
 
     const agent = new NodeAgent(agentOptions(config, { redisUrl, store, s3Endpoint, log }));
     await agent.start();
     stops.push(() => agent.close());
 
-    platform = { url: gateway.url, apiKey, redisUrl, s3Endpoint, localRedis: state.localRedis, agent, gateway, stop: stopAll };
+    platform = { url: gateway.url, apiKey, adminKey, redisUrl, s3Endpoint, localRedis: state.localRedis, agent, gateway, stop: stopAll };
     return platform;
   } catch (err) {
     await stopAll();

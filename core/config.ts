@@ -20,6 +20,12 @@ export const ConfigSchema = z.object({
   EMBERS_S3_BUCKET: z.string().regex(/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/, 'must be a valid S3 bucket name').default('embers'),
   /** API key for /v1. Unset under `embers dev`: one is generated and kept under the data dir. */
   EMBERS_API_KEY: z.string().min(16, 'must be at least 16 characters').optional(),
+  /** Admin key: manages tenants and their API keys. Unset under `embers dev`: one is generated and kept under the data dir. */
+  EMBERS_ADMIN_KEY: z.string().min(16, 'must be at least 16 characters').optional(),
+  /** TLS certificate (PEM file, chain included) for the gateway; with EMBERS_TLS_KEY the gateway serves HTTPS. */
+  EMBERS_TLS_CERT: z.string().min(1).optional(),
+  /** TLS private key (PEM file) matching EMBERS_TLS_CERT. */
+  EMBERS_TLS_KEY: z.string().min(1).optional(),
   /** Largest request body on /v1/run, in bytes. @default 10 MiB */
   EMBERS_MAX_BODY_BYTES: int(1024).default(10 * 1024 * 1024),
   /** Largest deploy body (bundle + manifest), in bytes. @default 50 MiB */
@@ -74,10 +80,18 @@ export class ConfigError extends Error {
   override name = 'ConfigError';
 }
 
+/** Variables that only make sense together. */
+const CheckedConfigSchema = ConfigSchema.superRefine((c, ctx) => {
+  const both = 'HTTPS needs both the certificate and its key';
+  if (c.EMBERS_TLS_CERT && !c.EMBERS_TLS_KEY) ctx.addIssue({ code: 'custom', path: ['EMBERS_TLS_KEY'], message: `set it too: EMBERS_TLS_CERT is set, and ${both}` });
+  if (c.EMBERS_TLS_KEY && !c.EMBERS_TLS_CERT) ctx.addIssue({ code: 'custom', path: ['EMBERS_TLS_CERT'], message: `set it too: EMBERS_TLS_KEY is set, and ${both}` });
+  if (c.EMBERS_ADMIN_KEY && c.EMBERS_ADMIN_KEY === c.EMBERS_API_KEY) ctx.addIssue({ code: 'custom', path: ['EMBERS_ADMIN_KEY'], message: 'must differ from EMBERS_API_KEY' });
+});
+
 /** Validates the environment; throws ConfigError naming every bad variable. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const picked = Object.fromEntries(Object.entries(env).filter(([k, v]) => k.startsWith('EMBERS_') && v !== ''));
-  const parsed = ConfigSchema.safeParse(picked);
+  const parsed = CheckedConfigSchema.safeParse(picked);
   if (!parsed.success) {
     const lines = parsed.error.issues.map((i) => `  ${String(i.path[0])}: ${i.message}`);
     throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);

@@ -4,13 +4,26 @@ import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { ObjectStore } from './s3.ts';
 import { keys, s3Keys, type DeploySpec, type Manifest, type PlatformEvent } from './contracts.ts';
+import { DEFAULT_TENANT } from './tenants.ts';
 
 export interface FunctionSummary {
   name: string;
   active: string;
   versions: number;
   updatedAt: string;
+  /** The tenant that owns it: the one that first deployed it. */
+  tenant: string;
 }
+
+// The first tenant to deploy a name owns it (until the function is deleted); a function registered
+// before tenants existed belongs to the default tenant. Atomic, so two tenants deploying a new
+// name at once cannot both own it.
+const CLAIM = `
+local owner = redis.call('HGET', KEYS[1], 'tenant')
+if owner then return owner end
+if redis.call('EXISTS', KEYS[1]) == 1 then owner = ARGV[2] else owner = ARGV[1] end
+redis.call('HSET', KEYS[1], 'tenant', owner)
+return owner`;
 
 export type RegistryEvent = Extract<PlatformEvent, { type: 'deployed' | 'deleted' }>;
 
@@ -48,6 +61,17 @@ export class Registry {
     return manifest;
   }
 
+  /** Makes `tenant` the owner of `name` unless someone owns it already; returns the owner. */
+  async claim(name: string, tenant: string): Promise<string> {
+    return (await this.redis.eval(CLAIM, 1, keys.function(name), tenant, DEFAULT_TENANT)) as string;
+  }
+
+  /** The tenant that owns a deployed function, or null when there is no such function. */
+  async owner(name: string): Promise<string | null> {
+    const [active, tenant] = await this.redis.hmget(keys.function(name), 'active', 'tenant');
+    return active ? (tenant ?? DEFAULT_TENANT) : null;
+  }
+
   async active(name: string): Promise<Manifest | null> {
     const version = await this.redis.hget(keys.function(name), 'active');
     if (!version) return null;
@@ -70,7 +94,7 @@ export class Registry {
     const res = (await pipe.exec()) ?? [];
     return names.map((name, i) => {
       const meta = res[i * 2][1] as Record<string, string>;
-      return { name, active: meta.active ?? '', versions: res[i * 2 + 1][1] as number, updatedAt: meta.updatedAt ?? '' };
+      return { name, active: meta.active ?? '', versions: res[i * 2 + 1][1] as number, updatedAt: meta.updatedAt ?? '', tenant: meta.tenant ?? DEFAULT_TENANT };
     });
   }
 

@@ -6,11 +6,12 @@ import type { BatchStore } from '../core/batches.ts';
 import type { JobStore } from '../core/jobs.ts';
 import type { Logger } from '../core/log.ts';
 import type { Registry } from '../core/registry.ts';
+import type { AuthContext, TenantStore } from '../core/tenants.ts';
 import type { ObjectStore } from '../core/s3.ts';
 import type { FunctionsCache } from './functions-cache.ts';
 import type { Metrics } from './metrics.ts';
 import type { ReplyHub } from './replies.ts';
-import { bearerAuth } from './middleware/auth.ts';
+import { authenticate } from './middleware/auth.ts';
 import { requestId } from './middleware/request-id.ts';
 import { notFound, onError } from './errors.ts';
 import { functionRoutes, replicasOf } from './routes/functions.ts';
@@ -19,15 +20,18 @@ import { runRoutes, type Queues } from './routes/run.ts';
 import { jobRoutes } from './routes/jobs.ts';
 import { batchRoutes } from './routes/batches.ts';
 import { webhookRoutes } from './webhooks.ts';
+import { tenantRoutes } from './routes/tenants.ts';
 
-export type GatewayEnv = { Variables: { rid: string } };
+export type GatewayEnv = { Variables: { rid: string; auth: AuthContext } };
 
 export interface GatewayDeps {
   gatewayId: string;
-  apiKey: string;
   redis: Redis;
   store: ObjectStore;
   registry: Registry;
+  tenants: TenantStore;
+  /** EMBERS_ADMIN_KEY; without one, no caller is admin. */
+  adminKey?: string;
   functions: FunctionsCache;
   replies: ReplyHub;
   queues: Queues;
@@ -79,12 +83,13 @@ export function createApp(deps: GatewayDeps) {
     return c.text(await deps.metrics.registry.metrics(), 200, { 'content-type': deps.metrics.registry.contentType });
   });
 
-  app.use('/v1/*', bearerAuth(deps.apiKey));
+  app.use('/v1/*', authenticate(deps.tenants, deps.adminKey));
   app.route('/v1/functions', functionRoutes(deps));
   app.route('/v1/models', modelRoutes(deps));
   app.route('/v1/run', runRoutes(deps));
   app.route('/v1/jobs', jobRoutes(deps));
   app.route('/v1/batches', batchRoutes(deps));
   app.route('/v1/webhooks', webhookRoutes(deps));
+  app.route('/v1/tenants', tenantRoutes(deps));
   return app;
 }

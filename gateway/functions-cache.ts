@@ -7,6 +7,8 @@ import { compileInputSchema, type InputValidator } from '../core/validate.ts';
 export interface ActiveFunction {
   manifest: Manifest;
   validate: InputValidator;
+  /** The tenant that owns the function. */
+  tenant: string;
 }
 
 const TTL_MS = 5_000;
@@ -20,8 +22,8 @@ export class FunctionsCache {
   async get(name: string): Promise<ActiveFunction | null> {
     const hit = this.entries.get(name);
     if (hit && performance.now() - hit.at < TTL_MS) return hit.value;
-    const manifest = await this.registry.active(name);
-    const value = manifest ? { manifest, validate: compileInputSchema(manifest.inputSchema) } : null;
+    const [manifest, tenant] = await Promise.all([this.registry.active(name), this.registry.owner(name)]);
+    const value = manifest && tenant ? { manifest, validate: compileInputSchema(manifest.inputSchema), tenant } : null;
     this.entries.set(name, { value, at: performance.now() });
     return value;
   }

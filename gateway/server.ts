@@ -1,5 +1,8 @@
 // Starts a gateway process-part: Redis connections, reply channel, HTTP listener.
 import { randomBytes, randomUUID } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { createServer as createHttpsServer } from 'node:https';
+import { createSecureContext } from 'node:tls';
 import type { AddressInfo } from 'node:net';
 import { serve, type ServerType } from '@hono/node-server';
 import { Queue } from 'bullmq';
@@ -9,6 +12,7 @@ import { JobStore } from '../core/jobs.ts';
 import type { Logger } from '../core/log.ts';
 import { createRedis, type Redis } from '../core/redis.ts';
 import { Registry } from '../core/registry.ts';
+import { TenantStore } from '../core/tenants.ts';
 import type { ObjectStore } from '../core/s3.ts';
 import { createApp } from './app.ts';
 import { FunctionsCache } from './functions-cache.ts';
@@ -20,16 +24,22 @@ export interface GatewayOptions {
   redisUrl: string;
   store: ObjectStore;
   apiKey: string;
+  /** EMBERS_ADMIN_KEY: manages tenants and keys. Without one, the tenant routes answer 403. */
+  adminKey?: string;
+  /** PEM files (EMBERS_TLS_CERT / EMBERS_TLS_KEY): serve HTTPS instead of HTTP. */
+  tls?: { certFile: string; keyFile: string };
   port: number;
   host: string;
   log: Logger;
   maxBodyBytes: number;
   maxBundleBytes: number;
   queueTimeoutMs: number;
-  jobRetentionS: number;
+  /** @default 86400 */
+  jobRetentionS?: number;
   /** Root of webhook signing secrets; unset, one is generated once and shared by all gateways through Redis. */
   webhookSecret?: string;
-  maxBatchBytes: number;
+  /** @default 1 GiB */
+  maxBatchBytes?: number;
 }
 
 export interface RunningGateway {
@@ -45,6 +55,7 @@ export class GatewayStartError extends Error {
 export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
   const id = `gw-${randomUUID().slice(0, 8)}`;
   const log = o.log.child({ gateway: id });
+  const tls = o.tls && (await readTls(o.tls));
   // Requests must fail fast (503) while Redis is unreachable, not queue up inside ioredis.
   const redis = createRedis(o.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1 });
   const sub = createRedis(o.redisUrl);
@@ -54,6 +65,16 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
   });
   redis.on('error', (err) => log.warn({ err: err.message }, 'redis connection error'));
   const registry = new Registry(redis, o.store);
+  const tenants = new TenantStore(redis);
+  try {
+    const { key, replaced } = await tenants.bootstrapDefault(o.apiKey);
+    if (replaced) log.warn('EMBERS_API_KEY changed: the previous platform key no longer works');
+    if (key.revokedAt) log.warn({ keyId: key.id }, 'EMBERS_API_KEY was revoked by an admin: requests with it get 401; set a new one');
+  } catch (err) {
+    sub.disconnect();
+    redis.disconnect();
+    throw new GatewayStartError((err as Error).message);
+  }
   const functions = new FunctionsCache(registry);
   const metrics = createMetrics();
   const replies = new ReplyHub(sub, id, (channel, message) => {
@@ -86,7 +107,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     },
   };
 
-  const jobs = new JobStore(redis, o.jobRetentionS);
+  const jobs = new JobStore(redis, o.jobRetentionS ?? 86_400);
   const webhookSecret = o.webhookSecret ?? (await sharedWebhookSecret(redis));
   const webhookQueue = new Queue(WEBHOOK_QUEUE, { connection: redis, prefix: QUEUE_PREFIX });
   webhookQueue.on('error', (err) => log.warn({ err: err.message }, 'webhook queue error'));
@@ -96,10 +117,11 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
   const lastWake = new Map<string, number>();
   const app = createApp({
     gatewayId: id,
-    apiKey: o.apiKey,
     redis,
     store: o.store,
     registry,
+    tenants,
+    adminKey: o.adminKey,
     functions,
     replies,
     queues: queueSet,
@@ -112,7 +134,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     batches: new BatchStore(redis),
     webhookQueue,
     webhookSecret,
-    maxBatchBytes: o.maxBatchBytes,
+    maxBatchBytes: o.maxBatchBytes ?? 1024 ** 3,
     wake: (name) => {
       // At most one wake per function per second from this gateway: cheap, and enough to cut
       // the scheduler's tick out of a cold start.
@@ -126,7 +148,8 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
   let server: ServerType;
   try {
     server = await new Promise<ServerType>((resolve, reject) => {
-      const s = serve({ fetch: app.fetch, port: o.port, hostname: o.host }, () => resolve(s));
+      const listen = { fetch: app.fetch, port: o.port, hostname: o.host };
+      const s = tls ? serve({ ...listen, createServer: createHttpsServer, serverOptions: tls }, () => resolve(s)) : serve(listen, () => resolve(s));
       s.once('error', reject);
     });
   } catch (err) {
@@ -141,7 +164,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
   }
   const addr = server.address() as AddressInfo;
   const host = o.host === '0.0.0.0' || o.host === '::' ? 'localhost' : o.host;
-  url = `http://${host}:${addr.port}`;
+  url = `${tls ? 'https' : 'http'}://${host}:${addr.port}`;
   log.info({ url }, 'gateway listening');
   return {
     url,
@@ -167,4 +190,19 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
 async function sharedWebhookSecret(redis: Redis): Promise<string> {
   await redis.set(keys.webhookSecret, `whroot_${randomBytes(32).toString('base64url')}`, 'NX');
   return (await redis.get(keys.webhookSecret))!;
+}
+
+/** Reads and checks the certificate and key, so a bad pair stops start-up naming the variables. */
+async function readTls(files: { certFile: string; keyFile: string }): Promise<{ cert: Buffer; key: Buffer }> {
+  const read = (file: string, variable: string) =>
+    readFile(file).catch((err: Error) => {
+      throw new GatewayStartError(`${variable}: cannot read ${file}: ${err.message}`);
+    });
+  const [cert, key] = await Promise.all([read(files.certFile, 'EMBERS_TLS_CERT'), read(files.keyFile, 'EMBERS_TLS_KEY')]);
+  try {
+    createSecureContext({ cert, key });
+  } catch (err) {
+    throw new GatewayStartError(`EMBERS_TLS_CERT / EMBERS_TLS_KEY (${files.certFile}, ${files.keyFile}) are not a PEM certificate and its private key: ${(err as Error).message}`);
+  }
+  return { cert, key };
 }

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { clientOptions, EmbersClient } from '../client.ts';
+import { adminClientOptions, clientOptions, EmbersClient } from '../client.ts';
 
 /** --url and --key on every command that talks to a gateway. */
 export function withConnection(cmd: Command): Command {
@@ -14,4 +14,21 @@ export function clientFrom(opts: { url?: string; key?: string }): EmbersClient {
 
 export function printJson(value: unknown): void {
   process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+}
+
+/** --url and --admin-key on the commands that manage tenants and keys. */
+export function withAdminConnection(cmd: Command): Command {
+  return cmd
+    .option('--url <url>', 'gateway URL (env EMBERS_URL)', undefined)
+    .option('--admin-key <key>', 'admin key (env EMBERS_ADMIN_KEY; default: the one `npm start` keeps in .embers/admin-key)');
+}
+
+export function adminClientFrom(opts: { url?: string; adminKey?: string }): EmbersClient {
+  return new EmbersClient(adminClientOptions(opts));
+}
+
+/** A plain aligned table on stdout. */
+export function table(head: string[], rows: string[][]): void {
+  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
+  for (const r of [head, ...rows]) process.stdout.write(`${r.map((c, i) => c.padEnd(widths[i])).join('  ')}\n`);
 }

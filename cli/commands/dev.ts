@@ -2,7 +2,7 @@ import path from 'node:path';
 import { Command } from 'commander';
 import { loadConfig } from '../../core/config.ts';
 import { createLogger } from '../../core/log.ts';
-import { EmbersClient } from '../client.ts';
+import { caCert, EmbersClient } from '../client.ts';
 import { deployFile } from '../deploy.ts';
 import { discoverFunctions } from '../discover.ts';
 import { startPlatform } from '../platform.ts';
@@ -31,7 +31,9 @@ export function devCommand(name: 'dev' | 'start'): Command {
       process.on('SIGINT', () => void stop('SIGINT'));
       process.on('SIGTERM', () => void stop('SIGTERM'));
 
-      const client = new EmbersClient({ url: platform.url, apiKey: platform.apiKey });
+      // Over HTTPS, deploying to itself trusts its own certificate unless EMBERS_CA_CERT says otherwise.
+      const ca = caCert(process.env.EMBERS_CA_CERT ?? config.EMBERS_TLS_CERT);
+      const client = new EmbersClient({ url: platform.url, apiKey: platform.apiKey, ca });
       const deployed: string[] = [];
       if (opts.deploy) {
         const dir = path.resolve(opts.functions);
@@ -50,10 +52,11 @@ export function devCommand(name: 'dev' | 'start'): Command {
         '',
         `  Embers is running at ${platform.url}`,
         `  API key:   ${platform.apiKey}`,
+        `  Admin key: ${platform.adminKey}  (tenants and keys: \`npx embers tenants --help\`)`,
         `  Functions: ${deployed.length ? deployed.join(', ') : 'none (deploy with `npx embers deploy path/to/fn.ts`)'}`,
         '',
         '  Try it:',
-        `    curl -s -H "Authorization: Bearer ${platform.apiKey}" -H 'content-type: application/json' \\`,
+        `    curl -s ${config.EMBERS_TLS_CERT ? `--cacert ${config.EMBERS_TLS_CERT} ` : ''}-H "Authorization: Bearer ${platform.apiKey}" -H 'content-type: application/json' \\`,
         `      -d '{"hello":"embers"}' ${platform.url}/v1/run/${example}`,
         '',
         '  Ctrl-C stops everything this started.',

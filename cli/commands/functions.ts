@@ -1,7 +1,7 @@
 import { Command } from 'commander';
-import { clientFrom, printJson, withConnection } from './common.ts';
+import { clientFrom, printJson, table, withConnection } from './common.ts';
 
-interface Summary { name: string; active: string; versions: number; updatedAt: string }
+interface Summary { name: string; active: string; versions: number; updatedAt: string; tenant: string }
 interface ReplicaView {
   id: string;
   state: string;
@@ -20,8 +20,8 @@ export function functionsCommand(): Command {
       const { functions } = await clientFrom(opts).call<{ functions: Summary[] }>('GET', '/v1/functions');
       if (opts.json) return printJson(functions);
       if (functions.length === 0) return void process.stdout.write('no functions deployed yet: `embers deploy path/to/fn.ts`\n');
-      const rows = functions.map((f) => [f.name, f.active, String(f.versions), f.updatedAt]);
-      table(['NAME', 'ACTIVE', 'VERSIONS', 'UPDATED'], rows);
+      const rows = functions.map((f) => [f.name, f.active, String(f.versions), f.updatedAt, f.tenant]);
+      table(['NAME', 'ACTIVE', 'VERSIONS', 'UPDATED', 'TENANT'], rows);
     },
   );
 
@@ -73,9 +73,4 @@ export function functionsCommand(): Command {
 function phaseLine(p: Record<string, unknown>): string {
   const names: [string, string][] = [['spawnMs', 'spawn'], ['bundleMs', 'bundle'], ['modelFetchMs', 'model_fetch'], ['modelLoadMs', 'model_load'], ['setupMs', 'setup'], ['warmupMs', 'warmup'], ['totalMs', 'total']];
   return names.map(([k, label]) => `${label} ${Math.round(Number(p[k] ?? 0))}`).join(', ');
-}
-
-function table(head: string[], rows: string[][]): void {
-  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-  for (const r of [head, ...rows]) process.stdout.write(`${r.map((c, i) => c.padEnd(widths[i])).join('  ')}\n`);
 }

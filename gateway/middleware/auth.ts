@@ -1,18 +1,45 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
-import type { MiddlewareHandler } from 'hono';
+import type { Context, MiddlewareHandler } from 'hono';
+import { ADMIN_AUTH, type Scope, type TenantStore } from '../../core/tenants.ts';
 import { ApiError } from '../errors.ts';
+import type { GatewayEnv } from '../app.ts';
 
-const digest = (s: string) => createHash('sha256').update(s).digest();
-
-/** Bearer-key auth for /v1; digests make the comparison constant-time whatever the length. */
-export function bearerAuth(apiKey: string): MiddlewareHandler {
-  const expected = digest(apiKey);
+/**
+ * Bearer-key auth for /v1: sets `c.get('auth')`. The admin key is compared in constant time; any
+ * other key is looked up in Redis by its sha256 on every request, so a revocation holds at once
+ * on every gateway.
+ */
+export function authenticate(tenants: TenantStore, adminKey?: string): MiddlewareHandler<GatewayEnv> {
+  // Digests make the comparison constant-time whatever the lengths.
+  const digest = (s: string) => createHash('sha256').update(s).digest();
+  const admin = adminKey ? digest(adminKey) : undefined;
   return async function auth(c, next) {
     const header = c.req.header('authorization');
     if (!header) throw new ApiError(401, 'unauthorized', 'missing "Authorization: Bearer <key>" header (npm start prints the key)');
     const m = /^Bearer\s+(\S+)$/i.exec(header);
     if (!m) throw new ApiError(401, 'unauthorized', 'Authorization header must be "Bearer <key>"');
-    if (!timingSafeEqual(digest(m[1]), expected)) throw new ApiError(401, 'unauthorized', 'invalid API key');
+    const secret = m[1];
+    if (admin && timingSafeEqual(digest(secret), admin)) {
+      c.set('auth', ADMIN_AUTH);
+      return next();
+    }
+    const key = await tenants.resolve(secret);
+    if (!key) throw new ApiError(401, 'unauthorized', 'invalid API key');
+    if (key.revokedAt) throw new ApiError(401, 'unauthorized', `this key was revoked (${key.id}, at ${key.revokedAt}); ask your Embers admin for a new one`);
+    c.set('auth', { tenant: key.tenant, keyId: key.id, scopes: key.scopes, admin: false });
     await next();
   };
+}
+
+/** 403 unless the caller's key carries `scope`. */
+export function requireScope(c: Context<GatewayEnv>, scope: Scope): void {
+  const { scopes } = c.get('auth');
+  if (!scopes.includes(scope)) {
+    throw new ApiError(403, 'forbidden', `this key lacks the "${scope}" scope (it has: ${scopes.join(', ')}); ask your Embers admin for a key with "${scope}"`);
+  }
+}
+
+/** 403 unless the caller used the admin key. */
+export function requireAdmin(c: Context<GatewayEnv>): void {
+  if (!c.get('auth').admin) throw new ApiError(403, 'forbidden', 'managing tenants and keys needs the admin key (EMBERS_ADMIN_KEY), not a tenant key');
 }

@@ -1,9 +1,11 @@
 // Deploy and manage functions: POST/GET /v1/functions, GET/DELETE /v1/functions/:name.
-import { Hono } from 'hono';
+import { Hono, type Context } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { z } from 'zod';
 import { DeployRequestSchema, FUNCTION_NAME, keys, type Manifest } from '../../core/contracts.ts';
+import { canAccess } from '../../core/tenants.ts';
 import { ApiError, readJson } from '../errors.ts';
+import { requireScope } from '../middleware/auth.ts';
 import type { GatewayDeps, GatewayEnv } from '../app.ts';
 
 export function functionRoutes(deps: GatewayDeps) {
@@ -19,6 +21,7 @@ export function functionRoutes(deps: GatewayDeps) {
       },
     }),
     async (c) => {
+      requireScope(c, 'deploy');
       const parsed = DeployRequestSchema.safeParse(await readJson(c));
       if (!parsed.success) throw new ApiError(400, 'invalid_deploy', `deploy request is invalid: ${z.prettifyError(parsed.error)}`, parsed.error.issues);
       const { spec } = parsed.data;
@@ -30,23 +33,34 @@ export function functionRoutes(deps: GatewayDeps) {
         });
         if (!found) throw new ApiError(400, 'model_not_found', `model ${handle}: ${uri} does not exist; upload it with \`embers models upload\` or reference a local file`);
       }
+      const auth = c.get('auth');
+      const owner = await registry.claim(spec.name, auth.tenant);
+      if (!canAccess(auth, owner)) {
+        throw new ApiError(409, 'name_taken', `function names are global and "${spec.name}" belongs to another tenant; pick another name`);
+      }
       const manifest = await registry.deploy(spec, bundle);
       deps.functions.invalidate(spec.name);
       const origin = new URL(c.req.url).origin;
       const unchanged = manifest.unchanged === true;
-      return c.json({ ...describeVersion(manifest), unchanged, endpoint: `${origin}/v1/run/${manifest.name}` }, unchanged ? 200 : 201);
+      return c.json({ ...describeVersion(manifest), tenant: owner, unchanged, endpoint: `${origin}/v1/run/${manifest.name}` }, unchanged ? 200 : 201);
     },
   );
 
-  app.get('/', async (c) => c.json({ functions: await registry.list() }));
+  app.get('/', async (c) => {
+    requireScope(c, 'read');
+    const auth = c.get('auth');
+    return c.json({ functions: (await registry.list()).filter((f) => canAccess(auth, f.tenant)) });
+  });
 
   app.get('/:name', async (c) => {
-    const name = checkName(c.req.param('name'));
+    requireScope(c, 'read');
+    const { name, owner } = await visible(c);
     const versions = await registry.versions(name);
     const active = await registry.active(name);
-    if (!active) throw new ApiError(404, 'function_not_found', `no function named "${name}"`);
+    if (!active) throw notFound(name);
     return c.json({
       name,
+      tenant: owner,
       active: active.version,
       endpoint: `${new URL(c.req.url).origin}/v1/run/${name}`,
       manifest: describeVersion(active),
@@ -58,11 +72,20 @@ export function functionRoutes(deps: GatewayDeps) {
   });
 
   app.delete('/:name', async (c) => {
-    const name = checkName(c.req.param('name'));
-    if (!(await registry.remove(name))) throw new ApiError(404, 'function_not_found', `no function named "${name}"`);
+    requireScope(c, 'deploy');
+    const { name } = await visible(c);
+    if (!(await registry.remove(name))) throw notFound(name);
     deps.functions.invalidate(name);
     return c.json({ deleted: name });
   });
+
+  /** The :name function, if the caller may see it: another tenant's function is as unknown as a missing one. */
+  async function visible(c: Context<GatewayEnv>): Promise<{ name: string; owner: string }> {
+    const name = checkName(c.req.param('name') ?? '');
+    const owner = await registry.owner(name);
+    if (!owner || !canAccess(c.get('auth'), owner)) throw notFound(name);
+    return { name, owner };
+  }
 
   return app;
 }
@@ -71,6 +94,8 @@ function checkName(name: string): string {
   if (!FUNCTION_NAME.test(name)) throw new ApiError(404, 'function_not_found', `no function named "${name}" (names are lower-case letters, digits and "-")`);
   return name;
 }
+
+const notFound = (name: string) => new ApiError(404, 'function_not_found', `no function named "${name}"`);
 
 function describeVersion(m: Manifest) {
   return {

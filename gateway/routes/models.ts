@@ -12,6 +12,7 @@ import { Hono } from 'hono';
 import { s3Keys } from '../../core/contracts.ts';
 import { ApiError } from '../errors.ts';
 import type { GatewayDeps, GatewayEnv } from '../app.ts';
+import { requireScope } from '../middleware/auth.ts';
 
 const SHA256 = /^[0-9a-f]{64}$/;
 const MAX_MODEL_BYTES = 8 * 1024 ** 3;
@@ -19,6 +20,11 @@ const MAX_MODEL_BYTES = 8 * 1024 ** 3;
 export function modelRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
   const { store } = deps;
+  // Model files are only ever needed to deploy.
+  app.use('*', async (c, next) => {
+    requireScope(c, 'deploy');
+    await next();
+  });
 
   const keyOf = (hex: string) => {
     if (!SHA256.test(hex)) throw new ApiError(400, 'invalid_hash', 'model ids are the lower-case hex sha256 of the file (64 characters)');

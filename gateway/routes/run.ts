@@ -8,6 +8,8 @@ import { JobStore } from '../../core/jobs.ts';
 import { describeErrors } from '../../core/validate.ts';
 import { ApiError, readJson } from '../errors.ts';
 import type { GatewayEnv, GatewayDeps } from '../app.ts';
+import { canAccess } from '../../core/tenants.ts';
+import { requireScope } from '../middleware/auth.ts';
 
 /** Waiting past the deadline by this much lets a reply that is on its way arrive. */
 const REPLY_GRACE_MS = 2_000;
@@ -30,7 +32,8 @@ export function runRoutes(deps: GatewayDeps) {
       const rid = c.get('rid');
       if (!FUNCTION_NAME.test(name)) throw new ApiError(404, 'function_not_found', `no function named "${name}" (names are lower-case letters, digits and "-")`);
       const fn = await functions.get(name);
-      if (!fn) throw new ApiError(404, 'function_not_found', `no function named "${name}"; deploy it with \`embers deploy\` or list them with \`embers functions\``);
+      if (!fn || !canAccess(c.get('auth'), fn.tenant)) throw new ApiError(404, 'function_not_found', `no function named "${name}"; deploy it with \`embers deploy\` or list them with \`embers functions\``);
+      requireScope(c, 'run');
       const failure = functions.startFailure(name);
       if (failure) throw new ApiError(503, 'replica_start_failed', `${name} cannot start right now: ${failure.phase} failed: ${failure.message}`);
       const input = await readJson(c);

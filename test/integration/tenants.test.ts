@@ -1,0 +1,297 @@
+// Tenants, API keys and HTTPS on a real platform: isolation between tenants, scopes, admin-only
+// routes, revocation across gateways, hashed storage, and the CLI over TLS.
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { after, before, describe, it } from 'node:test';
+import { EmbersClient } from '../../cli/client.ts';
+import { deployFile } from '../../cli/deploy.ts';
+import { loadConfig } from '../../core/config.ts';
+import { createLogger } from '../../core/log.ts';
+import { storeFromConfig } from '../../core/s3.ts';
+import { hashSecret } from '../../core/tenants.ts';
+import { startGateway, type RunningGateway } from '../../gateway/server.ts';
+import { ROOT, shipped, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
+
+interface Created {
+  id: string;
+  key: string;
+  tenant: string;
+  scopes: string[];
+}
+
+let p: TestPlatform;
+let tmp: string;
+
+before(async () => {
+  p = await startTestPlatform();
+  tmp = await mkdtemp(path.join(os.tmpdir(), 'embers-tenants-'));
+});
+after(async () => {
+  await p?.close();
+  await rm(tmp, { recursive: true, force: true });
+});
+
+const as = (key: string) => (route: string, init: RequestInit = {}) => p.fetch(route, { ...init, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...init.headers } });
+const admin = (route: string, init: RequestInit = {}) => as(p.adminKey)(route, init);
+const post = (body: unknown): RequestInit => ({ method: 'POST', body: JSON.stringify(body) });
+
+async function json<T = Record<string, unknown>>(res: Response | Promise<Response>, status: number): Promise<T> {
+  const r = await res;
+  const body = await r.text();
+  assert.equal(r.status, status, body);
+  return JSON.parse(body) as T;
+}
+
+async function createTenant(name: string): Promise<string> {
+  return (await json<{ id: string }>(admin('/v1/tenants', post({ name })), 201)).id;
+}
+
+async function createKey(tenant: string, body: object = {}): Promise<Created> {
+  return json<Created>(admin(`/v1/tenants/${tenant}/keys`, post(body)), 201);
+}
+
+function embers(args: string[], env: Record<string, string> = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [path.join(ROOT, 'cli/bin.mjs'), ...args], { cwd: tmp, env: { ...process.env, EMBERS_URL: p.url, ...env }, timeout: 60_000 }, (err, stdout, stderr) =>
+      resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+    );
+  });
+}
+
+describe('tenants and keys', () => {
+  let a: string;
+  let b: string;
+  let keyA: Created;
+  let keyB: Created;
+
+  before(async () => {
+    a = await createTenant('acme');
+    b = await createTenant('bravo');
+    keyA = await createKey(a, { name: 'acme-ci' });
+    keyB = await createKey(b);
+    await deployFile(new EmbersClient({ url: p.url, apiKey: keyA.key }), shipped('echo.ts'));
+  });
+
+  it('admin creates tenants and keys; a secret is shown once and never listed', async () => {
+    assert.match(a, /^t_[0-9a-f]{12}$/);
+    assert.match(keyA.key, /^emb_[A-Za-z0-9_-]{43}$/);
+    assert.equal(keyA.tenant, a);
+    assert.deepEqual(keyA.scopes, ['run', 'deploy', 'read']);
+    const { tenants } = await json<{ tenants: { id: string; name: string }[] }>(admin('/v1/tenants'), 200);
+    assert.deepEqual(tenants.map((t) => t.name), ['default', 'acme', 'bravo']);
+    const listed = await (await admin(`/v1/tenants/${a}/keys`)).text();
+    const { keys } = JSON.parse(listed) as { keys: Record<string, unknown>[] };
+    assert.deepEqual(Object.keys(keys[0]).sort(), ['createdAt', 'id', 'name', 'scopes', 'tenant']);
+    assert.ok(!listed.includes(keyA.key) && !listed.includes(hashSecret(keyA.key)), 'no secret and no hash in the listing');
+  });
+
+  it('a tenant cannot list, show, run, delete or deploy over another tenant\'s function', async () => {
+    const asA = as(keyA.key);
+    const asB = as(keyB.key);
+    const names = async (f: typeof asA) => (await json<{ functions: { name: string }[] }>(f('/v1/functions'), 200)).functions.map((x) => x.name);
+    assert.deepEqual(await names(asA), ['echo']);
+    assert.deepEqual(await names(asB), []);
+    assert.deepEqual(await names(as(p.apiKey)), [], 'the default tenant is a tenant like the others');
+    const all = await json<{ functions: { name: string; tenant: string }[] }>(admin('/v1/functions'), 200);
+    assert.deepEqual(all.functions.map((f) => [f.name, f.tenant]), [['echo', a]]);
+
+    // Refused exactly as a function that does not exist: names do not leak.
+    const unknown = await json<{ error: { message: string } }>(asB('/v1/functions/ghost'), 404);
+    const show = await json<{ error: { code: string; message: string } }>(asB('/v1/functions/echo'), 404);
+    assert.equal(show.error.code, 'function_not_found');
+    assert.equal(show.error.message, unknown.error.message.replace('ghost', 'echo'));
+    const run = await json<{ error: { code: string } }>(asB('/v1/run/echo', post({ x: 1 })), 404);
+    assert.equal(run.error.code, 'function_not_found');
+    await json(asB('/v1/functions/echo', { method: 'DELETE' }), 404);
+    await assert.rejects(deployFile(new EmbersClient({ url: p.url, apiKey: keyB.key }), shipped('echo.ts')), /409: function names are global/);
+
+    // All of that left it alone.
+    assert.deepEqual(await json(asA('/v1/run/echo', post({ from: 'acme' })), 200), { from: 'acme' });
+    const own = await json<{ tenant: string }>(asA('/v1/functions/echo'), 200);
+    assert.equal(own.tenant, a);
+  });
+
+  it('scopes: a run-only key runs but cannot deploy, delete, read or upload models', async () => {
+    const runOnly = await createKey(a, { scopes: ['run'] });
+    const f = as(runOnly.key);
+    assert.deepEqual(await json(f('/v1/run/echo', post({ ok: true })), 200), { ok: true });
+    const deploy = await json<{ error: { code: string; message: string } }>(f('/v1/functions', post({})), 403);
+    assert.equal(deploy.error.code, 'forbidden');
+    assert.match(deploy.error.message, /lacks the "deploy" scope/);
+    assert.match((await json<{ error: { message: string } }>(f('/v1/functions/echo', { method: 'DELETE' }), 403)).error.message, /"deploy"/);
+    assert.match((await json<{ error: { message: string } }>(f('/v1/functions'), 403)).error.message, /"read"/);
+    await json(f(`/v1/models/sha256/${'0'.repeat(64)}`, { method: 'PUT', body: 'x' }), 403);
+
+    const deployOnly = await createKey(a, { scopes: ['deploy', 'read'] });
+    assert.match((await json<{ error: { message: string } }>(as(deployOnly.key)('/v1/run/echo', post({})), 403)).error.message, /"run"/);
+  });
+
+  it('tenant keys, the platform key included, cannot use the admin routes', async () => {
+    for (const key of [keyA.key, p.apiKey]) {
+      const res = await json<{ error: { code: string; message: string } }>(as(key)('/v1/tenants'), 403);
+      assert.equal(res.error.code, 'forbidden');
+      assert.match(res.error.message, /admin key/);
+      await json(as(key)('/v1/tenants', post({ name: 'mine' })), 403);
+      await json(as(key)(`/v1/tenants/${a}/keys`, post({})), 403);
+    }
+  });
+
+  it('bad admin input is answered 400/404/409 with a reason', async () => {
+    const cases: [string, RequestInit, number, RegExp][] = [
+      ['/v1/tenants', post({}), 400, /invalid tenant: .*name/s],
+      ['/v1/tenants', post({ name: '' }), 400, /name must not be empty/],
+      ['/v1/tenants', post({ name: 'x', plan: 'gold' }), 400, /plan/],
+      ['/v1/tenants', { method: 'POST', body: '{nope' }, 400, /not valid JSON/],
+      ['/v1/tenants', { method: 'POST', body: '' }, 400, /body is empty/],
+      [`/v1/tenants/${a}/keys`, post({ scopes: ['admin'] }), 400, /scopes are "run", "deploy", "read"/],
+      [`/v1/tenants/${a}/keys`, post({ scopes: 'run' }), 400, /scopes/],
+      [`/v1/tenants/${a}/keys`, post({ name: 42 }), 400, /name/],
+      ['/v1/tenants/t_000000000000/keys', post({}), 404, /no tenant with id "t_000000000000"/],
+      [`/v1/tenants/${a}/keys/key_nope`, { method: 'DELETE' }, 404, /has no key key_nope/],
+      ['/v1/tenants/default', { method: 'DELETE' }, 409, /default tenant .* cannot be deleted/],
+    ];
+    for (const [route, init, status, reason] of cases) {
+      const res = await json<{ error: { message: string } }>(admin(route, init), status);
+      assert.match(res.error.message, reason, `${init.method} ${route}`);
+    }
+  });
+
+  it('a revoked key gets 401 on the very next request, on another gateway too', async () => {
+    const config = loadConfig({ ...process.env, EMBERS_S3_ENDPOINT: p.s3Endpoint });
+    const store = storeFromConfig(config);
+    let second: RunningGateway | undefined;
+    try {
+      second = await startGateway({
+        redisUrl: p.redisUrl,
+        store,
+        apiKey: p.apiKey,
+        port: 0,
+        host: '127.0.0.1',
+        log: createLogger('test', 'warn'),
+        maxBodyBytes: 1024 * 1024,
+        maxBundleBytes: 1024 * 1024,
+        queueTimeoutMs: 10_000,
+      });
+      const key = await createKey(a, { name: 'short-lived' });
+      const viaSecond = () => fetch(`${second!.url}/v1/functions`, { headers: { authorization: `Bearer ${key.key}` } });
+      assert.equal((await viaSecond()).status, 200);
+      await json(admin(`/v1/tenants/${a}/keys/${key.id}`, { method: 'DELETE' }), 200);
+      const res = await json<{ error: { code: string; message: string } }>(viaSecond(), 401);
+      assert.equal(res.error.code, 'unauthorized');
+      assert.match(res.error.message, /this key was revoked/);
+      await json(as(key.key)('/v1/run/echo', post({})), 401);
+      const { keys } = await json<{ keys: { id: string; revokedAt?: string }[] }>(admin(`/v1/tenants/${a}/keys`), 200);
+      assert.ok(keys.find((k) => k.id === key.id)?.revokedAt);
+    } finally {
+      await second?.close();
+      store.destroy();
+    }
+  });
+
+  it('deleting a tenant revokes its keys', async () => {
+    const c = await createTenant('charlie');
+    const keyC = await createKey(c);
+    await json(as(keyC.key)('/v1/functions'), 200);
+    assert.deepEqual(await json(admin(`/v1/tenants/${c}`, { method: 'DELETE' }), 200), { deleted: c, revokedKeys: 1 });
+    assert.match((await json<{ error: { message: string } }>(as(keyC.key)('/v1/functions'), 401)).error.message, /revoked/);
+    await json(admin(`/v1/tenants/${c}/keys`, post({})), 404);
+    await json(admin(`/v1/tenants/${c}`, { method: 'DELETE' }), 404);
+  });
+
+  it('stores no secret in clear: Redis holds only hashes', async () => {
+    const redis = p.redis();
+    const secrets = [keyA.key, keyB.key, p.apiKey, p.adminKey];
+    let hashesSeen = 0;
+    for (const k of await redis.keys('*')) {
+      const type = await redis.type(k);
+      const values =
+        type === 'string' ? [await redis.get(k)] : type === 'hash' ? Object.entries(await redis.hgetall(k)).flat() : type === 'set' ? await redis.smembers(k) : type === 'list' ? await redis.lrange(k, 0, -1) : [];
+      for (const text of [k, ...values.map(String)]) {
+        for (const s of secrets) assert.ok(!text.includes(s), `a secret is stored in clear under ${k}`);
+        if (text.includes(hashSecret(keyA.key))) hashesSeen++;
+      }
+    }
+    assert.ok(hashesSeen >= 1, 'the key is found by its hash');
+  });
+
+  it('the CLI manages tenants and keys with the admin key', async () => {
+    const env = { EMBERS_ADMIN_KEY: p.adminKey };
+    for (const cmd of [['tenants'], ['tenants', 'create'], ['tenants', 'list'], ['tenants', 'delete'], ['keys'], ['keys', 'create'], ['keys', 'list'], ['keys', 'revoke']]) {
+      const r = await embers([...cmd, '--help']);
+      assert.equal(r.code, 0, `${cmd.join(' ')} --help: ${r.stderr}`);
+      assert.match(r.stdout, /Usage: embers/);
+    }
+    const created = await embers(['tenants', 'create', 'delta', '--json'], env);
+    assert.equal(created.code, 0, created.stderr);
+    const id = (JSON.parse(created.stdout) as { id: string }).id;
+    const list = await embers(['tenants', 'list'], env);
+    assert.match(list.stdout, /^ID\s+NAME\s+CREATED/m);
+    assert.match(list.stdout, new RegExp(`^${id}\\s+delta`, 'm'));
+
+    const key = await embers(['keys', 'create', id, '--name', 'ci', '--scopes', 'run,read'], env);
+    assert.equal(key.code, 0, key.stderr);
+    const secret = key.stdout.trim();
+    assert.match(secret, /^emb_\S+$/);
+    assert.match(key.stderr, /will not be shown again/);
+    const listed = await embers(['keys', 'list', id], env);
+    assert.match(listed.stdout, /^key_[0-9a-f]+\s+ci\s+run,read\s/m);
+    assert.ok(!listed.stdout.includes(secret));
+    const keyId = /^(key_[0-9a-f]+)/m.exec(listed.stdout)![1];
+
+    assert.equal((await embers(['functions'], { EMBERS_API_KEY: secret })).code, 0);
+    const revoked = await embers(['keys', 'revoke', id, keyId], env);
+    assert.match(revoked.stdout, new RegExp(`revoked ${keyId}`));
+    assert.match((await embers(['functions'], { EMBERS_API_KEY: secret })).stderr, /401: this key was revoked/);
+
+    const mistakes: [string[], number, RegExp, Record<string, string>][] = [
+      [['tenants', 'list'], 1, /403: managing tenants and keys needs the admin key/, { EMBERS_ADMIN_KEY: p.apiKey }],
+      [['tenants', 'list'], 2, /no admin key: pass --admin-key/, { EMBERS_ADMIN_KEY: '' }],
+      [['keys', 'create', id, '--scopes', 'run,root'], 1, /scopes are a comma-separated list of run, deploy, read/, env],
+      [['keys', 'list', 't_000000000000'], 1, /404: no tenant with id/, env],
+    ];
+    for (const [args, code, message, e] of mistakes) {
+      const r = await embers(args, e);
+      assert.equal(r.code, code, `embers ${args.join(' ')}: ${r.stderr}`);
+      assert.match(r.stderr, message, `embers ${args.join(' ')}`);
+    }
+    const deleted = await embers(['tenants', 'delete', id], env);
+    assert.match(deleted.stdout, /deleted tenant .*; revoked 0 keys/);
+  });
+});
+
+describe('HTTPS', () => {
+  let tls: TestPlatform;
+  let cert: string;
+
+  before(async () => {
+    cert = path.join(tmp, 'cert.pem');
+    const key = path.join(tmp, 'key.pem');
+    await promisify(execFile)('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=localhost', '-addext', 'subjectAltName=DNS:localhost,IP:127.0.0.1', '-keyout', key, '-out', cert]);
+    tls = await startTestPlatform({ EMBERS_TLS_CERT: cert, EMBERS_TLS_KEY: key });
+    delete process.env.EMBERS_TLS_CERT;
+    delete process.env.EMBERS_TLS_KEY;
+    await deployFile(new EmbersClient({ url: tls.url, apiKey: tls.apiKey, ca: await readFile(cert, 'utf8') }), shipped('echo.ts'));
+  });
+  after(() => tls?.close());
+
+  it('serves https:// and the CLI works against it with EMBERS_CA_CERT', async () => {
+    assert.match(tls.url, /^https:\/\/127\.0\.0\.1:\d+$/);
+    const env = { EMBERS_URL: tls.url, EMBERS_API_KEY: tls.apiKey, EMBERS_CA_CERT: cert };
+    const list = await embers(['functions'], env);
+    assert.equal(list.code, 0, list.stderr);
+    assert.match(list.stdout, /^echo\s+v1/m);
+    const run = await embers(['run', 'echo', '--data', '{"over":"tls"}'], env);
+    assert.equal(run.code, 0, run.stderr);
+    assert.deepEqual(JSON.parse(run.stdout), { over: 'tls' });
+  });
+
+  it('without the CA the CLI says which variable to set', async () => {
+    const r = await embers(['functions'], { EMBERS_URL: tls.url, EMBERS_API_KEY: tls.apiKey });
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /cannot trust the TLS certificate of https:\/\/127\.0\.0\.1:\d+ .*set EMBERS_CA_CERT/);
+  });
+});
