@@ -25,6 +25,8 @@ try {
       batching: def.batching,
       scaling: def.scaling,
       timeoutMs: def.timeoutMs,
+      pricing: def.pricing,
+      maxQueueLength: def.maxQueueLength,
     }),
   );
 } catch (err) {

@@ -35,6 +35,8 @@ export interface BatchRecord {
   id: string;
   function: string;
   tenant: string;
+  /** The API key that created it: its lines are metered to it. */
+  key: string;
   status: BatchStatus;
   inputUri: string;
   total: number;
@@ -74,7 +76,7 @@ export class BatchStore {
     return `batch_${randomBytes(12).toString('base64url')}`;
   }
 
-  async create(r: { id: string; fn: string; tenant: string; inputUri: string }): Promise<void> {
+  async create(r: { id: string; fn: string; tenant: string; key: string; inputUri: string }): Promise<void> {
     const now = Date.now();
     await this.redis
       .multi()
@@ -82,6 +84,7 @@ export class BatchStore {
         id: r.id,
         function: r.fn,
         tenant: r.tenant,
+        key: r.key,
         status: 'validating',
         inputUri: r.inputUri,
         total: 0,

@@ -70,8 +70,8 @@ export class JobStore {
     return `job_${randomBytes(12).toString('base64url')}`;
   }
 
-  async create(r: { id: string; fn: string; tenant: string; webhook?: string }): Promise<void> {
-    const fields: Record<string, string> = { id: r.id, function: r.fn, tenant: r.tenant, status: 'queued', createdAt: new Date().toISOString() };
+  async create(r: { id: string; fn: string; tenant: string; key: string; webhook?: string }): Promise<void> {
+    const fields: Record<string, string> = { id: r.id, function: r.fn, tenant: r.tenant, key: r.key, status: 'queued', createdAt: new Date().toISOString() };
     if (r.webhook) fields.webhook = r.webhook;
     await this.redis.multi().hset(keys.job(r.id), fields).expire(keys.job(r.id), QUEUED_TTL_S).exec();
   }
@@ -117,10 +117,10 @@ export class JobStore {
   }
 
   /** The job, 'expired' when its result is gone, or null when it never existed. */
-  async get(id: string, baseUrl: string): Promise<{ view: JobView; tenant: string } | { expired: true; tenant: string } | null> {
+  async get(id: string, baseUrl: string): Promise<{ view: JobView; tenant: string; key: string } | { expired: true; tenant: string } | null> {
     const [[, h], [, gone]] = (await this.redis.multi().hgetall(keys.job(id)).get(keys.jobGone(id)).exec()) as [[null, Record<string, string>], [null, string | null]];
     if (!h.status) return gone !== null ? { expired: true, tenant: gone } : null;
-    return { view: toView(h, baseUrl), tenant: h.tenant ?? '' };
+    return { view: toView(h, baseUrl), tenant: h.tenant ?? '', key: h.key ?? '' };
   }
 }
 

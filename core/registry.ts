@@ -121,7 +121,7 @@ export class Registry {
 }
 
 function sameSpec(m: Manifest, spec: DeploySpec): boolean {
-  const pick = (x: DeploySpec) => JSON.stringify([x.models, x.inputSchema, x.batching, x.scaling, x.timeoutMs]);
+  const pick = (x: DeploySpec) => JSON.stringify([x.models, x.inputSchema, x.batching, x.scaling, x.timeoutMs, x.pricing, x.maxQueueLength]);
   return pick(m) === pick(spec);
 }
 

@@ -15,6 +15,15 @@ export interface AuthContext {
   scopes: Scope[];
   /** The platform admin key (EMBERS_ADMIN_KEY): manages tenants and keys, reaches every tenant's functions. */
   admin: boolean;
+  /** Per-key quotas (absent: unlimited). */
+  limits?: KeyLimits;
+}
+
+export interface KeyLimits {
+  /** Requests per second to /v1/run, over every gateway. */
+  rps?: number;
+  /** Requests of this key in flight at once (synchronous runs and queued or running async jobs). */
+  concurrency?: number;
 }
 
 export interface Tenant {
@@ -28,6 +37,7 @@ export interface ApiKey {
   tenant: string;
   name?: string;
   scopes: Scope[];
+  limits?: KeyLimits;
   createdAt: string;
   revokedAt?: string;
 }
@@ -61,6 +71,12 @@ export const CreateKeySchema = z.strictObject({
   scopes: z
     .array(z.enum(SCOPES, { error: `scopes are ${SCOPES.map((s) => `"${s}"`).join(', ')}` }))
     .min(1, 'give at least one scope, or leave scopes out for all of them')
+    .optional(),
+  limits: z
+    .strictObject({
+      rps: z.number().int().min(1, 'limits.rps must be at least 1').optional(),
+      concurrency: z.number().int().min(1, 'limits.concurrency must be at least 1').optional(),
+    })
     .optional(),
 });
 
@@ -118,13 +134,14 @@ export class TenantStore {
   }
 
   /** A new key for an existing tenant, with its secret (shown to the caller once); null when the tenant does not exist. */
-  async createKey(tenant: string, o: { name?: string; scopes?: Scope[] } = {}): Promise<{ key: ApiKey; secret: string } | null> {
+  async createKey(tenant: string, o: { name?: string; scopes?: Scope[]; limits?: KeyLimits } = {}): Promise<{ key: ApiKey; secret: string } | null> {
     const secret = newSecret();
     const key: ApiKey = {
       id: `key_${randomBytes(6).toString('hex')}`,
       tenant,
       ...(o.name ? { name: o.name } : {}),
       scopes: SCOPES.filter((s) => (o.scopes ?? SCOPES).includes(s)),
+      ...(o.limits && Object.keys(o.limits).length ? { limits: o.limits } : {}),
       createdAt: new Date().toISOString(),
     };
     const hash = hashSecret(secret);

@@ -4,6 +4,8 @@ import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { BatchStore } from '../core/batches.ts';
 import type { JobStore } from '../core/jobs.ts';
+import type { Pricing } from '../core/usage.ts';
+import type { QueueDepth } from './quotas.ts';
 import type { Logger } from '../core/log.ts';
 import type { Registry } from '../core/registry.ts';
 import type { AuthContext, TenantStore } from '../core/tenants.ts';
@@ -21,6 +23,7 @@ import { jobRoutes } from './routes/jobs.ts';
 import { batchRoutes } from './routes/batches.ts';
 import { webhookRoutes } from './webhooks.ts';
 import { tenantRoutes } from './routes/tenants.ts';
+import { usageRoutes } from './routes/usage.ts';
 
 export type GatewayEnv = { Variables: { rid: string; auth: AuthContext } };
 
@@ -48,6 +51,9 @@ export interface GatewayDeps {
   /** Root of the per-tenant webhook signing secrets. */
   webhookSecret: string;
   maxBatchBytes: number;
+  queueDepth: QueueDepth;
+  /** Prices for usage reports of functions that set none. */
+  defaultPricing: Pricing;
   /** Tells the scheduler work arrived for a function (throttled), so a scale from zero starts at once. */
   wake(name: string): void;
 }
@@ -91,5 +97,6 @@ export function createApp(deps: GatewayDeps) {
   app.route('/v1/batches', batchRoutes(deps));
   app.route('/v1/webhooks', webhookRoutes(deps));
   app.route('/v1/tenants', tenantRoutes(deps));
+  app.route('/v1/usage', usageRoutes(deps));
   return app;
 }

@@ -22,6 +22,8 @@ export function onError(log: Logger) {
     if (err instanceof ApiError) {
       // The unread rest of an oversized body is discarded with the connection: tell the client.
       if (err.status === 413) c.header('connection', 'close');
+      const retryAfter = (err as { retryAfter?: number }).retryAfter;
+      if (retryAfter !== undefined) c.header('retry-after', String(retryAfter));
       return c.json(errorBody(err.code, err.message, err.details), err.status);
     }
     if (err instanceof HTTPException) {

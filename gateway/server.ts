@@ -19,6 +19,8 @@ import { FunctionsCache } from './functions-cache.ts';
 import { createMetrics } from './metrics.ts';
 import { ReplyHub } from './replies.ts';
 import { startWebhookWorker } from './webhooks.ts';
+import { QueueDepth } from './quotas.ts';
+import type { Pricing } from '../core/usage.ts';
 
 export interface GatewayOptions {
   redisUrl: string;
@@ -40,6 +42,8 @@ export interface GatewayOptions {
   webhookSecret?: string;
   /** @default 1 GiB */
   maxBatchBytes?: number;
+  /** @default free */
+  defaultPricing?: Pricing;
 }
 
 export interface RunningGateway {
@@ -135,6 +139,8 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     webhookQueue,
     webhookSecret,
     maxBatchBytes: o.maxBatchBytes ?? 1024 ** 3,
+    queueDepth: new QueueDepth(redis),
+    defaultPricing: o.defaultPricing ?? { perRequest: 0, perComputeSecond: 0 },
     wake: (name) => {
       // At most one wake per function per second from this gateway: cheap, and enough to cut
       // the scheduler's tick out of a cold start.

@@ -48,6 +48,6 @@ export function startWebhookWorker(o: { redisUrl: string; jobs: JobStore; secret
 /** GET /v1/webhooks/secret: the caller's tenant's signing secret, to verify Embers-Signature. */
 export function webhookRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
-  app.get('/secret', (c) => c.json({ secret: tenantWebhookSecret(deps.webhookSecret, 'default'), header: 'Embers-Signature', scheme: 't=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">' }));
+  app.get('/secret', (c) => c.json({ tenant: c.get('auth').tenant, secret: tenantWebhookSecret(deps.webhookSecret, c.get('auth').tenant), header: 'Embers-Signature', scheme: 't=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">' }));
   return app;
 }

@@ -11,6 +11,7 @@ import { linkPlatformModules } from '../core/bundle-dir.ts';
 import { BatchStore, errorLine, outputLine } from '../core/batches.ts';
 import { encodeReply, errorBody, keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type Manifest, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData } from '../core/contracts.ts';
 import { CANCELED_BODY, enqueueWebhook, isTerminal, JobStore } from '../core/jobs.ts';
+import { recordUsage } from '../core/usage.ts';
 import type { Logger } from '../core/log.ts';
 import type { ObjectStore } from '../core/s3.ts';
 import { ModelSession, type ExecutionProvider } from '../native/session.ts';
@@ -235,7 +236,7 @@ export class Replica {
         const removed = await job.remove().then(() => true, () => false);
         if (!removed) continue;
         const body = JSON.stringify(errorBody('replica_start_failed', `${name} ${this.o.manifest.version} cannot start: ${error.phase} failed: ${error.message}`));
-        await this.deliver(job.data, { rid: job.data.rid, status: 503, replica: this.o.id, timing: { queueMs: Date.now() - job.data.enq, handlerMs: 0, inferMs: 0, batchMs: 0 } }, body, false);
+        await this.deliver(job.id!, job.data, { rid: job.data.rid, status: 503, replica: this.o.id, timing: { queueMs: Date.now() - job.data.enq, handlerMs: 0, inferMs: 0, batchMs: 0 } }, body, false);
       }
     } finally {
       await queue.close();
@@ -313,7 +314,7 @@ export class Replica {
   private async process(job: Job<RunJobData>, jobSignal?: AbortSignal): Promise<void> {
     const data = job.data;
     const { rid, input, enq } = data;
-    if (data.job && !(await this.startJob(data.job))) return;
+    if (data.job && !(await this.startJob(job.id!, data))) return;
     const started = Date.now();
     const t0 = performance.now();
     const timing = { queueMs: Math.max(0, started - enq), handlerMs: 0, inferMs: 0, batchMs: 0 };
@@ -351,17 +352,18 @@ export class Replica {
       const cold = enq < this.readyAt && this.coldStart ? { waitedMs: Math.min(this.coldStart.totalMs, this.readyAt - enq), phases: this.coldStart } : undefined;
       // A handler that stopped because it was canceled ends "canceled", not "failed".
       const canceled = cancel.signal.aborted && (status >= 400 || body === '');
-      await this.deliver(data, { rid, status, replica: this.o.id, timing, ...(cold ? { cold } : {}) }, canceled ? CANCELED_BODY : body, canceled);
+      await this.deliver(job.id!, data, { rid, status, replica: this.o.id, timing, ...(cold ? { cold } : {}) }, canceled ? CANCELED_BODY : body, canceled);
     }
   }
 
   /** Moves an async job to running; false when it must not run (canceled, finished, expired). */
-  private async startJob(id: string): Promise<boolean> {
+  private async startJob(jobId: string, data: RunJobData): Promise<boolean> {
+    const id = data.job!;
     const state = await this.jobStore.start(id, this.o.id);
     if (state === 'running') return true;
     if (state === 'cancel') {
-      const zero = { queueMs: 0, handlerMs: 0, inferMs: 0, batchMs: 0 };
-      await this.deliver({ rid: id, job: id, input: null, enq: Date.now() }, { rid: id, status: 499, replica: this.o.id, timing: zero }, CANCELED_BODY, true);
+      const zero = { queueMs: Math.max(0, Date.now() - data.enq), handlerMs: 0, inferMs: 0, batchMs: 0 };
+      await this.deliver(jobId, data, { rid: data.rid, status: 499, replica: this.o.id, timing: zero }, CANCELED_BODY, true);
     } else if (isTerminal(state)) {
       // Finished by an earlier run that died before its webhook was queued: queue it (deduped by id).
       const url = await this.o.redis.hget(keys.job(id), 'webhook');
@@ -371,9 +373,28 @@ export class Replica {
   }
 
   /** Sends the outcome where the job says: the waiting gateway, the async job record, or the batch. */
-  private async deliver(data: RunJobData, header: ReplyHeader, body: string, canceled: boolean): Promise<void> {
+  private async deliver(jobId: string, data: RunJobData, header: ReplyHeader, body: string, canceled: boolean): Promise<void> {
     if (header.status >= 500) this.jobs.failed++;
     else this.jobs.completed++;
+    // Metered before the answer leaves: a replica dying in between re-runs the job under the same id, counted once.
+    const { name, version } = this.o.manifest;
+    const t = header.timing;
+    await recordUsage(this.o.redis, {
+      id: jobId,
+      tenant: data.t ?? 'default',
+      key: data.k ?? 'unknown',
+      fn: name,
+      version,
+      kind: data.gw ? 'sync' : data.job ? 'async' : 'batch',
+      status: header.status,
+      queueMs: t.queueMs,
+      computeMs: t.handlerMs,
+      inferMs: Math.round(t.inferMs * 100) / 100,
+      coldMs: header.cold?.waitedMs ?? 0,
+      bytesIn: data.bin ?? 0,
+      bytesOut: Buffer.byteLength(body),
+      at: new Date().toISOString(),
+    }).catch((err: Error) => this.log.error({ err: err.message, rid: data.rid }, 'could not record usage'));
     if (data.gw) {
       await this.o.redis.publish(keys.replyChannel(data.gw), encodeReply(header, body));
     } else if (data.job) {

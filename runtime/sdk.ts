@@ -93,6 +93,17 @@ export interface FunctionOptions<S extends z.ZodType, M extends string, O> {
   /** A request running longer is answered 504 and its signal aborted. @default 30000 */
   timeoutMs?: number;
   /**
+   * What `embers usage` charges: per request and per compute-second (handler wall time).
+   * @default the platform's EMBERS_PRICE_PER_REQUEST / EMBERS_PRICE_PER_COMPUTE_SECOND
+   * @example pricing: { perRequest: 0.0001, perComputeSecond: 0.00002 }
+   */
+  pricing?: { perRequest?: number; perComputeSecond?: number };
+  /**
+   * Most live requests waiting in the queue; more are refused with 429 (Triton's max_queue_size).
+   * @default 10000
+   */
+  maxQueueLength?: number;
+  /**
    * An example input run once through the handler before the replica takes requests, so the
    * first caller does not pay first-inference costs (the cold start's `warmup` phase).
    * @example warmup: { text: 'hello' }

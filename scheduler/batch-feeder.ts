@@ -124,16 +124,16 @@ export class BatchFeeder {
   private async feed(rec: BatchRecord, log: Logger): Promise<void> {
     const queue = this.queue(rec.function);
     const done = await this.batches.doneLines(rec.id);
-    let chunk: { line: number; cid: string; input: unknown }[] = [];
+    let chunk: { line: number; cid: string; input: unknown; bin: number }[] = [];
     let cursor = rec.cursor;
     const flush = async () => {
       if (chunk.length === 0) return;
       await this.waitForRoom(rec.id, chunk.length);
       const enq = Date.now();
       await queue.addBulk(
-        chunk.map(({ line, cid, input }) => ({
+        chunk.map(({ line, cid, input, bin }) => ({
           name: 'batch',
-          data: { rid: batchJobId(rec.id, line), batch: { id: rec.id, line, cid }, input, enq } satisfies RunJobData,
+          data: { rid: batchJobId(rec.id, line), batch: { id: rec.id, line, cid }, input, enq, t: rec.tenant, k: rec.key, bin } satisfies RunJobData,
           opts: { jobId: batchJobId(rec.id, line), priority: BATCH_PRIORITY, removeOnComplete: true, removeOnFail: { count: 100 }, attempts: 1 },
         })),
       );
@@ -145,7 +145,7 @@ export class BatchFeeder {
       if (line <= rec.cursor || done.has(line)) continue;
       const item = parseLine(text);
       if ('error' in item) continue; // recorded while validating
-      chunk.push({ line, cid: item.cid, input: item.input });
+      chunk.push({ line, cid: item.cid, input: item.input, bin: Buffer.byteLength(text) });
       cursor = line;
       if (chunk.length >= CHUNK) await flush();
     }

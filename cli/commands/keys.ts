@@ -12,6 +12,12 @@ function parseScopes(value: string): Scope[] {
   return scopes as Scope[];
 }
 
+function parsePositive(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a whole number ≥ 1');
+  return n;
+}
+
 export function keysCommand(): Command {
   const cmd = new Command('keys').description("create, list and revoke a tenant's API keys (needs the admin key)");
 
@@ -22,9 +28,12 @@ export function keysCommand(): Command {
       .argument('<tenant>', 'tenant id')
       .option('--name <name>', 'what the key is for, e.g. "ci"')
       .option('--scopes <list>', `comma-separated: ${SCOPES.join(', ')} (default: all)`, parseScopes)
+      .option('--rps <n>', 'quota: requests per second to /v1/run (default: unlimited)', parsePositive)
+      .option('--concurrency <n>', 'quota: requests in flight at once (default: unlimited)', parsePositive)
       .option('--json', 'print JSON (the secret is its "key")'),
-  ).action(async (tenant: string, opts: Opts & { name?: string; scopes?: Scope[] }) => {
-    const body = { ...(opts.name ? { name: opts.name } : {}), ...(opts.scopes ? { scopes: opts.scopes } : {}) };
+  ).action(async (tenant: string, opts: Opts & { name?: string; scopes?: Scope[]; rps?: number; concurrency?: number }) => {
+    const limits = { ...(opts.rps ? { rps: opts.rps } : {}), ...(opts.concurrency ? { concurrency: opts.concurrency } : {}) };
+    const body = { ...(opts.name ? { name: opts.name } : {}), ...(opts.scopes ? { scopes: opts.scopes } : {}), ...(Object.keys(limits).length ? { limits } : {}) };
     const k = await adminClientFrom(opts).call<ApiKey & { key: string }>('POST', `/v1/tenants/${encodeURIComponent(tenant)}/keys`, body);
     if (opts.json) return printJson(k);
     // The secret alone on stdout (KEY=$(embers keys create …) works); the rest on stderr.

@@ -26,7 +26,7 @@ export function authenticate(tenants: TenantStore, adminKey?: string): Middlewar
     const key = await tenants.resolve(secret);
     if (!key) throw new ApiError(401, 'unauthorized', 'invalid API key');
     if (key.revokedAt) throw new ApiError(401, 'unauthorized', `this key was revoked (${key.id}, at ${key.revokedAt}); ask your Embers admin for a new one`);
-    c.set('auth', { tenant: key.tenant, keyId: key.id, scopes: key.scopes, admin: false });
+    c.set('auth', { tenant: key.tenant, keyId: key.id, scopes: key.scopes, admin: false, ...(key.limits ? { limits: key.limits } : {}) });
     await next();
   };
 }

@@ -2,7 +2,9 @@
 // in S3 and the record in Redis; the feeder in the leading scheduler does the rest.
 import { Readable } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
-import { Hono } from 'hono';
+import { Hono, type Context } from 'hono';
+import { canAccess } from '../../core/tenants.ts';
+import { requireScope } from '../middleware/auth.ts';
 import { z } from 'zod';
 import { BatchStore, type BatchView } from '../../core/batches.ts';
 import { FUNCTION_NAME, keys, s3Keys, type PlatformEvent } from '../../core/contracts.ts';
@@ -20,11 +22,13 @@ export function batchRoutes(deps: GatewayDeps) {
   const origin = (url: string) => new URL(url).origin;
   const announce = (id: string) => deps.redis.publish(keys.registryChannel, JSON.stringify({ type: 'batch', id } satisfies PlatformEvent));
 
-  const mustExist = async (name: string) => {
-    if (!FUNCTION_NAME.test(name) || !(await deps.functions.get(name))) throw new ApiError(404, 'function_not_found', `no function named "${name}"; deploy it first (\`embers functions\` lists them)`);
+  const mustExist = async (c: Context<GatewayEnv>, name: string) => {
+    const fn = FUNCTION_NAME.test(name) ? await deps.functions.get(name) : null;
+    if (!fn || !canAccess(c.get('auth'), fn.tenant)) throw new ApiError(404, 'function_not_found', `no function named "${name}"; deploy it first (\`embers functions\` lists them)`);
   };
 
   app.post('/', async (c) => {
+    requireScope(c, 'run');
     const id = BatchStore.newId();
     const fnParam = c.req.query('function');
     let fn: string;
@@ -32,7 +36,7 @@ export function batchRoutes(deps: GatewayDeps) {
     if (fnParam !== undefined) {
       // JSONL in the body, streamed to S3.
       fn = fnParam;
-      await mustExist(fn);
+      await mustExist(c, fn);
       const length = Number(c.req.header('content-length') ?? NaN);
       if (length > deps.maxBatchBytes) throw new ApiError(413, 'too_large', `batch input is ${length} bytes, over ${deps.maxBatchBytes} (EMBERS_MAX_BATCH_BYTES); put it in S3 and send {"function", "input_uri"}`);
       if (length === 0 || !c.req.raw.body) throw new ApiError(400, 'empty_batch', 'the body is empty; send JSONL, one {"custom_id": "…", "input": {…}} per line');
@@ -51,14 +55,15 @@ export function batchRoutes(deps: GatewayDeps) {
       if (!parsed.success) throw new ApiError(400, 'invalid_request', `${z.prettifyError(parsed.error)} — send JSONL with ?function=NAME, or JSON {"function": "NAME", "input_uri": "s3://bucket/input.jsonl"}`);
       fn = parsed.data.function;
       inputUri = parsed.data.input_uri;
-      await mustExist(fn);
+      await mustExist(c, fn);
       const { bucket } = parseS3Uri(inputUri);
       const head = await deps.store.head(inputUri).catch((err: unknown) => {
         throw new ApiError(400, 'input_unreadable', `cannot read ${inputUri} (${statusOf(err) ?? (err as Error).message}); is bucket "${bucket}" reachable with the platform's S3 credentials?`);
       });
       if (!head) throw new ApiError(400, 'input_not_found', `${inputUri} does not exist`);
     }
-    await deps.batches.create({ id, fn, tenant: 'default', inputUri });
+    const owner = (await deps.functions.get(fn))!.tenant;
+    await deps.batches.create({ id, fn, tenant: owner, key: c.get('auth').keyId, inputUri });
     await announce(id);
     const created = await deps.batches.view(id, origin(c.req.url));
     c.header('location', created!.view.urls.self);
@@ -66,22 +71,25 @@ export function batchRoutes(deps: GatewayDeps) {
   });
 
   app.get('/', async (c) => {
+    requireScope(c, 'run');
     const limit = Math.min(100, Math.max(1, Number(c.req.query('limit') ?? 20) || 20));
-    const all = await deps.batches.list(origin(c.req.url), limit);
-    return c.json({ data: all.map((b) => b.view) });
+    const auth = c.get('auth');
+    const all = await deps.batches.list(origin(c.req.url), auth.admin ? limit : 1000);
+    return c.json({ data: all.filter((b) => canAccess(auth, b.tenant)).slice(0, limit).map((b) => b.view) });
   });
 
-  const find = async (id: string, url: string): Promise<BatchView> => {
-    const found = await deps.batches.view(id, origin(url));
-    if (!found) throw new ApiError(404, 'batch_not_found', `no batch ${id}; \`embers batch list\` shows recent ones`);
+  const find = async (c: Context<GatewayEnv>, id: string): Promise<BatchView> => {
+    requireScope(c, 'run');
+    const found = await deps.batches.view(id, origin(c.req.url));
+    if (!found || !canAccess(c.get('auth'), found.tenant)) throw new ApiError(404, 'batch_not_found', `no batch ${id}; \`embers batch list\` shows recent ones`);
     return found.view;
   };
 
-  app.get('/:id', async (c) => c.json(await find(c.req.param('id'), c.req.url)));
+  app.get('/:id', async (c) => c.json(await find(c, c.req.param('id'))));
 
   for (const file of ['output', 'errors'] as const) {
     app.get(`/:id/${file}`, async (c) => {
-      const b = await find(c.req.param('id'), c.req.url);
+      const b = await find(c, c.req.param('id'));
       const uri = file === 'output' ? b.outputUri : b.errorsUri;
       if (!uri) {
         const done = b.request_counts.completed + b.request_counts.failed;
@@ -95,11 +103,12 @@ export function batchRoutes(deps: GatewayDeps) {
 
   app.post('/:id/cancel', async (c) => {
     const id = c.req.param('id');
+    await find(c, id);
     const moved = await deps.batches.transition(id, ['validating', 'in_progress'], { status: 'cancelling', cancellingAt: new Date().toISOString() });
     if (moved === null) throw new ApiError(404, 'batch_not_found', `no batch ${id}`);
     if (moved !== 'ok' && moved !== 'cancelling') throw new ApiError(409, 'batch_finished', `batch ${id} is ${moved}; only validating or in_progress batches can be cancelled`);
     await announce(id);
-    return c.json(await find(id, c.req.url));
+    return c.json(await find(c, id));
   });
   return app;
 }

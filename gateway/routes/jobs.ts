@@ -1,5 +1,8 @@
 // /v1/jobs/:id — async runs: read the status and result, or cancel.
-import { Hono } from 'hono';
+import { Hono, type Context } from 'hono';
+import { canAccess } from '../../core/tenants.ts';
+import { recordUsage } from '../../core/usage.ts';
+import { requireScope } from '../middleware/auth.ts';
 import { keys } from '../../core/contracts.ts';
 import { CANCELED_BODY, enqueueWebhook } from '../../core/jobs.ts';
 import { ApiError } from '../errors.ts';
@@ -9,29 +12,36 @@ export function jobRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
   const origin = (url: string) => new URL(url).origin;
 
-  const find = async (id: string, url: string) => {
-    const found = await deps.jobs.get(id, origin(url));
-    if (!found) throw new ApiError(404, 'job_not_found', `no job ${id}; async runs answer 202 with their id (POST /v1/run/:name with "Prefer: respond-async")`);
+  const find = async (c: Context<GatewayEnv>, id: string) => {
+    requireScope(c, 'run');
+    const found = await deps.jobs.get(id, origin(c.req.url));
+    // Another tenant's job is as unknown as a missing one.
+    if (!found || !canAccess(c.get('auth'), found.tenant)) throw new ApiError(404, 'job_not_found', `no job ${id}; async runs answer 202 with their id (POST /v1/run/:name with "Prefer: respond-async")`);
     if ('expired' in found) throw new ApiError(404, 'job_expired', `job ${id} finished more than ${deps.jobs.retentionS} s ago and its result has expired (EMBERS_JOB_RETENTION_S)`);
-    return found.view;
+    return found;
   };
 
-  app.get('/:id', async (c) => c.json(await find(c.req.param('id'), c.req.url)));
+  app.get('/:id', async (c) => c.json((await find(c, c.req.param('id'))).view));
 
   app.delete('/:id', async (c) => {
     const id = c.req.param('id');
-    const job = await find(id, c.req.url);
+    const found = await find(c, id);
+    const job = found.view;
     if (job.status !== 'queued' && job.status !== 'running') throw new ApiError(409, 'job_finished', `job ${id} already ${job.status}; nothing to cancel`);
     // Still queued: take it out of the queue and finish it as canceled.
     if (job.status === 'queued' && (await deps.queues.get(job.function).remove(id))) {
       const done = await deps.jobs.finish(id, { httpStatus: 499, body: CANCELED_BODY, canceled: true, timing: undefined, version: '' }, true);
+      if (done.finished) {
+        const fn = await deps.functions.get(job.function);
+        await recordUsage(deps.redis, { id, tenant: found.tenant, key: found.key, fn: job.function, version: fn?.manifest.version ?? '', kind: 'async', status: 499, queueMs: Date.now() - Date.parse(job.createdAt), computeMs: 0, inferMs: 0, coldMs: 0, bytesIn: 0, bytesOut: CANCELED_BODY.length, at: new Date().toISOString() });
+      }
       if (done.webhook) await enqueueWebhook(deps.webhookQueue, { job: id, url: done.webhook });
-      return c.json(await find(id, c.req.url));
+      return c.json((await find(c, id)).view);
     }
     // A replica holds it: ask it to abort the handler's signal. It ends canceled if the handler stops.
     if (!(await deps.jobs.requestCancel(id))) throw new ApiError(409, 'job_finished', `job ${id} finished while being canceled`);
     await deps.redis.publish(keys.cancelChannel, `${job.function} ${id}`);
-    return c.json(await find(id, c.req.url), 202);
+    return c.json((await find(c, id)).view, 202);
   });
   return app;
 }

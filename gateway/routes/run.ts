@@ -7,6 +7,7 @@ import { FUNCTION_NAME, keys, type ColdStartPhases, type RunJobData } from '../.
 import { JobStore } from '../../core/jobs.ts';
 import { describeErrors } from '../../core/validate.ts';
 import { ApiError, readJson } from '../errors.ts';
+import { acquireSlot, checkRate } from '../quotas.ts';
 import type { GatewayEnv, GatewayDeps } from '../app.ts';
 import { canAccess } from '../../core/tenants.ts';
 import { requireScope } from '../middleware/auth.ts';
@@ -41,15 +42,20 @@ export function runRoutes(deps: GatewayDeps) {
         throw new ApiError(400, 'invalid_input', `input does not match the schema of ${name}: ${describeErrors(fn.validate)}`, fn.validate.errors);
       }
       const enq = Date.now();
+      const auth = c.get('auth');
+      await checkRate(deps.redis, auth);
+      await deps.queueDepth.check(name, fn.manifest.maxQueueLength ?? 10_000);
+      const bill = { t: fn.tenant, k: auth.keyId, bin: Number(c.req.header('content-length') ?? 0) || 0 };
       if (/\brespond-async\b/i.test(c.req.header('prefer') ?? '')) {
-        const job = await enqueueAsync(deps, name, rid, input, webhookOf(c.req.query('webhook') ?? c.req.header('embers-webhook')));
+        const job = await enqueueAsync(deps, name, { rid, input, enq, ...bill }, auth.keyId, webhookOf(c.req.query('webhook') ?? c.req.header('embers-webhook')));
         const url = `${new URL(c.req.url).origin}/v1/jobs/${job}`;
         c.header('location', url);
         c.header('preference-applied', 'respond-async');
         return c.json({ id: job, status: 'queued', url }, 202);
       }
       // Time in the queue (cold starts included) and handler time are bounded separately.
-      const data: RunJobData = { rid, gw: gatewayId, input, enq, deadline: enq + deps.queueTimeoutMs };
+      const data: RunJobData = { rid, gw: gatewayId, input, enq, deadline: enq + deps.queueTimeoutMs, ...bill };
+      const release = await acquireSlot(deps.redis, auth, rid, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS);
       const wait = replies.expect(rid, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS);
       metrics.inflight.inc();
       const jobId = randomUUID();
@@ -63,6 +69,7 @@ export function runRoutes(deps: GatewayDeps) {
         throw new ApiError(503, 'unavailable', `could not queue the request (Redis unreachable?): ${(err as Error).message}; retry shortly`);
       } finally {
         metrics.inflight.dec();
+        release();
       }
       const totalMs = performance.now() - t0;
       metrics.duration.observe({ function: name }, totalMs / 1000);
@@ -89,11 +96,11 @@ export function runRoutes(deps: GatewayDeps) {
 export type Queues = { get(name: string): Queue };
 
 /** Queues an async run: its record first (so GET never misses it), then the job itself. */
-async function enqueueAsync(deps: GatewayDeps, name: string, rid: string, input: unknown, webhook: string | undefined): Promise<string> {
+async function enqueueAsync(deps: GatewayDeps, name: string, data: RunJobData, key: string, webhook: string | undefined): Promise<string> {
   const id = JobStore.newId();
   try {
-    await deps.jobs.create({ id, fn: name, tenant: 'default', webhook });
-    await deps.queues.get(name).add('run', { rid, job: id, input, enq: Date.now() } satisfies RunJobData, { jobId: id });
+    await deps.jobs.create({ id, fn: name, tenant: data.t!, key, webhook });
+    await deps.queues.get(name).add('run', { ...data, job: id } satisfies RunJobData, { jobId: id });
   } catch (err) {
     await deps.redis.del(keys.job(id)).catch(() => 0);
     throw new ApiError(503, 'unavailable', `could not queue the request (Redis unreachable?): ${(err as Error).message}; retry shortly`);

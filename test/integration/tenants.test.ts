@@ -14,7 +14,7 @@ import { createLogger } from '../../core/log.ts';
 import { storeFromConfig } from '../../core/s3.ts';
 import { hashSecret } from '../../core/tenants.ts';
 import { startGateway, type RunningGateway } from '../../gateway/server.ts';
-import { ROOT, shipped, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
+import { ROOT, eventually, fixture, shipped, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
 
 interface Created {
   id: string;
@@ -27,7 +27,8 @@ let p: TestPlatform;
 let tmp: string;
 
 before(async () => {
-  p = await startTestPlatform();
+  // One job at a time per replica, so a queue can be held full (the queue-length test).
+  p = await startTestPlatform({ EMBERS_REPLICA_CONCURRENCY: '1' });
   tmp = await mkdtemp(path.join(os.tmpdir(), 'embers-tenants-'));
 });
 after(async () => {
@@ -260,6 +261,113 @@ describe('tenants and keys', () => {
     }
     const deleted = await embers(['tenants', 'delete', id], env);
     assert.match(deleted.stdout, /deleted tenant .*; revoked 0 keys/);
+  });
+
+  describe('jobs, batches, usage and quotas stay inside a tenant', () => {
+    let c: Created;
+    let d: Created;
+    const asC = (route: string, init?: RequestInit) => as(c.key)(route, init);
+    const asD = (route: string, init?: RequestInit) => as(d.key)(route, init);
+
+    before(async () => {
+      c = await createKey(await createTenant('charlie'));
+      d = await createKey(await createTenant('delta'));
+      await deployFile(new EmbersClient({ url: p.url, apiKey: c.key }), fixture('tight.ts'));
+    });
+
+    it('another tenant cannot read or cancel a job, or read, cancel or list a batch', async () => {
+      const job = await json<{ id: string }>(asC('/v1/run/tight', { method: 'POST', body: '{}', headers: { prefer: 'respond-async' } }), 202);
+      await json(asD(`/v1/jobs/${job.id}`), 404);
+      await json(asD(`/v1/jobs/${job.id}`, { method: 'DELETE' }), 404);
+      const done = await eventually(async () => {
+        const j = await json<{ status: string }>(asC(`/v1/jobs/${job.id}`), 200);
+        return j.status === 'succeeded' ? j : null;
+      }, 'the job to finish');
+      assert.equal(done.status, 'succeeded');
+
+      const batch = await json<{ id: string }>(asC('/v1/batches?function=tight', { method: 'POST', body: '{"custom_id":"a","input":{}}\n{"custom_id":"b","input":{}}' }), 201);
+      await json(asD('/v1/batches?function=tight', { method: 'POST', body: '{"custom_id":"x","input":{}}' }), 404);
+      await json(asD(`/v1/batches/${batch.id}`), 404);
+      await json(asD(`/v1/batches/${batch.id}/cancel`, { method: 'POST' }), 404);
+      await json(asD(`/v1/batches/${batch.id}/output`), 404);
+      assert.deepEqual((await json<{ data: unknown[] }>(asD('/v1/batches'), 200)).data, []);
+      const listed = await json<{ data: { id: string }[] }>(asC('/v1/batches'), 200);
+      assert.deepEqual(listed.data.map((b) => b.id), [batch.id]);
+      await eventually(async () => (await json<{ status: string }>(asC(`/v1/batches/${batch.id}`), 200)).status === 'completed', 'the batch to complete');
+    });
+
+    it('usage: one record per request, priced per function, readable only by its tenant', async () => {
+      const usage = async (f: typeof asC, q = '') => (await json<{ data: { tenant: string; function: string; requests: number; computeSeconds: number; cost: number }[] }>(f(`/v1/usage?granularity=hour${q}`), 200)).data;
+      const before = (await usage(asC)).find((r) => r.function === 'tight')?.requests ?? 0;
+      await json(asC('/v1/run/tight', post({ ms: 10 })), 200);
+      const rows = await eventually(async () => {
+        const r = (await usage(asC)).filter((x) => x.function === 'tight');
+        return r.reduce((a, x) => a + x.requests, 0) === before + 1 ? r : null;
+      }, 'the usage record');
+      const total = rows.reduce((a, x) => ({ requests: a.requests + x.requests, compute: a.compute + x.computeSeconds, cost: a.cost + x.cost }), { requests: 0, compute: 0, cost: 0 });
+      // tight charges 0.5 per request and 2 per compute-second.
+      assert.ok(Math.abs(total.cost - (total.requests * 0.5 + total.compute * 2)) < 1e-4, JSON.stringify(total));
+      assert.ok(rows.every((r) => r.tenant !== d.tenant));
+      assert.deepEqual(await usage(asD), []);
+      await json(asD(`/v1/usage?tenant=${c.tenant}`), 403);
+      assert.ok((await usage(admin, `&tenant=${c.tenant}`)).some((r) => r.function === 'tight'));
+      await json(asC('/v1/usage?from=yesterday'), 400);
+    });
+
+    it('usage is counted once when a replica is killed mid-job and the job runs again', async () => {
+      const redis = p.redis();
+      const job = await json<{ id: string }>(asC('/v1/run/tight', { method: 'POST', body: JSON.stringify({ ms: 1500 }), headers: { prefer: 'respond-async' } }), 202);
+      await eventually(async () => (await json<{ status: string }>(asC(`/v1/jobs/${job.id}`), 200)).status === 'running', 'the job to start');
+      for (const r of p.agent.running()) if (r.fn === 'tight' && r.pid) process.kill(r.pid, 'SIGKILL');
+      const done = await eventually(async () => {
+        const j = await json<{ status: string }>(asC(`/v1/jobs/${job.id}`), 200);
+        return j.status === 'succeeded' ? j : null;
+      }, 'the retried job to finish', 60_000);
+      assert.equal(done.status, 'succeeded');
+      const records = (await redis.xrange('embers:usage:records', '-', '+')).map(([, f]) => JSON.parse(f[1]) as { id: string; tenant: string; key: string; fn: string });
+      const mine = records.filter((r) => r.id === job.id);
+      assert.equal(mine.length, 1);
+      assert.equal(mine[0].tenant, c.tenant);
+      assert.equal(mine[0].key, c.id);
+      // A replica that recorded usage and died before acknowledging runs the job again: still one record.
+      const { recordUsage } = await import('../../core/usage.ts');
+      const again = { ...(mine[0] as never as Parameters<typeof recordUsage>[1]) };
+      assert.equal(await recordUsage(redis, again), false);
+      assert.equal((await redis.xrange('embers:usage:records', '-', '+')).filter(([, f]) => (JSON.parse(f[1]) as { id: string }).id === job.id).length, 1);
+    });
+
+    it('quotas: requests per second, requests in flight and a full queue are 429 with Retry-After', async () => {
+      const limited = await createKey(c.tenant, { limits: { rps: 2 } });
+      const burst = await Promise.all(Array.from({ length: 6 }, () => as(limited.key)('/v1/run/tight', post({}))));
+      const refused = burst.filter((r) => r.status === 429);
+      assert.ok(refused.length >= 2, `at most 2 of 6 per second get through (${burst.map((r) => r.status)})`);
+      assert.equal(refused[0].headers.get('retry-after'), '1');
+      assert.equal(((await refused[0].json()) as { error: { code: string } }).error.code, 'rate_limited');
+
+      const single = await createKey(c.tenant, { limits: { concurrency: 1 } });
+      const slow = as(single.key)('/v1/run/tight', post({ ms: 1500 }));
+      await new Promise((r) => setTimeout(r, 300));
+      const second = await as(single.key)('/v1/run/tight', post({}));
+      assert.equal(second.status, 429);
+      assert.equal(((await second.json()) as { error: { code: string } }).error.code, 'too_many_in_flight');
+      assert.equal((await slow).status, 200);
+      assert.equal((await as(single.key)('/v1/run/tight', post({}))).status, 200, 'the slot is free again');
+
+      // One replica taking one job at a time, and a queue of 2: the fourth waiting request is refused.
+      const submit = () => asC('/v1/run/tight', { method: 'POST', body: JSON.stringify({ ms: 3000 }), headers: { prefer: 'respond-async' } });
+      const first = await json<{ id: string }>(submit(), 202);
+      await eventually(async () => (await json<{ status: string }>(asC(`/v1/jobs/${first.id}`), 200)).status === 'running', 'the first to run');
+      const statuses: number[] = [];
+      for (let i = 0; i < 3; i++) {
+        statuses.push((await submit()).status);
+        await new Promise((r) => setTimeout(r, 400)); // past the gateway's 250 ms queue-length cache
+      }
+      assert.deepEqual(statuses, [202, 202, 429]);
+      const full = await submit();
+      assert.equal(full.status, 429);
+      assert.equal(full.headers.get('retry-after'), '1');
+      assert.equal(((await full.json()) as { error: { code: string } }).error.code, 'queue_full');
+    });
   });
 });
 

@@ -1,0 +1,69 @@
+// Back-pressure: per-key requests per second and requests in flight (shared by every gateway
+// through Redis), and a per-function cap on waiting requests (Triton's max_queue_size).
+// All answer 429 with Retry-After. A key without limits costs no Redis round trip here.
+import type { Redis } from 'ioredis';
+import { QUEUE_PREFIX } from '../core/contracts.ts';
+import type { AuthContext } from '../core/tenants.ts';
+import { ApiError } from './errors.ts';
+
+/** Fixed one-second windows: INCR and expire in one call. */
+const RATE = `
+local n = redis.call('INCR', KEYS[1])
+if n == 1 then redis.call('PEXPIRE', KEYS[1], 2000) end
+return n`;
+
+/** In-flight slots as a sorted set of request id → expiry, so a gateway that dies leaks nothing for long. */
+const ACQUIRE = `
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1`;
+
+const tooMany = (code: string, message: string, retryAfterS: number) => {
+  const err = new ApiError(429, code, message, { retryAfterSeconds: retryAfterS });
+  return Object.assign(err, { retryAfter: retryAfterS });
+};
+
+/** Throws 429 when the key has used its requests for this second. */
+export async function checkRate(redis: Redis, auth: AuthContext): Promise<void> {
+  const rps = auth.limits?.rps;
+  if (!rps) return;
+  const second = Math.floor(Date.now() / 1000);
+  const n = (await redis.eval(RATE, 1, `embers:quota:rate:${auth.tenant}:${auth.keyId}:${second}`)) as number;
+  if (n > rps) throw tooMany('rate_limited', `key ${auth.keyId} is limited to ${rps} requests per second; retry after the Retry-After header's seconds`, 1);
+}
+
+/** Takes one of the key's in-flight slots for `rid`; returns its release. Throws 429 when none is free. */
+export async function acquireSlot(redis: Redis, auth: AuthContext, rid: string, holdMs: number): Promise<() => void> {
+  const limit = auth.limits?.concurrency;
+  if (!limit) return () => {};
+  const key = `embers:quota:inflight:${auth.tenant}:${auth.keyId}`;
+  const now = Date.now();
+  const ok = (await redis.eval(ACQUIRE, 1, key, String(now), String(limit), String(now + holdMs), rid, String(holdMs))) as number;
+  if (!ok) throw tooMany('too_many_in_flight', `key ${auth.keyId} may have ${limit} requests in flight at once; retry when one finishes`, 1);
+  return () => void redis.zrem(key, rid).catch(() => 0);
+}
+
+/** Waiting-list lengths per function, read at most every 250 ms per gateway: cheap, and close enough for back-pressure. */
+export class QueueDepth {
+  private readonly cache = new Map<string, { n: number; at: number; reading?: Promise<number> }>();
+  constructor(private readonly redis: Redis) {}
+
+  async check(fn: string, max: number): Promise<void> {
+    const n = await this.read(fn);
+    if (n >= max) throw tooMany('queue_full', `${fn} has ${n} requests waiting (its maxQueueLength is ${max}); retry shortly`, 1);
+  }
+
+  private async read(fn: string): Promise<number> {
+    const hit = this.cache.get(fn);
+    if (hit && performance.now() - hit.at < 250) return hit.n;
+    if (hit?.reading) return hit.reading;
+    const reading = this.redis.llen(`${QUEUE_PREFIX}:${fn}:wait`).then((n) => {
+      this.cache.set(fn, { n, at: performance.now() });
+      return n;
+    });
+    this.cache.set(fn, { n: hit?.n ?? 0, at: hit?.at ?? 0, reading });
+    return reading;
+  }
+}
