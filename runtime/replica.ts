@@ -166,6 +166,14 @@ export class Replica {
       await this.failWaiting(this.error).catch((e) => this.log.warn({ err: (e as Error).message }, 'could not answer waiting requests'));
       throw err;
     }
+    // Listening for cancellations before the first job can arrive (the worker starts fetching at once).
+    this.cancelSub = this.o.redis.duplicate();
+    this.cancelSub.on('error', () => {});
+    this.cancelSub.on('message', (_channel: string, message: string) => {
+      const [fn, id] = message.split(' ');
+      if (fn === manifest.name) this.cancels.get(id)?.abort(new CanceledError('canceled'));
+    });
+    await this.cancelSub.subscribe(keys.cancelChannel);
     this.worker = new Worker<RunJobData>(manifest.name, (job, _token, signal) => this.process(job, signal), {
       connection: this.o.redis,
       prefix: QUEUE_PREFIX,
@@ -178,13 +186,6 @@ export class Replica {
       removeOnFail: { count: 100 },
     });
     this.worker.on('error', (err) => this.log.error({ err }, 'queue worker error'));
-    this.cancelSub = this.o.redis.duplicate();
-    this.cancelSub.on('error', () => {});
-    this.cancelSub.on('message', (_channel: string, message: string) => {
-      const [fn, id] = message.split(' ');
-      if (fn === manifest.name) this.cancels.get(id)?.abort(new CanceledError('canceled'));
-    });
-    await this.cancelSub.subscribe(keys.cancelChannel);
     this.state = 'ready';
     this.readyAt = Date.now();
     await this.beat();
