@@ -22,7 +22,7 @@ export interface AuthContext {
 export interface KeyLimits {
   /** Requests per second to /v1/run, over every gateway. */
   rps?: number;
-  /** Requests of this key in flight at once (synchronous runs and queued or running async jobs). */
+  /** Synchronous runs of this key in flight at once, over every gateway. */
   concurrency?: number;
 }
 
