@@ -3,10 +3,10 @@
 // It feeds lines into the function's queue below live traffic and with a bounded number
 // outstanding, so a 100k-line batch never floods Redis. Every step resumes from Redis state.
 import { createInterface } from 'node:readline';
-import { Queue } from 'bullmq';
+import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { BATCH_TERMINAL, BatchStore, errorLine, type BatchRecord, type BatchStatus } from '../core/batches.ts';
-import { BATCH_PRIORITY, keys, QUEUE_PREFIX, s3Keys, type RunJobData } from '../core/contracts.ts';
+import { BATCH_PRIORITY, keys, s3Keys, type RunJobData } from '../core/contracts.ts';
 import type { Logger } from '../core/log.ts';
 import type { Registry } from '../core/registry.ts';
 import type { ObjectStore } from '../core/s3.ts';
@@ -21,6 +21,8 @@ export interface BatchFeederOptions {
   maxOutstanding: number;
   /** Work was queued for a function: decide its scale now. */
   wake(fn: string): void;
+  /** The function's queue (the scheduler's, shared). */
+  queue(fn: string): Queue;
 }
 
 const POLL_MS = 100;
@@ -34,7 +36,6 @@ export const batchJobId = (batch: string, line: number) => `${batch}.${line}`;
 export class BatchFeeder {
   private readonly batches: BatchStore;
   private readonly loops = new Map<string, Promise<void>>();
-  private readonly queues = new Map<string, Queue>();
   private leading = false;
   private closed = false;
   private readonly log: Logger;
@@ -61,7 +62,6 @@ export class BatchFeeder {
     this.closed = true;
     this.leading = false;
     await Promise.allSettled([...this.loops.values()]);
-    await Promise.all([...this.queues.values()].map((q) => q.close()));
   }
 
   private async run(id: string): Promise<void> {
@@ -122,7 +122,7 @@ export class BatchFeeder {
 
   /** Queues the valid lines not yet queued, keeping at most maxOutstanding in the queue. */
   private async feed(rec: BatchRecord, log: Logger): Promise<void> {
-    const queue = this.queue(rec.function);
+    const queue = this.o.queue(rec.function);
     const done = await this.batches.doneLines(rec.id);
     let chunk: { line: number; cid: string; input: unknown; bin: number }[] = [];
     let cursor = rec.cursor;
@@ -175,7 +175,7 @@ export class BatchFeeder {
    * a replica already runs, then writes what finished.
    */
   private async stop(rec: BatchRecord, final: 'cancelled' | 'failed'): Promise<void> {
-    const queue = this.queue(rec.function);
+    const queue = this.o.queue(rec.function);
     const done = await this.batches.doneLines(rec.id);
     const running: number[] = [];
     for await (const { line } of await this.lines(rec)) {
@@ -239,16 +239,6 @@ export class BatchFeeder {
         stream.destroy();
       }
     })();
-  }
-
-  private queue(fn: string): Queue {
-    let q = this.queues.get(fn);
-    if (!q) {
-      q = new Queue(fn, { connection: this.o.redis, prefix: QUEUE_PREFIX });
-      q.on('error', () => {});
-      this.queues.set(fn, q);
-    }
-    return q;
   }
 }
 

@@ -47,6 +47,7 @@ export class Scheduler {
       maxOutstanding: o.batchMaxOutstanding ?? 256,
       // Batch lines count as load like any other queued job: decide at once rather than at the next tick.
       wake: () => void this.tick(),
+      queue: (fn) => this.queue(fn),
     });
   }
 
