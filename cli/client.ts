@@ -14,30 +14,26 @@ export interface ClientOptions {
 /** URL and key from flags, then EMBERS_URL / EMBERS_API_KEY, then what `embers dev` keeps in .embers/. */
 export function clientOptions(flags: { url?: string; key?: string }): ClientOptions {
   const url = flags.url ?? process.env.EMBERS_URL ?? `http://127.0.0.1:${process.env.EMBERS_PORT ?? 8787}`;
-  let apiKey = flags.key ?? process.env.EMBERS_API_KEY;
-  if (!apiKey) {
-    const file = path.resolve(process.env.EMBERS_DATA_DIR ?? '.embers', 'api-key');
-    try {
-      apiKey = readFileSync(file, 'utf8').trim();
-    } catch {
-      throw new CliError(`no API key: pass --key, set EMBERS_API_KEY, or run this where \`npm start\` keeps ${file}`, 2);
-    }
-  }
+  const apiKey = keyFrom(flags.key, 'EMBERS_API_KEY', 'api-key', 'API key', '--key');
   return { url: url.replace(/\/$/, ''), apiKey, ca: caCert() };
 }
 
 /** Like clientOptions, for the admin routes: --admin-key, then EMBERS_ADMIN_KEY, then .embers/admin-key. */
 export function adminClientOptions(flags: { url?: string; adminKey?: string }): ClientOptions {
-  let adminKey = flags.adminKey ?? process.env.EMBERS_ADMIN_KEY;
-  if (!adminKey) {
-    const file = path.resolve(process.env.EMBERS_DATA_DIR ?? '.embers', 'admin-key');
-    try {
-      adminKey = readFileSync(file, 'utf8').trim();
-    } catch {
-      throw new CliError(`no admin key: pass --admin-key, set EMBERS_ADMIN_KEY, or run this where \`npm start\` keeps ${file}`, 2);
-    }
-  }
+  const adminKey = keyFrom(flags.adminKey, 'EMBERS_ADMIN_KEY', 'admin-key', 'admin key', '--admin-key');
   return clientOptions({ url: flags.url, key: adminKey });
+}
+
+/** A key from its flag, then its variable, then the file `embers dev` keeps in the data dir. */
+function keyFrom(flag: string | undefined, variable: string, fileName: string, what: string, option: string): string {
+  const given = flag ?? process.env[variable];
+  if (given) return given;
+  const file = path.resolve(process.env.EMBERS_DATA_DIR ?? '.embers', fileName);
+  try {
+    return readFileSync(file, 'utf8').trim();
+  } catch {
+    throw new CliError(`no ${what}: pass ${option}, set ${variable}, or run this where \`npm start\` keeps ${file}`, 2);
+  }
 }
 
 /** The PEM file named by EMBERS_CA_CERT, if set. */

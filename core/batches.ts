@@ -5,6 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { keys } from './contracts.ts';
+import { evalScript } from './redis.ts';
 
 export type BatchStatus = 'validating' | 'in_progress' | 'finalizing' | 'completed' | 'failed' | 'cancelling' | 'cancelled';
 export const BATCH_TERMINAL: BatchStatus[] = ['completed', 'failed', 'cancelled'];
@@ -132,13 +133,13 @@ export class BatchStore {
    * when recorded, 0 when the line already had one (a retried job), -1 when the batch is over.
    */
   async lineDone(id: string, line: number, ok: boolean, json: string, invalid = false): Promise<number> {
-    return (await this.redis.eval(ITEM_DONE, 2, keys.batch(id), keys.batchResults(id), String(line), `${ok ? 'o' : 'e'}${json}`, ok ? 'completed' : 'failed', invalid ? '1' : '0')) as number;
+    return (await evalScript(this.redis, ITEM_DONE, 2, keys.batch(id), keys.batchResults(id), String(line), `${ok ? 'o' : 'e'}${json}`, ok ? 'completed' : 'failed', invalid ? '1' : '0')) as number;
   }
 
   /** 'ok' when moved; otherwise the status it was in (or null when there is no such batch). */
   async transition(id: string, from: BatchStatus[], fields: Partial<Record<keyof BatchRecord | keyof BatchView, string | number>>): Promise<string | null> {
     const args = Object.entries(fields).flatMap(([k, v]) => [k, String(v)]);
-    return (await this.redis.eval(TRANSITION, 1, keys.batch(id), from.join(','), ...args)) as string | null;
+    return (await evalScript(this.redis, TRANSITION, 1, keys.batch(id), from.join(','), ...args)) as string | null;
   }
 
   async set(id: string, fields: Partial<Record<keyof BatchRecord | keyof BatchView, string | number>>): Promise<void> {

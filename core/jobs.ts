@@ -5,6 +5,7 @@ import { createHmac, randomBytes } from 'node:crypto';
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { keys } from './contracts.ts';
+import { evalScript } from './redis.ts';
 
 export type JobStatus = 'queued' | 'running' | 'succeeded' | 'failed' | 'canceled';
 const TERMINAL: JobStatus[] = ['succeeded', 'failed', 'canceled'];
@@ -78,7 +79,7 @@ export class JobStore {
 
   /** The replica is about to run it: 'running', or why not ('cancel', 'gone' or a final status). */
   async start(id: string, replica: string): Promise<string> {
-    return (await this.redis.eval(START, 1, keys.job(id), new Date().toISOString(), replica)) as string;
+    return (await evalScript(this.redis, START, 1, keys.job(id), new Date().toISOString(), replica)) as string;
   }
 
   /**
@@ -88,7 +89,7 @@ export class JobStore {
    */
   async finish(id: string, o: JobOutcome, ifQueued = false): Promise<{ finished: boolean; webhook?: string }> {
     const status: JobStatus = o.canceled ? 'canceled' : o.httpStatus < 400 ? 'succeeded' : 'failed';
-    const done = (await this.redis.eval(
+    const done = (await evalScript(this.redis, 
       FINISH,
       2,
       keys.job(id),

@@ -5,6 +5,7 @@ import type { Redis } from 'ioredis';
 import type { ObjectStore } from './s3.ts';
 import { keys, s3Keys, type DeploySpec, type Manifest, type PlatformEvent } from './contracts.ts';
 import { DEFAULT_TENANT } from './tenants.ts';
+import { evalScript } from './redis.ts';
 
 export interface FunctionSummary {
   name: string;
@@ -63,7 +64,7 @@ export class Registry {
 
   /** Makes `tenant` the owner of `name` unless someone owns it already; returns the owner. */
   async claim(name: string, tenant: string): Promise<string> {
-    return (await this.redis.eval(CLAIM, 1, keys.function(name), tenant, DEFAULT_TENANT)) as string;
+    return (await evalScript(this.redis, CLAIM, 1, keys.function(name), tenant, DEFAULT_TENANT)) as string;
   }
 
   /** The tenant that owns a deployed function, or null when there is no such function. */

@@ -4,6 +4,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
+import { evalScript } from './redis.ts';
 
 export const SCOPES = ['run', 'deploy', 'read'] as const;
 export type Scope = (typeof SCOPES)[number];
@@ -145,7 +146,7 @@ export class TenantStore {
       createdAt: new Date().toISOString(),
     };
     const hash = hashSecret(secret);
-    const created = await this.redis.eval(CREATE_KEY, 3, tenantKeys.tenants, tenantKeys.keysByHash, tenantKeys.tenantKeys(tenant), tenant, hash, key.id, JSON.stringify(key));
+    const created = await evalScript(this.redis, CREATE_KEY, 3, tenantKeys.tenants, tenantKeys.keysByHash, tenantKeys.tenantKeys(tenant), tenant, hash, key.id, JSON.stringify(key));
     return created === 1 ? { key, secret } : null;
   }
 

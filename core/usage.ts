@@ -3,6 +3,7 @@
 // died) finishes under the same id, so it is counted once. Records are kept in a stream and
 // rolled up per tenant × hour × function in the same Lua call, in Redis (append-only).
 import type { Redis } from 'ioredis';
+import { evalScript } from './redis.ts';
 
 export interface UsageRecord {
   /** The queue job's id: one record per accepted request. */
@@ -59,7 +60,7 @@ export const hourOf = (d: Date) => d.toISOString().slice(0, 13).replace(/[-T]/g,
 /** Writes the record unless one with its id exists; true when this call counted it. */
 export async function recordUsage(redis: Redis, r: UsageRecord): Promise<boolean> {
   const hour = hourOf(new Date(r.at));
-  const done = (await redis.eval(
+  const done = (await evalScript(redis, 
     RECORD,
     4,
     usageKeys.seen(r.id),

@@ -5,6 +5,7 @@ import type { Redis } from 'ioredis';
 import { QUEUE_PREFIX } from '../core/contracts.ts';
 import type { AuthContext } from '../core/tenants.ts';
 import { ApiError } from './errors.ts';
+import { evalScript } from '../core/redis.ts';
 
 /** Fixed one-second windows: INCR and expire in one call. */
 const RATE = `
@@ -30,7 +31,7 @@ export async function checkRate(redis: Redis, auth: AuthContext): Promise<void> 
   const rps = auth.limits?.rps;
   if (!rps) return;
   const second = Math.floor(Date.now() / 1000);
-  const n = (await redis.eval(RATE, 1, `embers:quota:rate:${auth.tenant}:${auth.keyId}:${second}`)) as number;
+  const n = (await evalScript(redis, RATE, 1, `embers:quota:rate:${auth.tenant}:${auth.keyId}:${second}`)) as number;
   if (n > rps) throw tooMany('rate_limited', `key ${auth.keyId} is limited to ${rps} requests per second; retry after the Retry-After header's seconds`, 1);
 }
 
@@ -40,7 +41,7 @@ export async function acquireSlot(redis: Redis, auth: AuthContext, rid: string, 
   if (!limit) return () => {};
   const key = `embers:quota:inflight:${auth.tenant}:${auth.keyId}`;
   const now = Date.now();
-  const ok = (await redis.eval(ACQUIRE, 1, key, String(now), String(limit), String(now + holdMs), rid, String(holdMs))) as number;
+  const ok = (await evalScript(redis, ACQUIRE, 1, key, String(now), String(limit), String(now + holdMs), rid, String(holdMs))) as number;
   if (!ok) throw tooMany('too_many_in_flight', `key ${auth.keyId} may have ${limit} requests in flight at once; retry when one finishes`, 1);
   return () => void redis.zrem(key, rid).catch(() => 0);
 }

@@ -2,6 +2,7 @@
 // dies its key expires and another candidate takes over.
 import type { Redis } from 'ioredis';
 import { keys } from '../core/contracts.ts';
+import { evalScript } from '../core/redis.ts';
 
 const RENEW = `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end`;
 
@@ -21,7 +22,7 @@ export class LeaderLease {
   /** Takes or renews the lease; returns whether this candidate leads now. */
   async tick(): Promise<boolean> {
     if (this.leading) {
-      this.leading = (await this.redis.eval(RENEW, 1, keys.leader, this.id, this.ttlMs)) === 1;
+      this.leading = (await evalScript(this.redis, RENEW, 1, keys.leader, this.id, this.ttlMs)) === 1;
     }
     if (!this.leading) {
       this.leading = (await this.redis.set(keys.leader, this.id, 'PX', this.ttlMs, 'NX')) === 'OK';
@@ -32,6 +33,6 @@ export class LeaderLease {
   async release(): Promise<void> {
     if (!this.leading) return;
     this.leading = false;
-    await this.redis.eval(`if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end`, 1, keys.leader, this.id);
+    await evalScript(this.redis, `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end`, 1, keys.leader, this.id);
   }
 }

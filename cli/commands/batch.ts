@@ -4,14 +4,13 @@ import { stat } from 'node:fs/promises';
 import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { Command } from 'commander';
-import type { BatchView } from '../../core/batches.ts';
+import { BATCH_TERMINAL, type BatchView } from '../../core/batches.ts';
 import { errorMessage, type EmbersClient } from '../client.ts';
 import { CliError } from '../errors.ts';
 import { ProgressBar } from '../progress.ts';
-import { clientFrom, printJson, withConnection } from './common.ts';
+import { clientFrom, printJson, table, withConnection } from './common.ts';
 
 type Conn = { url?: string; key?: string };
-const FINAL = ['completed', 'failed', 'cancelled'];
 
 export function batchCommand(): Command {
   const cmd = new Command('batch').description('bulk batch jobs: run a function over a JSONL file, below live traffic');
@@ -77,9 +76,7 @@ export function batchCommand(): Command {
       if (opts.json) return printJson(data);
       if (data.length === 0) return void process.stdout.write('no batches yet: `embers batch submit <function> <file.jsonl>`\n');
       const rows = data.map((b) => [b.id, b.function, b.status, `${b.request_counts.completed + b.request_counts.failed}/${b.request_counts.total}`, String(b.request_counts.failed), b.createdAt]);
-      const head = ['ID', 'FUNCTION', 'STATUS', 'DONE', 'FAILED', 'CREATED'];
-      const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-      for (const r of [head, ...rows]) process.stdout.write(`${r.map((c, i) => c.padEnd(widths[i])).join('  ')}\n`);
+      table(['ID', 'FUNCTION', 'STATUS', 'DONE', 'FAILED', 'CREATED'], rows);
     },
   );
 
@@ -118,7 +115,7 @@ async function follow(client: EmbersClient, id: string): Promise<BatchView> {
       bar.setTotal(total);
       bar.update(completed + failed);
     }
-    if (FINAL.includes(b.status)) {
+    if (BATCH_TERMINAL.includes(b.status)) {
       bar?.done(`${b.status}: ${completed} completed, ${failed} failed`);
       return b;
     }

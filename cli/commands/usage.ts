@@ -1,7 +1,7 @@
 // `embers usage` — what was run and what it costs, per function and day (or hour).
 import { Command, Option } from 'commander';
 import type { UsageRow } from '../../core/usage.ts';
-import { clientFrom, printJson, withConnection } from './common.ts';
+import { clientFrom, printJson, table, withConnection } from './common.ts';
 
 export function usageCommand(): Command {
   return withConnection(
@@ -19,9 +19,7 @@ export function usageCommand(): Command {
     const res = await clientFrom(opts).call<{ data: UsageRow[] }>('GET', `/v1/usage?${q}`);
     if (opts.json) return printJson(res);
     if (res.data.length === 0) return void process.stdout.write('no usage in that period\n');
-    const head = ['PERIOD', 'TENANT', 'FUNCTION', 'REQUESTS', 'ERRORS', 'COLD', 'COMPUTE_S', 'COST'];
     const rows = res.data.map((r) => [r.period.slice(0, opts.granularity === 'day' ? 10 : 13), r.tenant, r.function, String(r.requests), String(r.errors), String(r.coldStarts), r.computeSeconds.toFixed(3), r.cost.toFixed(6)]);
-    const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-    for (const r of [head, ...rows]) process.stdout.write(`${r.map((c, i) => c.padEnd(widths[i])).join('  ')}\n`);
+    table(['PERIOD', 'TENANT', 'FUNCTION', 'REQUESTS', 'ERRORS', 'COLD', 'COMPUTE_S', 'COST'], rows);
   });
 }
