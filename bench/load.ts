@@ -23,6 +23,8 @@ export interface LoadOptions {
   maxRequests?: number;
   /** One request's limit. @default 60 s */
   timeoutMs?: number;
+  /** Pause after each answer before the worker's next request (sporadic traffic). @default 0 */
+  thinkMs?: number;
 }
 
 /** Means of the Server-Timing entries (ms) over the measured answers that carried them. */
@@ -136,6 +138,7 @@ export async function closedLoop(target: Target, o: LoadOptions): Promise<LoadRe
       inFlight--;
       answeredWorkers.add(id);
       openWindow(t1);
+      if (o.thinkMs) await new Promise((r) => setTimeout(r, o.thinkMs));
       if (t1 < measureStart || t1 > measureEnd) continue;
       statuses[a.status] = (statuses[a.status] ?? 0) + 1;
       if (a.status >= 200 && a.status < 300) {

@@ -1,7 +1,9 @@
 // `npm run bench`: the raw limit, the naive baseline and Embers, on one machine with one model
 // and one image, then Embers' cold start from zero; prints the tables and writes
 // bench/results/latest.{json,svg}. `BENCH_ONLY=cold` runs only the cold-start section and
-// writes bench/results/latest-cold.json (latest.json is left as it is).
+// writes bench/results/latest-cold.json; `BENCH_ONLY=batch` runs only the raw pipeline, live
+// echo and the bulk-batch section and writes bench/results/latest-batch.json (latest.json is
+// left as it is either way).
 import { execFileSync } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -91,10 +93,37 @@ async function mainColdOnly(): Promise<void> {
   log(`wrote ${path.relative(process.cwd(), file)}`);
 }
 
+async function mainBatchOnly(): Promise<void> {
+  const began = performance.now();
+  const host = machine();
+  const window = windowFromEnv();
+  const image = await testImage();
+  const ocrBody = Buffer.from(JSON.stringify({ image }));
+  log('raw: ocr pipeline in-process');
+  const { output: _output, ...pipeline } = await rawPipeline(image, window);
+  log('starting embers dev');
+  const embers = await startEmbers({ ocr: ocrBody.toString(), echo: ECHO_BODY });
+  try {
+    log(`echo c=${OVERHEAD_CONCURRENCY}`);
+    const echo = await closedLoop(
+      { port: embers.port, method: 'POST', path: '/v1/run/echo', headers: { authorization: `Bearer ${embers.apiKey}`, 'content-type': 'application/json' }, body: Buffer.from(ECHO_BODY) },
+      { concurrency: OVERHEAD_CONCURRENCY, window },
+    );
+    const batches = await batchSection({ port: embers.port, apiKey: embers.apiKey, ocrBody, window, echoLiveReqPerSec: echo.reqPerSec, rawOcrReqPerSec: pipeline.reqPerSec, log });
+    const result = { date: new Date().toISOString(), durationSeconds: (performance.now() - began) / 1000, machine: { ...host, ortVersion: ORT_VERSION }, git: gitInfo(), window, rawPipeline: pipeline, echoLive: echo, batches };
+    await mkdir(RESULTS, { recursive: true });
+    await writeFile(path.join(RESULTS, 'latest-batch.json'), `${JSON.stringify(result, null, 2)}\n`);
+    process.stdout.write(`\nraw ocr pipeline ${pipeline.reqPerSec.toFixed(2)} req/s; live echo c=${OVERHEAD_CONCURRENCY} ${echo.reqPerSec.toFixed(0)} req/s\n${formatBatch(batches)}\n`);
+  } finally {
+    await embers.stop();
+  }
+}
+
 async function main(): Promise<void> {
   const only = process.env.BENCH_ONLY ?? '';
   if (only === 'cold') return mainColdOnly();
-  if (only !== '') throw new Error(`BENCH_ONLY must be "cold" or unset, got "${only}"`);
+  if (only === 'batch') return mainBatchOnly();
+  if (only !== '') throw new Error(`BENCH_ONLY must be "cold", "batch" or unset, got "${only}"`);
   const began = performance.now();
   const host = machine();
   const window = windowFromEnv();

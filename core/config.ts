@@ -42,6 +42,10 @@ export const ConfigSchema = z.object({
   EMBERS_ORT_THREADS: int(1, 256).default(1),
   /** Jobs a replica holds in flight, so batches can fill. @default 32 */
   EMBERS_REPLICA_CONCURRENCY: int(1, 4096).default(32),
+  /** Batch lines a replica holds in flight, in slots apart from the live ones. @default 8 */
+  EMBERS_BATCH_CONCURRENCY: int(1, 4096).default(8),
+  /** Batch lines start no model inference while a live request is in the replica, nor for this long after the last one. @default 50 */
+  EMBERS_BATCH_YIELD_MS: int(0, 60_000).default(50),
   /** Longest a request may wait in its queue (a cold start included) before it is answered 504. @default 60000 */
   EMBERS_QUEUE_TIMEOUT_MS: int(100).default(60_000),
   /** Replica heartbeat period; a replica missing 3 is considered gone. @default 2000 */

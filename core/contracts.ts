@@ -75,8 +75,12 @@ export interface RunJobData {
   bin?: number;
 }
 
-/** Live traffic has no priority; BullMQ takes every unprioritized job before any prioritized one. */
-export const BATCH_PRIORITY = 100;
+/**
+ * The queue of a function's batch lines. Live requests (sync and async) go to the queue named
+ * after the function; a replica serves both with separate slots, live first ("." never appears
+ * in a function name, so the two cannot collide).
+ */
+export const batchQueueName = (fn: string) => `${fn}.batch`;
 
 /** Header of a reply message; the body (result or error JSON) follows after a newline. */
 export interface ReplyHeader {
@@ -129,6 +133,8 @@ export const keys = {
   jobGone: (id: string) => `embers:job:${id}:gone`,
   /** Replicas listen here for cancellations of running async jobs: `<function> <job id>`. */
   cancelChannel: 'embers:cancel',
+  /** Replicas on one node announce "<replica> 1" when busy with live requests, "<replica> 0" when idle (runtime/live-first.ts). */
+  liveChannel: (node: string) => `embers:live:${node}`,
   batch: (id: string) => `embers:batch:${id}`,
   /** line → `o{json}` or `e{json}`: a line's outcome, written once (HSETNX) whatever retries happen. */
   batchResults: (id: string) => `embers:batch:${id}:results`,

@@ -2,6 +2,8 @@
 // @serve.batch): gather run() calls with the same non-batch shape until maxBatchSize rows or
 // until the oldest has waited maxDelayMs, concatenate along dim 0, run once, split back.
 // While an inference runs, calls keep gathering, so load turns into larger batches.
+// Calls are live or low priority (batch lines): the two never share an inference, live ones go
+// first, and low ones start only while `lowMayRun()` says so (see live-first.ts).
 import { batchKey, concatFeeds, rows, splitOutputs, type Feeds } from '../native/tensor.ts';
 
 export interface Clock {
@@ -28,10 +30,17 @@ export interface BatcherOptions {
   execute: (feeds: Feeds) => Promise<BatchResult>;
   clock?: Clock;
   /**
-   * How many callers could still join a batch (e.g. the replica's requests in flight). When
-   * every one of them is already waiting here, waiting longer gains nothing: run at once.
+   * How many callers of a priority could still join a batch (e.g. the replica's requests in
+   * flight). When every one of them is already waiting here, waiting longer gains nothing: run at once.
    */
-  potentialCallers?: () => number;
+  potentialCallers?: (low: boolean) => number;
+  /** Whether low-priority calls may start an inference now; when it turns true, call poke(). @default always */
+  lowMayRun?: () => boolean;
+  /**
+   * Most calls in one low-priority inference: a live call arriving while it runs waits for it,
+   * since inferences are not preempted. @default no limit beyond maxBatchSize
+   */
+  lowMaxCalls?: number;
 }
 
 export interface BatcherStats {
@@ -67,6 +76,7 @@ interface Pending {
 
 interface Group {
   key: string;
+  low: boolean;
   calls: Pending[];
   rows: number;
   oldest: number;
@@ -86,32 +96,33 @@ export class DynamicBatcher {
     this.clock = options.clock ?? systemClock;
   }
 
-  /** Calls waiting for a batch (not yet executing). */
-  get pending(): number {
-    let n = this.full.reduce((a, g) => a + g.calls.length, 0);
-    for (const g of this.groups.values()) n += g.calls.length;
+  /** Calls waiting for a batch (not yet executing), of one priority or of both. */
+  pending(low?: boolean): number {
+    let n = 0;
+    for (const g of [...this.full, ...this.groups.values()]) if (low === undefined || g.low === low) n += g.calls.length;
     return n;
   }
 
-  run(feeds: Feeds): Promise<RunResult> {
+  /** Runs the feeds in the next batch of their shape; `low` for batch lines, which yield to live calls. */
+  run(feeds: Feeds, low = false): Promise<RunResult> {
     const n = rows(feeds);
     if (!(n >= 1)) return Promise.reject(new RangeError('feeds need at least one input with a batch dimension ≥ 1'));
     this.stats.requests++;
     return new Promise<RunResult>((resolve, reject) => {
       const call: Pending = { feeds, rows: n, at: this.clock.now(), resolve, reject };
-      const key = batchKey(feeds);
+      const key = `${low ? 'low' : 'live'}|${batchKey(feeds)}`;
       let group = this.groups.get(key);
       if (group && group.rows + n > this.options.maxBatchSize) {
         this.seal(group);
         group = undefined;
       }
       if (!group) {
-        group = { key, calls: [], rows: 0, oldest: call.at };
+        group = { key, low, calls: [], rows: 0, oldest: call.at };
         this.groups.set(key, group);
       }
       group.calls.push(call);
       group.rows += n;
-      if (group.rows >= this.options.maxBatchSize) this.seal(group);
+      if (group.rows >= this.options.maxBatchSize || (low && group.calls.length >= (this.options.lowMaxCalls ?? Infinity))) this.seal(group);
       this.dispatch();
     });
   }
@@ -121,32 +132,45 @@ export class DynamicBatcher {
     this.full.push(group);
   }
 
-  /** Starts the next batch if the executor is free: a full one first, else the oldest past its delay. */
+  /** Re-checks what may run (e.g. low-priority calls were allowed again). */
+  poke(): void {
+    this.dispatch();
+  }
+
+  /**
+   * Starts the next batch if the executor is free: live before low priority, and within each a
+   * full one first, else the oldest once past its delay.
+   */
   private dispatch(): void {
     if (this.timer !== null) {
       this.clock.clearTimeout(this.timer);
       this.timer = null;
     }
     if (this.busy) return;
-    let next = this.full.shift();
-    if (!next) {
+    const liveWaiting = this.pending(false) > 0;
+    const classes = liveWaiting || !(this.options.lowMayRun?.() ?? true) ? [false] : [false, true];
+    let wakeAt = Number.POSITIVE_INFINITY;
+    for (const low of classes) {
+      const full = this.full.findIndex((g) => g.low === low);
+      if (full >= 0) return void this.execute(this.full.splice(full, 1)[0]);
       const now = this.clock.now();
       let oldest: Group | undefined;
-      for (const g of this.groups.values()) if (!oldest || g.oldest < oldest.oldest) oldest = g;
-      if (!oldest) return;
+      for (const g of this.groups.values()) if (g.low === low && (!oldest || g.oldest < oldest.oldest)) oldest = g;
+      if (!oldest) continue;
       const due = oldest.oldest + this.options.maxDelayMs;
-      const nobodyElse = this.options.potentialCallers !== undefined && this.options.potentialCallers() <= this.pending;
-      if (due > now && !nobodyElse) {
-        this.timer = this.clock.setTimeout(() => {
-          this.timer = null;
-          this.dispatch();
-        }, due - now);
-        return;
+      const nobodyElse = this.options.potentialCallers !== undefined && this.options.potentialCallers(low) <= this.pending(low);
+      if (due <= now || nobodyElse) {
+        this.groups.delete(oldest.key);
+        return void this.execute(oldest);
       }
-      this.groups.delete(oldest.key);
-      next = oldest;
+      wakeAt = Math.min(wakeAt, due);
     }
-    void this.execute(next);
+    if (wakeAt !== Number.POSITIVE_INFINITY) {
+      this.timer = this.clock.setTimeout(() => {
+        this.timer = null;
+        this.dispatch();
+      }, wakeAt - this.clock.now());
+    }
   }
 
   private async execute(group: Group): Promise<void> {

@@ -84,6 +84,8 @@ replica = new Replica({
   providers: config.EMBERS_EXECUTION_PROVIDERS,
   threads: config.EMBERS_ORT_THREADS,
   concurrency: config.EMBERS_REPLICA_CONCURRENCY,
+  batchConcurrency: config.EMBERS_BATCH_CONCURRENCY,
+  batchYieldMs: config.EMBERS_BATCH_YIELD_MS,
   heartbeatMs: config.EMBERS_HEARTBEAT_MS,
   lockMs: config.EMBERS_JOB_LOCK_MS,
   spawnedAt: assignment.spawnedAt,

@@ -1,5 +1,6 @@
 // A replica: one process serving one function version. Loads the bundle and models, runs
-// setup, then consumes the function's queue, batching model calls across requests.
+// setup, then consumes the function's two queues, live and batch lines, batching model calls
+// across requests. Each queue has its own slots; batch lines yield the models to live requests.
 import { rename, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -9,7 +10,7 @@ import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { linkPlatformModules } from '../core/bundle-dir.ts';
 import { BatchStore, errorLine, outputLine } from '../core/batches.ts';
-import { encodeReply, errorBody, keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type Manifest, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData } from '../core/contracts.ts';
+import { batchQueueName, encodeReply, errorBody, keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type Manifest, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData } from '../core/contracts.ts';
 import { CANCELED_BODY, enqueueWebhook, isTerminal, JobStore } from '../core/jobs.ts';
 import { recordUsage } from '../core/usage.ts';
 import type { Logger } from '../core/log.ts';
@@ -17,6 +18,7 @@ import type { ObjectStore } from '../core/s3.ts';
 import { ModelSession, type ExecutionProvider } from '../native/session.ts';
 import type { Feeds } from '../native/tensor.ts';
 import { DynamicBatcher } from './batcher.ts';
+import { LiveFirst } from './live-first.ts';
 import { ModelCache } from './model-cache.ts';
 import { HandlerError, isFunctionDefinition, type FunctionDefinition, type HandlerContext, type ModelHandle } from './sdk.ts';
 
@@ -33,7 +35,12 @@ export interface ReplicaOptions {
   cacheDir: string;
   providers: ExecutionProvider[];
   threads: number;
+  /** Live requests (sync and async) a replica runs at once. */
   concurrency: number;
+  /** Batch lines a replica runs at once, in slots of their own. */
+  batchConcurrency: number;
+  /** How long after the last live request batch lines may use the models again. */
+  batchYieldMs: number;
   heartbeatMs: number;
   lockMs: number;
   /** Id of the node agent that started it. */
@@ -69,6 +76,8 @@ export interface ReplicaRecord {
   coldStart?: ColdStart;
   error?: { phase: string; message: string };
   jobs: { active: number; completed: number; failed: number };
+  /** Batch lines yielding to live requests: how often, and for how long in all. */
+  liveFirst?: { yields: number; heldMs: number };
   models: Record<string, { provider: string; fallback?: string } & DynamicBatcher['stats']>;
 }
 
@@ -76,7 +85,10 @@ export class Replica {
   private state: ReplicaState = 'starting';
   private def!: FunctionDefinition;
   private readonly models = new Map<string, LoadedModel>();
-  private worker?: Worker;
+  private workers: Worker[] = [];
+  private readonly gate: LiveFirst;
+  /** Jobs running now, by lane. */
+  private readonly lanes = { live: 0, batch: 0 };
   private heartbeat?: NodeJS.Timeout;
   private coldStart?: ColdStart;
   private error?: ReplicaRecord['error'];
@@ -95,6 +107,18 @@ export class Replica {
     this.log = o.log.child({ replica: o.id, fn: o.manifest.name, version: o.manifest.version });
     this.jobStore = new JobStore(o.redis, o.jobRetentionS);
     this.batchStore = new BatchStore(o.redis);
+    this.gate = new LiveFirst({
+      yieldMs: o.batchYieldMs,
+      announce: (busy) => void o.redis.publish(keys.liveChannel(this.nodeId), `${o.id} ${busy ? 1 : 0}`).catch(() => {}),
+    });
+    this.gate.onOpen(() => {
+      for (const m of this.models.values()) m.batcher.poke();
+    });
+  }
+
+  /** The machine whose cores (or GPUs) this replica shares with the others there. */
+  private get nodeId(): string {
+    return this.o.node ?? os.hostname();
   }
 
   record(): ReplicaRecord {
@@ -112,6 +136,7 @@ export class Replica {
       coldStart: this.coldStart,
       error: this.error,
       jobs: { ...this.jobs },
+      liveFirst: { ...this.gate.stats, heldMs: Math.round(this.gate.stats.heldMs) },
       models,
     };
   }
@@ -142,7 +167,15 @@ export class Replica {
       files.forEach(([name], i) => {
         const session = sessions[i];
         if (session.fallback) this.log.warn({ model: name }, session.fallback);
-        const batcher = new DynamicBatcher({ ...manifest.batching, execute: (feeds) => session.run(feeds), potentialCallers: () => this.jobs.active });
+        const batcher = new DynamicBatcher({
+          ...manifest.batching,
+          execute: (feeds) => session.run(feeds),
+          potentialCallers: (low) => (low ? this.lanes.batch : this.lanes.live),
+          lowMayRun: () => this.gate.open,
+          // On CPU, rows cost about the same alone or batched, and a live request may have to wait
+          // for a batch line's inference already running: keep those one call long there.
+          lowMaxCalls: session.provider === 'cpu' ? 1 : undefined,
+        });
         this.models.set(name, { session, batcher });
       });
       const modelLoadMs = performance.now() - tLoad;
@@ -169,23 +202,36 @@ export class Replica {
     // Listening for cancellations before the first job can arrive (the worker starts fetching at once).
     this.cancelSub = this.o.redis.duplicate();
     this.cancelSub.on('error', () => {});
-    this.cancelSub.on('message', (_channel: string, message: string) => {
-      const [fn, id] = message.split(' ');
-      if (fn === manifest.name) this.cancels.get(id)?.abort(new CanceledError('canceled'));
+    const liveChannel = keys.liveChannel(this.nodeId);
+    this.cancelSub.on('message', (channel: string, message: string) => {
+      const [a, b] = message.split(' ');
+      if (channel === liveChannel) {
+        if (a !== this.o.id) this.gate.peer(a, b === '1');
+      } else if (a === manifest.name) this.cancels.get(b)?.abort(new CanceledError('canceled'));
     });
-    await this.cancelSub.subscribe(keys.cancelChannel);
-    this.worker = new Worker<RunJobData>(manifest.name, (job, _token, signal) => this.process(job, signal), {
-      connection: this.o.redis,
-      prefix: QUEUE_PREFIX,
-      concurrency: this.o.concurrency,
-      lockDuration: this.o.lockMs,
-      stalledInterval: Math.max(500, Math.floor(this.o.lockMs / 2)),
-      // We answer poison jobs ourselves (see process); BullMQ must not fail them silently first.
-      maxStalledCount: MAX_CRASHES + 1,
-      removeOnComplete: { count: 0 },
-      removeOnFail: { count: 100 },
+    // Cancellations, and the node's other replicas saying when live requests need the cores.
+    await this.cancelSub.subscribe(keys.cancelChannel, liveChannel);
+    // Live and batch lines each have their own queue and slots: batch lines can never hold the
+    // slots a live request needs, however many are queued.
+    const lanes: [string, number][] = [
+      [manifest.name, this.o.concurrency],
+      [batchQueueName(manifest.name), this.o.batchConcurrency],
+    ];
+    this.workers = lanes.map(([queue, concurrency]) => {
+      const worker = new Worker<RunJobData>(queue, (job, _token, signal) => this.process(job, signal), {
+        connection: this.o.redis,
+        prefix: QUEUE_PREFIX,
+        concurrency,
+        lockDuration: this.o.lockMs,
+        stalledInterval: Math.max(500, Math.floor(this.o.lockMs / 2)),
+        // We answer poison jobs ourselves (see process); BullMQ must not fail them silently first.
+        maxStalledCount: MAX_CRASHES + 1,
+        removeOnComplete: { count: 0 },
+        removeOnFail: { count: 100 },
+      });
+      worker.on('error', (err) => this.log.error({ err, queue }, 'queue worker error'));
+      return worker;
     });
-    this.worker.on('error', (err) => this.log.error({ err }, 'queue worker error'));
     this.state = 'ready';
     this.readyAt = Date.now();
     await this.beat();
@@ -230,17 +276,19 @@ export class Replica {
     const ids = (await this.o.redis.smembers(keys.replicas(name))).filter((id) => id !== this.o.id);
     const others = ids.length ? await this.o.redis.mget(ids.map(keys.replica)) : [];
     if (others.some((r) => r && (JSON.parse(r) as ReplicaRecord).state === 'ready')) return;
-    const queue = new Queue<RunJobData>(name, { connection: this.o.redis, prefix: QUEUE_PREFIX });
-    try {
-      for (const job of await queue.getJobs(['wait', 'prioritized'], 0, 999)) {
-        if (!job?.data) continue;
-        const removed = await job.remove().then(() => true, () => false);
-        if (!removed) continue;
-        const body = JSON.stringify(errorBody('replica_start_failed', `${name} ${this.o.manifest.version} cannot start: ${error.phase} failed: ${error.message}`));
-        await this.deliver(job.id!, job.data, { rid: job.data.rid, status: 503, replica: this.o.id, timing: { queueMs: Date.now() - job.data.enq, handlerMs: 0, inferMs: 0, batchMs: 0 } }, body, false);
+    for (const queueName of [name, batchQueueName(name)]) {
+      const queue = new Queue<RunJobData>(queueName, { connection: this.o.redis, prefix: QUEUE_PREFIX });
+      try {
+        for (const job of await queue.getJobs(['wait', 'prioritized'], 0, 999)) {
+          if (!job?.data) continue;
+          const removed = await job.remove().then(() => true, () => false);
+          if (!removed) continue;
+          const body = JSON.stringify(errorBody('replica_start_failed', `${name} ${this.o.manifest.version} cannot start: ${error.phase} failed: ${error.message}`));
+          await this.deliver(job.id!, job.data, { rid: job.data.rid, status: 503, replica: this.o.id, timing: { queueMs: Date.now() - job.data.enq, handlerMs: 0, inferMs: 0, batchMs: 0 } }, body, false);
+        }
+      } finally {
+        await queue.close();
       }
-    } finally {
-      await queue.close();
     }
   }
 
@@ -256,7 +304,8 @@ export class Replica {
   async abandon(): Promise<void> {
     clearInterval(this.heartbeat);
     this.cancelSub?.disconnect();
-    await this.worker?.close(true).catch(() => {});
+    this.gate.close();
+    await Promise.all(this.workers.map((w) => w.close(true).catch(() => {})));
     await this.o.redis.multi().del(keys.replica(this.o.id)).srem(keys.replicas(this.o.manifest.name), this.o.id).exec().catch(() => {});
   }
 
@@ -265,7 +314,8 @@ export class Replica {
     if (this.state === 'draining') return;
     this.state = 'draining';
     await this.beat().catch(() => {});
-    await this.worker?.close();
+    await Promise.all(this.workers.map((w) => w.close()));
+    this.gate.close();
     clearInterval(this.heartbeat);
     this.cancelSub?.disconnect();
     await this.webhookQueue?.close();
@@ -296,14 +346,15 @@ export class Replica {
     return mod.default;
   }
 
-  private handles(onRun?: (r: { inferMs: number; waitMs: number }) => void): Record<string, ModelHandle> {
+  /** The handler's models; a batch line's (`low`) calls yield to live ones. */
+  private handles(onRun?: (r: { inferMs: number; waitMs: number }) => void, low = false): Record<string, ModelHandle> {
     const out: Record<string, ModelHandle> = {};
     for (const [name, m] of this.models) {
       out[name] = {
         inputNames: m.session.inputNames,
         outputNames: m.session.outputNames,
         run: async (feeds: Feeds) => {
-          const r = await m.batcher.run(feeds);
+          const r = await m.batcher.run(feeds, low);
           onRun?.(r);
           return r.outputs;
         },
@@ -319,7 +370,10 @@ export class Replica {
     const started = Date.now();
     const t0 = performance.now();
     const timing = { queueMs: Math.max(0, started - enq), handlerMs: 0, inferMs: 0, batchMs: 0 };
+    const lane = data.batch ? 'batch' : 'live';
     this.jobs.active++;
+    this.lanes[lane]++;
+    if (lane === 'live') this.gate.liveStarted();
     let status = 200;
     let body = '';
     const log = this.log.child({ rid });
@@ -339,7 +393,7 @@ export class Replica {
         body = JSON.stringify(errorBody('invalid_input', `input does not match the schema of ${this.o.manifest.name}: ${z.prettifyError(parsed.error)}`, parsed.error.issues));
       } else {
         const signal = jobSignal ? AbortSignal.any([jobSignal, cancel.signal]) : cancel.signal;
-        const result = await this.runHandler(parsed.data, rid, data.deadline, signal, timing, log);
+        const result = await this.runHandler(parsed.data, rid, data.deadline, signal, timing, log, lane === 'batch');
         body = JSON.stringify(result ?? null);
       }
     } catch (err) {
@@ -347,6 +401,8 @@ export class Replica {
       else ({ status, body } = errorReply(err, this.o.manifest, log));
     } finally {
       this.jobs.active--;
+      this.lanes[lane]--;
+      if (lane === 'live') this.gate.liveEnded();
       if (data.job) this.cancels.delete(data.job);
       timing.handlerMs = Math.round((performance.now() - t0) * 100) / 100;
       // A request queued before this replica was ready waited for its cold start.
@@ -377,10 +433,12 @@ export class Replica {
   private async deliver(jobId: string, data: RunJobData, header: ReplyHeader, body: string, canceled: boolean): Promise<void> {
     if (header.status >= 500) this.jobs.failed++;
     else this.jobs.completed++;
-    // Metered before the answer leaves: a replica dying in between re-runs the job under the same id, counted once.
+    // Metered in the same round trip as the answer, and ahead of it on the connection (Redis runs
+    // them in order). A replica dying before the job is marked done re-runs it under the same id,
+    // counted once.
     const { name, version } = this.o.manifest;
     const t = header.timing;
-    await recordUsage(this.o.redis, {
+    const metered = recordUsage(this.o.redis, {
       id: jobId,
       tenant: data.t ?? 'default',
       key: data.k ?? 'unknown',
@@ -396,6 +454,14 @@ export class Replica {
       bytesOut: Buffer.byteLength(body),
       at: new Date().toISOString(),
     }).catch((err: Error) => this.log.error({ err: err.message, rid: data.rid }, 'could not record usage'));
+    try {
+      await this.answer(data, header, body, canceled);
+    } finally {
+      await metered;
+    }
+  }
+
+  private async answer(data: RunJobData, header: ReplyHeader, body: string, canceled: boolean): Promise<void> {
     if (data.gw) {
       await this.o.redis.publish(keys.replyChannel(data.gw), encodeReply(header, body));
     } else if (data.job) {
@@ -413,7 +479,15 @@ export class Replica {
     return (this.webhookQueue ??= new Queue(WEBHOOK_QUEUE, { connection: this.o.redis, prefix: QUEUE_PREFIX }));
   }
 
-  private async runHandler(input: unknown, rid: string, deadline: number | undefined, jobSignal: AbortSignal | undefined, timing: { inferMs: number; batchMs: number }, log: Logger): Promise<unknown> {
+  private async runHandler(
+    input: unknown,
+    rid: string,
+    deadline: number | undefined,
+    jobSignal: AbortSignal | undefined,
+    timing: { inferMs: number; batchMs: number },
+    log: Logger,
+    low: boolean,
+  ): Promise<unknown> {
     if (deadline !== undefined && Date.now() > deadline) throw new TimeoutError(`request waited in the queue past its limit (EMBERS_QUEUE_TIMEOUT_MS) before a replica could run it`);
     const budget = this.o.manifest.timeoutMs;
     const ctl = new AbortController();
@@ -422,7 +496,7 @@ export class Replica {
       models: this.handles((r) => {
         timing.inferMs += r.inferMs;
         timing.batchMs += r.waitMs;
-      }),
+      }, low),
       log,
       requestId: rid,
       signal: ctl.signal,

@@ -1,12 +1,12 @@
 // The batch feeder: while its scheduler leads, it walks every unfinished batch through
 // validating → in_progress → finalizing → completed (or cancelling → cancelled, or failed).
-// It feeds lines into the function's queue below live traffic and with a bounded number
+// It feeds lines into the function's batch queue (below live traffic) with a bounded number
 // outstanding, so a 100k-line batch never floods Redis. Every step resumes from Redis state.
 import { createInterface } from 'node:readline';
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { BATCH_TERMINAL, BatchStore, errorLine, type BatchRecord, type BatchStatus } from '../core/batches.ts';
-import { BATCH_PRIORITY, keys, s3Keys, type RunJobData } from '../core/contracts.ts';
+import { keys, s3Keys, type RunJobData } from '../core/contracts.ts';
 import type { Logger } from '../core/log.ts';
 import type { Registry } from '../core/registry.ts';
 import type { ObjectStore } from '../core/s3.ts';
@@ -134,7 +134,7 @@ export class BatchFeeder {
         chunk.map(({ line, cid, input, bin }) => ({
           name: 'batch',
           data: { rid: batchJobId(rec.id, line), batch: { id: rec.id, line, cid }, input, enq, t: rec.tenant, k: rec.key, bin } satisfies RunJobData,
-          opts: { jobId: batchJobId(rec.id, line), priority: BATCH_PRIORITY, removeOnComplete: true, removeOnFail: { count: 100 }, attempts: 1 },
+          opts: { jobId: batchJobId(rec.id, line), removeOnComplete: true, removeOnFail: { count: 100 }, attempts: 1 },
         })),
       );
       await this.o.redis.multi().hset(keys.batch(rec.id), 'cursor', cursor).hincrby(keys.batch(rec.id), 'fed', chunk.length).exec();

@@ -3,7 +3,7 @@
 // publishes the placement that node agents reconcile toward.
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { keys, QUEUE_PREFIX, type NodeRecord, type PlacementRecord, type ScaleRecord } from '../core/contracts.ts';
+import { batchQueueName, keys, QUEUE_PREFIX, type NodeRecord, type PlacementRecord, type ScaleRecord } from '../core/contracts.ts';
 import type { Logger } from '../core/log.ts';
 import { Registry } from '../core/registry.ts';
 import type { ObjectStore } from '../core/s3.ts';
@@ -47,7 +47,7 @@ export class Scheduler {
       maxOutstanding: o.batchMaxOutstanding ?? 256,
       // Batch lines count as load like any other queued job: decide at once rather than at the next tick.
       wake: () => void this.tick(),
-      queue: (fn) => this.queue(fn),
+      queue: (fn) => this.queue(batchQueueName(fn)),
     });
   }
 
@@ -89,7 +89,13 @@ export class Scheduler {
     const pipe = this.o.redis.pipeline();
     for (const m of manifests) pipe.smembers(keys.replicas(m.name));
     const replicaIds = ((await pipe.exec()) ?? []).map(([, ids]) => ids as string[]);
-    const counts = await Promise.all(manifests.map((m) => this.queue(m.name).getJobCounts('wait', 'active', 'prioritized', 'delayed')));
+    // Live requests and batch lines are both load: in-flight sums the function's two queues.
+    const counts = await Promise.all(
+      manifests.map(async (m) => {
+        const [live, batch] = await Promise.all([m.name, batchQueueName(m.name)].map((q) => this.queue(q).getJobCounts('wait', 'active', 'prioritized', 'delayed')));
+        return Object.fromEntries(Object.keys(live).map((k) => [k, (live[k] ?? 0) + (batch[k] ?? 0)]));
+      }),
+    );
     const ready = await Promise.all(replicaIds.map((ids, i) => this.readyCount(ids, manifests[i].version)));
 
     const desired: Record<string, number> = {};

@@ -41,7 +41,8 @@ export function jobRoutes(deps: GatewayDeps) {
     // A replica holds it: ask it to abort the handler's signal. It ends canceled if the handler stops.
     if (!(await deps.jobs.requestCancel(id))) throw new ApiError(409, 'job_finished', `job ${id} finished while being canceled`);
     await deps.redis.publish(keys.cancelChannel, `${job.function} ${id}`);
-    return c.json((await find(c, id)).view, 202);
+    // The job as it was when the cancel was recorded: the replica may finish it before a re-read.
+    return c.json({ ...job, status: 'running', cancelRequested: true }, 202);
   });
   return app;
 }

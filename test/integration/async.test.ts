@@ -1,6 +1,6 @@
 // Async runs: 202 + job id, status and result, cancel (queued and running), expiry, signed
 // webhooks with retries; and live traffic going ahead of a running batch. Replicas here take
-// one job at a time (EMBERS_REPLICA_CONCURRENCY=1), so queued is a state a test can hold.
+// one live request and one batch line at a time, so queued is a state a test can hold.
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import { createServer, type IncomingMessage } from 'node:http';
@@ -11,7 +11,7 @@ import { eventually, fixture, shipped, startTestPlatform, type TestPlatform } fr
 let p: TestPlatform;
 
 before(async () => {
-  p = await startTestPlatform({ EMBERS_REPLICA_CONCURRENCY: '1', EMBERS_JOB_RETENTION_S: '2', EMBERS_SCHEDULER_TICK_MS: '100' });
+  p = await startTestPlatform({ EMBERS_REPLICA_CONCURRENCY: '1', EMBERS_BATCH_CONCURRENCY: '1', EMBERS_JOB_RETENTION_S: '2', EMBERS_SCHEDULER_TICK_MS: '100' });
   await p.deploy(fixture('order.ts'));
   await p.deploy(shipped('echo.ts'));
   await p.deploy(fixture('boom.ts'));

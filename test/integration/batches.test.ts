@@ -86,6 +86,18 @@ describe('bulk batches', () => {
     const image = (await textImage(['BATCH 42'], 280)).toString('base64');
     const lines = Array.from({ length: 200 }, (_, i) => JSON.stringify(i % 50 === 7 ? { custom_id: `o${i}`, input: { picture: image } } : { custom_id: `o${i}`, input: { image } }));
     const created = await create('ocr', lines.join('\n'));
+    // Live requests while the batch runs: answered, and the replicas' records show batch lines
+    // stepping aside for them (runtime/live-first.ts).
+    await eventually(async () => (await get(created.id)).request_counts.completed >= 5, 'the ocr batch to be running', 120_000);
+    for (let i = 0; i < 3; i++) {
+      const live = await p.fetch('/v1/run/ocr', { method: 'POST', body: JSON.stringify({ image }) });
+      assert.equal(live.status, 200);
+      assert.match(await live.text(), /BATCH\s?42/);
+    }
+    await eventually(async () => {
+      const fn = (await (await p.fetch('/v1/functions/ocr')).json()) as { replicas: { liveFirst?: { yields: number } }[] };
+      return fn.replicas.reduce((a, r) => a + (r.liveFirst?.yields ?? 0), 0) >= 1;
+    }, 'a replica record to show batch work yielding to live requests');
     const done = await settled(created.id, 120_000);
     assert.equal(done.status, 'completed');
     assert.deepEqual(done.request_counts, { total: 200, completed: 196, failed: 4 });

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { DynamicBatcher, type Clock } from '../../runtime/batcher.ts';
+import { LiveFirst } from '../../runtime/live-first.ts';
 import { tensor, type Feeds } from '../../native/tensor.ts';
 
 /** A clock the test moves by hand. */
@@ -184,9 +185,127 @@ describe('DynamicBatcher', () => {
     await Promise.all([a, c, d]);
   });
 
+  it('never mixes live and low-priority calls, and runs live ones first', async () => {
+    const clock = new FakeClock();
+    const { batches, execute } = recorder();
+    const b = new DynamicBatcher({ maxBatchSize: 4, maxDelayMs: 10, execute, clock });
+    const first = b.run(rowsOf([1]), true);
+    clock.advance(10);
+    assert.equal(batches.length, 1, 'a low call runs when nothing live waits');
+    const low = [b.run(rowsOf([2]), true), b.run(rowsOf([3]), true)];
+    const live = b.run(rowsOf([4]));
+    batches[0].release();
+    await first;
+    clock.advance(10);
+    assert.equal(batches.length, 2);
+    assert.deepEqual([...(batches[1].dims)], [1, 2], 'the live call ran alone, ahead of the older low ones');
+    batches[1].release();
+    assert.deepEqual([...((await live).outputs.y.data as Float32Array)], [8, 8]);
+    clock.advance(10);
+    assert.deepEqual([...(batches[2].dims)], [2, 2], 'then the low ones, together');
+    batches[2].release();
+    await Promise.all(low);
+  });
+
+  it('holds low-priority calls while lowMayRun is false, until poked', async () => {
+    const clock = new FakeClock();
+    const { batches, execute } = recorder();
+    let mayRun = false;
+    const b = new DynamicBatcher({ maxBatchSize: 2, maxDelayMs: 5, execute, clock, lowMayRun: () => mayRun });
+    const low = [b.run(rowsOf([1]), true), b.run(rowsOf([2]), true)];
+    clock.advance(50);
+    assert.equal(batches.length, 0, 'a full low batch waits');
+    const live = b.run(rowsOf([3]));
+    clock.advance(5);
+    assert.equal(batches.length, 1, 'live calls run meanwhile');
+    batches[0].release();
+    await live;
+    assert.equal(batches.length, 1);
+    mayRun = true;
+    b.poke();
+    assert.equal(batches.length, 2);
+    batches[1].release();
+    await Promise.all(low);
+  });
+
+  it('caps the calls of a low-priority inference at lowMaxCalls', async () => {
+    const clock = new FakeClock();
+    const { batches, execute } = recorder();
+    const b = new DynamicBatcher({ maxBatchSize: 8, maxDelayMs: 5, execute, clock, lowMaxCalls: 1 });
+    const low = [1, 2, 3].map((v) => b.run(rowsOf([v]), true));
+    assert.deepEqual([...batches[0].dims], [1, 2]);
+    for (let i = 0; i < 3; i++) {
+      batches[i].release();
+      await low[i];
+    }
+    assert.equal(batches.length, 3, 'one call per low inference');
+    const live = [4, 5].map((v) => b.run(rowsOf([v])));
+    clock.advance(5);
+    assert.deepEqual([...batches[3].dims], [2, 2], 'live calls still batch together');
+    batches[3].release();
+    await Promise.all(live);
+  });
+
   it('refuses bad options and feeds without rows', async () => {
     assert.throws(() => new DynamicBatcher({ maxBatchSize: 0, maxDelayMs: 1, execute: async () => ({ outputs: {}, inferMs: 0 }) }), /maxBatchSize/);
     const b = new DynamicBatcher({ maxBatchSize: 2, maxDelayMs: 1, execute: async () => ({ outputs: {}, inferMs: 0 }) });
     await assert.rejects(b.run({}), /batch dimension/);
+  });
+});
+
+describe('LiveFirst', () => {
+  it('closes while live requests run and stays closed yieldMs after the last', () => {
+    const clock = new FakeClock();
+    const gate = new LiveFirst({ yieldMs: 20, clock, refreshMs: 1000 });
+    let opened = 0;
+    gate.onOpen(() => opened++);
+    assert.equal(gate.open, true);
+    gate.liveStarted();
+    gate.liveStarted();
+    assert.equal(gate.open, false);
+    gate.liveEnded();
+    clock.advance(50);
+    assert.equal(gate.open, false, 'one live request is still in');
+    assert.equal(opened, 0);
+    gate.liveEnded();
+    clock.advance(19);
+    assert.equal(gate.open, false, 'within yieldMs of the last live request');
+    gate.liveStarted();
+    clock.advance(5);
+    gate.liveEnded();
+    clock.advance(19);
+    assert.equal(opened, 0, 'a live request inside the window restarts it');
+    clock.advance(1);
+    assert.equal(gate.open, true);
+    assert.equal(opened, 1);
+    assert.deepEqual(gate.stats, { yields: 1, heldMs: 94 });
+  });
+
+  it('announces busy and idle to the node, and stays closed while a peer is busy', () => {
+    const clock = new FakeClock();
+    const said: boolean[] = [];
+    const gate = new LiveFirst({ yieldMs: 10, clock, refreshMs: 100, announce: (busy) => said.push(busy) });
+    let opened = 0;
+    gate.onOpen(() => opened++);
+    gate.liveStarted();
+    for (let i = 0; i < 5; i++) clock.advance(50);
+    assert.deepEqual(said, [true, true, true], 'busy, then refreshed while busy');
+    gate.liveEnded();
+    clock.advance(10);
+    assert.deepEqual(said, [true, true, true, false]);
+    assert.equal(opened, 1);
+    gate.peer('other', true);
+    assert.equal(gate.open, false, 'a busy peer closes the gate');
+    gate.peer('other', false);
+    assert.equal(gate.open, false, 'a peer going idle opens the gate yieldMs later (another may have just gone busy)');
+    clock.advance(10);
+    assert.equal(gate.open, true);
+    assert.equal(opened, 2);
+    gate.peer('dead', true);
+    clock.advance(299);
+    assert.equal(gate.open, false);
+    clock.advance(1);
+    assert.equal(gate.open, true, 'a peer that stops announcing expires after 3 × refreshMs');
+    assert.equal(opened, 3);
   });
 });
