@@ -40,47 +40,96 @@ const SEEN_S = 7 * 24 * 3600;
 /** The raw record stream is capped (approximately); the hourly roll-ups are kept. */
 const RECORDS_MAX = 1_000_000;
 
-const RECORD = `
-if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return 0 end
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'r', ARGV[3])
-local f = ARGV[4] .. '|'
-redis.call('HINCRBY', KEYS[3], f .. 'requests', 1)
-redis.call('HINCRBYFLOAT', KEYS[3], f .. 'compute_ms', ARGV[5])
-redis.call('HINCRBYFLOAT', KEYS[3], f .. 'infer_ms', ARGV[6])
-redis.call('HINCRBYFLOAT', KEYS[3], f .. 'queue_ms', ARGV[7])
-if tonumber(ARGV[8]) > 0 then redis.call('HINCRBY', KEYS[3], f .. 'cold_starts', 1) end
-if tonumber(ARGV[9]) >= 400 then redis.call('HINCRBY', KEYS[3], f .. 'errors', 1) end
-redis.call('HINCRBY', KEYS[3], f .. 'bytes_in', ARGV[10])
-redis.call('HINCRBY', KEYS[3], f .. 'bytes_out', ARGV[11])
-redis.call('SADD', KEYS[4], ARGV[12])
-return 1`;
+/**
+ * Records of one tick, written in one call: each is kept only if its id is new (SET NX), and
+ * the kept ones are summed per hour × function before the roll-up is incremented, so a burst of
+ * requests costs a few hash increments in all rather than ten each.
+ * KEYS: records stream, tenants set, then (seen key, hour key) per record.
+ * ARGV: seen ttl, stream cap, then 10 fields per record (see recordArgs).
+ */
+const RECORD_MANY = `
+local n = (#KEYS - 2) / 2
+local out, sums, order, tenants = {}, {}, {}, {}
+for i = 1, n do
+  local a = 2 + (i - 1) * 10
+  if redis.call('SET', KEYS[1 + 2 * i], '1', 'NX', 'EX', ARGV[1]) then
+    out[i] = 1
+    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'r', ARGV[a + 1])
+    local hour, f = KEYS[2 + 2 * i], ARGV[a + 2] .. '|'
+    local g = hour .. ' ' .. f
+    local t = sums[g]
+    if not t then
+      t = { hour = hour, f = f, requests = 0, compute_ms = 0, infer_ms = 0, queue_ms = 0, cold_starts = 0, errors = 0, bytes_in = 0, bytes_out = 0 }
+      sums[g] = t
+      order[#order + 1] = g
+    end
+    t.requests = t.requests + 1
+    t.compute_ms = t.compute_ms + tonumber(ARGV[a + 3])
+    t.infer_ms = t.infer_ms + tonumber(ARGV[a + 4])
+    t.queue_ms = t.queue_ms + tonumber(ARGV[a + 5])
+    if tonumber(ARGV[a + 6]) > 0 then t.cold_starts = t.cold_starts + 1 end
+    if tonumber(ARGV[a + 7]) >= 400 then t.errors = t.errors + 1 end
+    t.bytes_in = t.bytes_in + tonumber(ARGV[a + 8])
+    t.bytes_out = t.bytes_out + tonumber(ARGV[a + 9])
+    tenants[ARGV[a + 10]] = true
+  else
+    out[i] = 0
+  end
+end
+for _, g in ipairs(order) do
+  local t = sums[g]
+  for _, m in ipairs({ 'requests', 'cold_starts', 'errors', 'bytes_in', 'bytes_out' }) do
+    if t[m] > 0 or m == 'requests' then redis.call('HINCRBY', t.hour, t.f .. m, t[m]) end
+  end
+  for _, m in ipairs({ 'compute_ms', 'infer_ms', 'queue_ms' }) do
+    redis.call('HINCRBYFLOAT', t.hour, t.f .. m, string.format('%.17g', t[m]))
+  end
+end
+for tenant in pairs(tenants) do redis.call('SADD', KEYS[2], tenant) end
+return out`;
 
 export const hourOf = (d: Date) => d.toISOString().slice(0, 13).replace(/[-T]/g, '');
 
-/** Writes the record unless one with its id exists; true when this call counted it. */
-export async function recordUsage(redis: Redis, r: UsageRecord): Promise<boolean> {
-  const hour = hourOf(new Date(r.at));
-  const done = (await evalScript(redis, 
-    RECORD,
-    4,
-    usageKeys.seen(r.id),
-    usageKeys.records,
-    usageKeys.hour(r.tenant, hour),
-    usageKeys.tenants,
-    String(SEEN_S),
-    String(RECORDS_MAX),
-    JSON.stringify(r),
-    r.fn,
-    String(r.computeMs),
-    String(r.inferMs),
-    String(r.queueMs),
-    String(r.coldMs),
-    String(r.status),
-    String(r.bytesIn),
-    String(r.bytesOut),
-    r.tenant,
-  )) as number;
-  return done === 1;
+interface Waiting {
+  r: UsageRecord;
+  resolve: (counted: boolean) => void;
+  reject: (err: Error) => void;
+}
+
+/** Records waiting for the end of the tick, per Redis client. */
+const ticks = new WeakMap<Redis, Waiting[]>();
+
+/**
+ * Writes the record unless one with its id exists; true when this call counted it. Records
+ * given in the same tick on the same client go to Redis in one call.
+ */
+export function recordUsage(redis: Redis, r: UsageRecord): Promise<boolean> {
+  return new Promise((resolve, reject) => {
+    let waiting = ticks.get(redis);
+    if (!waiting) {
+      ticks.set(redis, (waiting = []));
+      setImmediate(() => {
+        ticks.delete(redis);
+        void flush(redis, waiting!);
+      });
+    }
+    waiting.push({ r, resolve, reject });
+  });
+}
+
+async function flush(redis: Redis, batch: Waiting[]): Promise<void> {
+  const keys = [usageKeys.records, usageKeys.tenants];
+  const args: string[] = [String(SEEN_S), String(RECORDS_MAX)];
+  for (const { r } of batch) {
+    keys.push(usageKeys.seen(r.id), usageKeys.hour(r.tenant, hourOf(new Date(r.at))));
+    args.push(JSON.stringify(r), r.fn, String(r.computeMs), String(r.inferMs), String(r.queueMs), String(r.coldMs), String(r.status), String(r.bytesIn), String(r.bytesOut), r.tenant);
+  }
+  try {
+    const counted = (await evalScript(redis, RECORD_MANY, keys.length, ...keys, ...args)) as number[];
+    batch.forEach((w, i) => w.resolve(counted[i] === 1));
+  } catch (err) {
+    for (const w of batch) w.reject(err as Error);
+  }
 }
 
 export interface UsageRow {

@@ -1,6 +1,5 @@
 // The Hono app: one sub-app per resource, errors mapped in one place.
 import { Hono } from 'hono';
-import { bodyLimit } from 'hono/body-limit';
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { BatchStore } from '../core/batches.ts';
@@ -16,10 +15,11 @@ import type { Metrics } from './metrics.ts';
 import type { ReplyHub } from './replies.ts';
 import { authenticate } from './middleware/auth.ts';
 import { requestId } from './middleware/request-id.ts';
-import { ApiError, notFound, onError } from './errors.ts';
+import { notFound, onError } from './errors.ts';
 import { functionRoutes, replicasOf } from './routes/functions.ts';
 import { modelRoutes } from './routes/models.ts';
-import { runRoutes, type Queues } from './routes/run.ts';
+import { runRoutes } from './routes/run.ts';
+import type { LiveQueue } from '../core/live-queue.ts';
 import { jobRoutes } from './routes/jobs.ts';
 import { batchRoutes } from './routes/batches.ts';
 import { webhookRoutes } from './webhooks.ts';
@@ -38,7 +38,8 @@ export interface GatewayDeps {
   adminKey?: string;
   functions: FunctionsCache;
   replies: ReplyHub;
-  queues: Queues;
+  /** The functions' live queues (sync and async requests). */
+  live: LiveQueue;
   metrics: Metrics;
   log: Logger;
   maxBodyBytes: number;
@@ -97,16 +98,6 @@ export function createApp(deps: GatewayDeps) {
   app.route('/v1/jobs', jobRoutes(deps));
   app.route('/v1/batches', batchRoutes(deps));
   app.route('/v1/webhooks', webhookRoutes(deps));
-  // Admin bodies are a name and a few options: anything bigger is a mistake, refused before it is read.
-  app.use(
-    '/v1/tenants/*',
-    bodyLimit({
-      maxSize: 64 * 1024,
-      onError: () => {
-        throw new ApiError(413, 'too_large', 'tenant and key requests are at most 64 KiB');
-      },
-    }),
-  );
   app.route('/v1/tenants', tenantRoutes(deps));
   app.route('/v1/usage', usageRoutes(deps));
   return app;

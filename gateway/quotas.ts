@@ -2,7 +2,7 @@
 // through Redis), and a per-function cap on waiting requests (Triton's max_queue_size).
 // All answer 429 with Retry-After. A key without limits costs no Redis round trip here.
 import type { Redis } from 'ioredis';
-import { QUEUE_PREFIX } from '../core/contracts.ts';
+import type { LiveQueue } from '../core/live-queue.ts';
 import type { AuthContext } from '../core/tenants.ts';
 import { ApiError } from './errors.ts';
 import { evalScript } from '../core/redis.ts';
@@ -46,10 +46,10 @@ export async function acquireSlot(redis: Redis, auth: AuthContext, rid: string, 
   return () => void redis.zrem(key, rid).catch(() => 0);
 }
 
-/** Waiting-list lengths per function, read at most every 250 ms per gateway: cheap, and close enough for back-pressure. */
+/** Waiting live requests per function, read at most every 250 ms per gateway: cheap, and close enough for back-pressure. */
 export class QueueDepth {
   private readonly cache = new Map<string, { n: number; at: number; reading?: Promise<number> }>();
-  constructor(private readonly redis: Redis) {}
+  constructor(private readonly live: LiveQueue) {}
 
   async check(fn: string, max: number): Promise<void> {
     const n = await this.read(fn);
@@ -60,7 +60,7 @@ export class QueueDepth {
     const hit = this.cache.get(fn);
     if (hit && performance.now() - hit.at < 250) return hit.n;
     if (hit?.reading) return hit.reading;
-    const reading = this.redis.llen(`${QUEUE_PREFIX}:${fn}:wait`).then((n) => {
+    const reading = this.live.waiting(fn).then((n) => {
       this.cache.set(fn, { n, at: performance.now() });
       return n;
     });

@@ -8,6 +8,7 @@ import { serve, type ServerType } from '@hono/node-server';
 import { Queue } from 'bullmq';
 import { BatchStore } from '../core/batches.ts';
 import { keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type PlatformEvent } from '../core/contracts.ts';
+import { LiveQueue } from '../core/live-queue.ts';
 import { JobStore } from '../core/jobs.ts';
 import type { Logger } from '../core/log.ts';
 import { createRedis, type Redis } from '../core/redis.ts';
@@ -92,24 +93,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
   });
   await replies.start(keys.registryChannel);
 
-  // One Queue object per function, all on one shared connection (BASELINE.md pitfall 7).
-  const queues = new Map<string, Queue>();
-  const queueSet = {
-    get(name: string): Queue {
-      let q = queues.get(name);
-      if (!q) {
-        q = new Queue(name, {
-          connection: redis,
-          prefix: QUEUE_PREFIX,
-          streams: { events: { maxLen: 100 } },
-          defaultJobOptions: { removeOnComplete: true, removeOnFail: { count: 100 }, attempts: 1 },
-        });
-        q.on('error', (err) => log.error({ err, fn: name }, 'queue error'));
-        queues.set(name, q);
-      }
-      return q;
-    },
-  };
+  const live = new LiveQueue(redis);
 
   const jobs = new JobStore(redis, o.jobRetentionS ?? 86_400);
   const webhookSecret = o.webhookSecret ?? (await sharedWebhookSecret(redis));
@@ -128,7 +112,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     adminKey: o.adminKey,
     functions,
     replies,
-    queues: queueSet,
+    live,
     metrics,
     log,
     maxBodyBytes: o.maxBodyBytes,
@@ -139,7 +123,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     webhookQueue,
     webhookSecret,
     maxBatchBytes: o.maxBatchBytes ?? 1024 ** 3,
-    queueDepth: new QueueDepth(redis),
+    queueDepth: new QueueDepth(live),
     defaultPricing: o.defaultPricing ?? { perRequest: 0, perComputeSecond: 0 },
     wake: (name) => {
       // At most one wake per function per second from this gateway: cheap, and enough to cut
@@ -183,7 +167,6 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
       const cut = setTimeout(() => http.closeAllConnections?.(), 3_000);
       await closed;
       clearTimeout(cut);
-      await Promise.all([...queues.values()].map((q) => q.close()));
       await webhooks.close();
       await webhookQueue.close();
       sub.disconnect();

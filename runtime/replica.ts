@@ -5,7 +5,9 @@ import { rename, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { Queue, Worker, type Job } from 'bullmq';
+import { Queue, Worker } from 'bullmq';
+import { decodeLiveJob, LIVE_GROUP, liveStream } from '../core/live-queue.ts';
+import { LiveConsumer } from './live-consumer.ts';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { linkPlatformModules } from '../core/bundle-dir.ts';
@@ -85,7 +87,10 @@ export class Replica {
   private state: ReplicaState = 'starting';
   private def!: FunctionDefinition;
   private readonly models = new Map<string, LoadedModel>();
-  private workers: Worker[] = [];
+  /** Live requests (sync and async): the function's stream. */
+  private live?: LiveConsumer;
+  /** Batch lines: the function's BullMQ batch queue. */
+  private batchWorker?: Worker;
   private readonly gate: LiveFirst;
   /** Jobs running now, by lane. */
   private readonly lanes = { live: 0, batch: 0 };
@@ -211,27 +216,31 @@ export class Replica {
     });
     // Cancellations, and the node's other replicas saying when live requests need the cores.
     await this.cancelSub.subscribe(keys.cancelChannel, liveChannel);
-    // Live and batch lines each have their own queue and slots: batch lines can never hold the
-    // slots a live request needs, however many are queued.
-    const lanes: [string, number][] = [
-      [manifest.name, this.o.concurrency],
-      [batchQueueName(manifest.name), this.o.batchConcurrency],
-    ];
-    this.workers = lanes.map(([queue, concurrency]) => {
-      const worker = new Worker<RunJobData>(queue, (job, _token, signal) => this.process(job, signal), {
-        connection: this.o.redis,
-        prefix: QUEUE_PREFIX,
-        concurrency,
-        lockDuration: this.o.lockMs,
-        stalledInterval: Math.max(500, Math.floor(this.o.lockMs / 2)),
-        // We answer poison jobs ourselves (see process); BullMQ must not fail them silently first.
-        maxStalledCount: MAX_CRASHES + 1,
-        removeOnComplete: { count: 0 },
-        removeOnFail: { count: 100 },
-      });
-      worker.on('error', (err) => this.log.error({ err, queue }, 'queue worker error'));
-      return worker;
+    // Live requests and batch lines each have their own queue and slots: batch lines can never
+    // hold the slots a live request needs, however many are queued.
+    this.live = new LiveConsumer({
+      redis: this.o.redis,
+      fn: manifest.name,
+      consumer: this.o.id,
+      concurrency: this.o.concurrency,
+      lockMs: this.o.lockMs,
+      process: (entry, data, deliveries) => this.process(liveJobId(manifest.name, entry, data), data, deliveries - 1),
+      log: this.log,
     });
+    await this.live.start();
+    const batchQueue = batchQueueName(manifest.name);
+    this.batchWorker = new Worker<RunJobData>(batchQueue, (job, _token, signal) => this.process(job.id!, job.data, job.stalledCounter ?? 0, signal), {
+      connection: this.o.redis,
+      prefix: QUEUE_PREFIX,
+      concurrency: this.o.batchConcurrency,
+      lockDuration: this.o.lockMs,
+      stalledInterval: Math.max(500, Math.floor(this.o.lockMs / 2)),
+      // We answer poison jobs ourselves (see process); BullMQ must not fail them silently first.
+      maxStalledCount: MAX_CRASHES + 1,
+      removeOnComplete: { count: 0 },
+      removeOnFail: { count: 100 },
+    });
+    this.batchWorker.on('error', (err) => this.log.error({ err, queue: batchQueue }, 'queue worker error'));
     this.state = 'ready';
     this.readyAt = Date.now();
     await this.beat();
@@ -276,19 +285,33 @@ export class Replica {
     const ids = (await this.o.redis.smembers(keys.replicas(name))).filter((id) => id !== this.o.id);
     const others = ids.length ? await this.o.redis.mget(ids.map(keys.replica)) : [];
     if (others.some((r) => r && (JSON.parse(r) as ReplicaRecord).state === 'ready')) return;
-    for (const queueName of [name, batchQueueName(name)]) {
-      const queue = new Queue<RunJobData>(queueName, { connection: this.o.redis, prefix: QUEUE_PREFIX });
-      try {
-        for (const job of await queue.getJobs(['wait', 'prioritized'], 0, 999)) {
-          if (!job?.data) continue;
-          const removed = await job.remove().then(() => true, () => false);
-          if (!removed) continue;
-          const body = JSON.stringify(errorBody('replica_start_failed', `${name} ${this.o.manifest.version} cannot start: ${error.phase} failed: ${error.message}`));
-          await this.deliver(job.id!, job.data, { rid: job.data.rid, status: 503, replica: this.o.id, timing: { queueMs: Date.now() - job.data.enq, handlerMs: 0, inferMs: 0, batchMs: 0 } }, body, false);
-        }
-      } finally {
-        await queue.close();
+    const failed = (jobId: string, data: RunJobData) => {
+      const body = JSON.stringify(errorBody('replica_start_failed', `${name} ${this.o.manifest.version} cannot start: ${error.phase} failed: ${error.message}`));
+      return this.deliver(jobId, data, { rid: data.rid, status: 503, replica: this.o.id, timing: { queueMs: Date.now() - data.enq, handlerMs: 0, inferMs: 0, batchMs: 0 } }, body, false);
+    };
+    // Live requests: read them all as this replica, answer, acknowledge.
+    const stream = liveStream(name);
+    for (;;) {
+      const res = (await this.o.redis.xreadgroup('GROUP', LIVE_GROUP, this.o.id, 'COUNT', 1000, 'STREAMS', stream, '>').catch(() => null)) as [string, [string, string[]][]][] | null;
+      const entries = res?.[0]?.[1] ?? [];
+      if (!entries.length) break;
+      for (const [entry, fields] of entries) {
+        const data = decodeLiveJob(fields);
+        if (data) await failed(liveJobId(name, entry, data), data);
       }
+      const ids = entries.map(([id]) => id);
+      await this.o.redis.multi().xack(stream, LIVE_GROUP, ...ids).xdel(stream, ...ids).exec();
+    }
+    await this.o.redis.xgroup('DELCONSUMER', stream, LIVE_GROUP, this.o.id).catch(() => 0);
+    const queue = new Queue<RunJobData>(batchQueueName(name), { connection: this.o.redis, prefix: QUEUE_PREFIX });
+    try {
+      for (const job of await queue.getJobs(['wait', 'prioritized'], 0, 999)) {
+        if (!job?.data) continue;
+        const removed = await job.remove().then(() => true, () => false);
+        if (removed) await failed(job.id!, job.data);
+      }
+    } finally {
+      await queue.close();
     }
   }
 
@@ -305,7 +328,8 @@ export class Replica {
     clearInterval(this.heartbeat);
     this.cancelSub?.disconnect();
     this.gate.close();
-    await Promise.all(this.workers.map((w) => w.close(true).catch(() => {})));
+    this.live?.abandon();
+    await this.batchWorker?.close(true).catch(() => {});
     await this.o.redis.multi().del(keys.replica(this.o.id)).srem(keys.replicas(this.o.manifest.name), this.o.id).exec().catch(() => {});
   }
 
@@ -314,7 +338,7 @@ export class Replica {
     if (this.state === 'draining') return;
     this.state = 'draining';
     await this.beat().catch(() => {});
-    await Promise.all(this.workers.map((w) => w.close()));
+    await Promise.all([this.live?.drain(), this.batchWorker?.close()]);
     this.gate.close();
     clearInterval(this.heartbeat);
     this.cancelSub?.disconnect();
@@ -363,10 +387,10 @@ export class Replica {
     return out;
   }
 
-  private async process(job: Job<RunJobData>, jobSignal?: AbortSignal): Promise<void> {
-    const data = job.data;
+  /** Runs one request from either queue; `crashes`: replicas that died holding it before. */
+  private async process(jobId: string, data: RunJobData, crashes: number, jobSignal?: AbortSignal): Promise<void> {
     const { rid, input, enq } = data;
-    if (data.job && !(await this.startJob(job.id!, data))) return;
+    if (data.job && !(await this.startJob(jobId, data))) return;
     const started = Date.now();
     const t0 = performance.now();
     const timing = { queueMs: Math.max(0, started - enq), handlerMs: 0, inferMs: 0, batchMs: 0 };
@@ -380,11 +404,11 @@ export class Replica {
     const cancel = new AbortController();
     if (data.job) this.cancels.set(data.job, cancel);
     try {
-      if ((job.stalledCounter ?? 0) >= MAX_CRASHES) {
+      if (crashes >= MAX_CRASHES) {
         // Replicas died twice while holding this request: it is likely the cause. Answer, don't run.
         status = 500;
-        body = JSON.stringify(errorBody('replica_crashed', `${this.o.manifest.name}: the replica crashed ${job.stalledCounter} times while running this request; it was not retried again`));
-        log.error({ stalled: job.stalledCounter }, 'poison request answered without running');
+        body = JSON.stringify(errorBody('replica_crashed', `${this.o.manifest.name}: the replica crashed ${crashes} times while running this request; it was not retried again`));
+        log.error({ crashes }, 'poison request answered without running');
         return;
       }
       const parsed = (this.def.input as z.ZodType).safeParse(input);
@@ -409,7 +433,7 @@ export class Replica {
       const cold = enq < this.readyAt && this.coldStart ? { waitedMs: Math.min(this.coldStart.totalMs, this.readyAt - enq), phases: this.coldStart } : undefined;
       // A handler that stopped because it was canceled ends "canceled", not "failed".
       const canceled = cancel.signal.aborted && (status >= 400 || body === '');
-      await this.deliver(job.id!, data, { rid, status, replica: this.o.id, timing, ...(cold ? { cold } : {}) }, canceled ? CANCELED_BODY : body, canceled);
+      await this.deliver(jobId, data, { rid, status, replica: this.o.id, timing, ...(cold ? { cold } : {}) }, canceled ? CANCELED_BODY : body, canceled);
     }
   }
 
@@ -433,9 +457,9 @@ export class Replica {
   private async deliver(jobId: string, data: RunJobData, header: ReplyHeader, body: string, canceled: boolean): Promise<void> {
     if (header.status >= 500) this.jobs.failed++;
     else this.jobs.completed++;
-    // Metered in the same round trip as the answer, and ahead of it on the connection (Redis runs
-    // them in order). A replica dying before the job is marked done re-runs it under the same id,
-    // counted once.
+    // Metered together with the other requests finished in this tick (one Redis call for all of
+    // them), and before the job is acknowledged: a replica dying first re-runs it elsewhere under
+    // the same id, counted once.
     const { name, version } = this.o.manifest;
     const t = header.timing;
     const metered = recordUsage(this.o.redis, {
@@ -548,3 +572,6 @@ function errorReply(err: unknown, manifest: Manifest, log: Logger): { status: nu
   const message = err instanceof Error ? err.message : String(err);
   return { status: 500, body: JSON.stringify(errorBody('handler_error', `${manifest.name} ${manifest.version} failed: ${message}`)) };
 }
+
+/** The id a live request is metered under: its async job id, or its stream entry (unique within the function's stream). */
+const liveJobId = (fn: string, entry: string, data: RunJobData) => data.job ?? `${fn}:${entry}`;

@@ -4,6 +4,7 @@
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { batchQueueName, keys, QUEUE_PREFIX, type NodeRecord, type PlacementRecord, type ScaleRecord } from '../core/contracts.ts';
+import { liveStream } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
 import { Registry } from '../core/registry.ts';
 import type { ObjectStore } from '../core/s3.ts';
@@ -89,11 +90,11 @@ export class Scheduler {
     const pipe = this.o.redis.pipeline();
     for (const m of manifests) pipe.smembers(keys.replicas(m.name));
     const replicaIds = ((await pipe.exec()) ?? []).map(([, ids]) => ids as string[]);
-    // Live requests and batch lines are both load: in-flight sums the function's two queues.
+    // Live requests (waiting or running: their stream's length) and batch lines are both load.
     const counts = await Promise.all(
       manifests.map(async (m) => {
-        const [live, batch] = await Promise.all([m.name, batchQueueName(m.name)].map((q) => this.queue(q).getJobCounts('wait', 'active', 'prioritized', 'delayed')));
-        return Object.fromEntries(Object.keys(live).map((k) => [k, (live[k] ?? 0) + (batch[k] ?? 0)]));
+        const [live, batch] = await Promise.all([this.o.redis.xlen(liveStream(m.name)), this.queue(batchQueueName(m.name)).getJobCounts('wait', 'active', 'prioritized', 'delayed')]);
+        return live + Object.values(batch).reduce((a, n) => a + (n ?? 0), 0);
       }),
     );
     const ready = await Promise.all(replicaIds.map((ids, i) => this.readyCount(ids, manifests[i].version)));
@@ -102,8 +103,7 @@ export class Scheduler {
     const records: Record<string, ScaleRecord> = {};
     let committed = 0;
     manifests.forEach((m, i) => {
-      const c = counts[i];
-      const inFlight = (c.wait ?? 0) + (c.active ?? 0) + (c.prioritized ?? 0) + (c.delayed ?? 0);
+      const inFlight = counts[i];
       const prevState = this.states.get(m.name) ?? initialScalerState();
       const others = Object.entries(this.lastDesired).filter(([fn]) => fn !== m.name).reduce((a, [, n]) => a + n, 0);
       const capacity = Math.max(0, totalSlots - others);

@@ -1,6 +1,6 @@
 // Deploy and manage functions: POST/GET /v1/functions, GET/DELETE /v1/functions/:name.
 import { Hono, type Context } from 'hono';
-import { bodyLimit } from 'hono/body-limit';
+import { limitBody } from '../middleware/body-limit.ts';
 import { z } from 'zod';
 import { DeployRequestSchema, FUNCTION_NAME, keys, type Manifest } from '../../core/contracts.ts';
 import { canAccess } from '../../core/tenants.ts';
@@ -14,12 +14,7 @@ export function functionRoutes(deps: GatewayDeps) {
 
   app.post(
     '/',
-    bodyLimit({
-      maxSize: deps.maxBundleBytes,
-      onError: () => {
-        throw new ApiError(413, 'too_large', `deploy body is over ${deps.maxBundleBytes} bytes (EMBERS_MAX_BUNDLE_BYTES)`);
-      },
-    }),
+    limitBody(deps.maxBundleBytes, `deploy body is over ${deps.maxBundleBytes} bytes (EMBERS_MAX_BUNDLE_BYTES)`),
     async (c) => {
       requireScope(c, 'deploy');
       const parsed = DeployRequestSchema.safeParse(await readJson(c));

@@ -1,8 +1,6 @@
 // POST /v1/run/:name — validate, enqueue on the function's queue, wait for the reply.
-import { randomUUID } from 'node:crypto';
 import { Hono } from 'hono';
-import { bodyLimit } from 'hono/body-limit';
-import type { Queue } from 'bullmq';
+import { limitBody } from '../middleware/body-limit.ts';
 import { FUNCTION_NAME, keys, type ColdStartPhases, type RunJobData } from '../../core/contracts.ts';
 import { JobStore } from '../../core/jobs.ts';
 import { describeErrors } from '../../core/validate.ts';
@@ -17,16 +15,11 @@ const REPLY_GRACE_MS = 2_000;
 
 export function runRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
-  const { functions, replies, queues, metrics, gatewayId } = deps;
+  const { functions, replies, live, metrics, gatewayId } = deps;
 
   app.post(
     '/:name',
-    bodyLimit({
-      maxSize: deps.maxBodyBytes,
-      onError: () => {
-        throw new ApiError(413, 'too_large', `request body is over ${deps.maxBodyBytes} bytes (EMBERS_MAX_BODY_BYTES)`);
-      },
-    }),
+    limitBody(deps.maxBodyBytes, `request body is over ${deps.maxBodyBytes} bytes (EMBERS_MAX_BODY_BYTES)`),
     async (c) => {
       const t0 = performance.now();
       const name = c.req.param('name');
@@ -58,10 +51,10 @@ export function runRoutes(deps: GatewayDeps) {
       const release = await acquireSlot(deps.redis, auth, rid, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS);
       const wait = replies.expect(rid, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS);
       metrics.inflight.inc();
-      const jobId = randomUUID();
+      let entry: string | undefined;
       let reply;
       try {
-        await queues.get(name).add('run', data, { jobId });
+        entry = await live.add(name, data);
         deps.wake(name);
         reply = await wait;
       } catch (err) {
@@ -75,7 +68,7 @@ export function runRoutes(deps: GatewayDeps) {
       metrics.duration.observe({ function: name }, totalMs / 1000);
       if (!reply) {
         // Nobody answered in time: take the job back if no replica has started it.
-        await queues.get(name).remove(jobId).catch(() => 0);
+        if (entry) await live.remove(name, entry).catch(() => 0);
         metrics.requests.inc({ function: name, status: '504' });
         throw new ApiError(504, 'timeout', `${name} did not answer in time (queue limit ${deps.queueTimeoutMs} ms + run limit ${fn.manifest.timeoutMs} ms); see \`embers functions show ${name}\``);
       }
@@ -93,14 +86,12 @@ export function runRoutes(deps: GatewayDeps) {
   return app;
 }
 
-export type Queues = { get(name: string): Queue };
-
 /** Queues an async run: its record first (so GET never misses it), then the job itself. */
 async function enqueueAsync(deps: GatewayDeps, name: string, data: RunJobData, key: string, webhook: string | undefined): Promise<string> {
   const id = JobStore.newId();
   try {
     await deps.jobs.create({ id, fn: name, tenant: data.t!, key, webhook });
-    await deps.queues.get(name).add('run', { ...data, job: id } satisfies RunJobData, { jobId: id });
+    await deps.live.add(name, { ...data, job: id });
   } catch (err) {
     await deps.redis.del(keys.job(id)).catch(() => 0);
     throw new ApiError(503, 'unavailable', `could not queue the request (Redis unreachable?): ${(err as Error).message}; retry shortly`);

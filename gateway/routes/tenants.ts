@@ -1,7 +1,7 @@
 // Tenants and their API keys, admin key only: POST/GET /v1/tenants, DELETE /v1/tenants/:id,
 // POST/GET /v1/tenants/:id/keys, DELETE /v1/tenants/:id/keys/:keyId.
 import { Hono, type Context } from 'hono';
-import { bodyLimit } from 'hono/body-limit';
+import { limitBody } from '../middleware/body-limit.ts';
 import { z } from 'zod';
 import { CreateKeySchema, CreateTenantSchema, DEFAULT_TENANT, KEY_ID, TENANT_ID, type Tenant } from '../../core/tenants.ts';
 import { ApiError, readJson } from '../errors.ts';
@@ -18,15 +18,8 @@ export function tenantRoutes(deps: GatewayDeps) {
     requireAdmin(c);
     await next();
   });
-  app.use(
-    '*',
-    bodyLimit({
-      maxSize: MAX_BODY_BYTES,
-      onError: () => {
-        throw new ApiError(413, 'too_large', `request body is over ${MAX_BODY_BYTES} bytes`);
-      },
-    }),
-  );
+  // Admin bodies are a name and a few options: anything bigger is a mistake, refused before it is read.
+  app.use('*', limitBody(MAX_BODY_BYTES, `tenant and key requests are at most ${MAX_BODY_BYTES / 1024} KiB`));
 
   app.post('/', async (c) => {
     const { name } = parse(CreateTenantSchema, await readJson(c), 'tenant');

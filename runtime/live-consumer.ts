@@ -1,0 +1,162 @@
+// A replica's reader of its function's live stream (core/live-queue.ts). One blocking
+// XREADGROUP asks for as many requests as the replica has free slots, so a burst is fetched in
+// one round trip rather than one per job; acknowledgements of requests finished in the same
+// tick go out as one XACK + XDEL.
+//
+// Crash safety comes from the group's pending list. While a replica holds requests it re-claims
+// them for itself every lockMs / 3 (XCLAIM … JUSTID resets their idle time without counting a
+// delivery), and every replica with free slots claims entries idle for longer than lockMs: those
+// of a replica that died. The delivery count says how many replicas were handed a request, so a
+// request that keeps killing its replica can be answered instead of run again.
+import type { Redis } from 'ioredis';
+import type { RunJobData } from '../core/contracts.ts';
+import { decodeLiveJob, ensureLiveGroup, LIVE_GROUP, liveStream } from '../core/live-queue.ts';
+import type { Logger } from '../core/log.ts';
+
+/** How long one read waits for work before looking again (bounds how long a drain waits for the reader). */
+const BLOCK_MS = 1000;
+
+export interface LiveConsumerOptions {
+  redis: Redis;
+  fn: string;
+  /** The consumer's name in the group: the replica id. */
+  consumer: string;
+  concurrency: number;
+  /** An entry held this long without a sign of life from its replica is taken over by another. */
+  lockMs: number;
+  /** Runs one request. `deliveries` counts the replicas it was handed to, this one included. */
+  process: (entry: string, data: RunJobData, deliveries: number) => Promise<void>;
+  log: Logger;
+}
+
+type Entry = [id: string, fields: string[]];
+
+export class LiveConsumer {
+  private readonly stream: string;
+  private reader?: Redis;
+  private reading?: Promise<void>;
+  private tending?: NodeJS.Timeout;
+  private stopped = false;
+  private active = 0;
+  private readonly held = new Set<string>();
+  private slotFreed?: () => void;
+  private idle?: () => void;
+  private acks: string[] = [];
+
+  constructor(private readonly o: LiveConsumerOptions) {
+    this.stream = liveStream(o.fn);
+  }
+
+  async start(): Promise<void> {
+    await ensureLiveGroup(this.o.redis, this.o.fn);
+    // XREADGROUP BLOCK holds its connection: a connection of its own.
+    this.reader = this.o.redis.duplicate();
+    this.reader.on('error', () => {});
+    this.tending = setInterval(() => void this.tend().catch((err: Error) => this.o.log.warn({ err: err.message }, 'could not tend held requests')), Math.max(100, Math.floor(this.o.lockMs / 3)));
+    this.reading = this.read();
+  }
+
+  /** Takes no more requests and waits for those it holds; then leaves the group. */
+  async drain(): Promise<void> {
+    this.stopped = true;
+    await this.reading;
+    if (this.active > 0) await new Promise<void>((resolve) => (this.idle = resolve));
+    clearInterval(this.tending);
+    this.reader?.disconnect();
+    await this.flushAcks();
+    await this.o.redis.xgroup('DELCONSUMER', this.stream, LIVE_GROUP, this.o.consumer).catch(() => 0);
+  }
+
+  /** Stops at once; what it holds stays pending and is taken over by another replica after lockMs. */
+  abandon(): void {
+    this.stopped = true;
+    clearInterval(this.tending);
+    this.reader?.disconnect();
+  }
+
+  private async read(): Promise<void> {
+    while (!this.stopped) {
+      if (this.active >= this.o.concurrency) {
+        await new Promise<void>((resolve) => (this.slotFreed = resolve));
+        continue;
+      }
+      let res: [string, Entry[]][] | null;
+      try {
+        res = (await this.reader!.xreadgroup('GROUP', LIVE_GROUP, this.o.consumer, 'COUNT', this.o.concurrency - this.active, 'BLOCK', BLOCK_MS, 'STREAMS', this.stream, '>')) as [string, Entry[]][] | null;
+      } catch (err) {
+        if (this.stopped) return;
+        const message = (err as Error).message;
+        // The stream was deleted under us: make the group again.
+        if (message.includes('NOGROUP')) await ensureLiveGroup(this.o.redis, this.o.fn).catch(() => {});
+        else {
+          this.o.log.warn({ err: message }, 'reading the live queue failed; retrying');
+          await new Promise((r) => setTimeout(r, 500));
+        }
+        continue;
+      }
+      // Entries read while stopping are run all the same: they are this replica's now.
+      for (const [, entries] of res ?? []) for (const [id, fields] of entries) this.take(id, fields, 1);
+    }
+  }
+
+  private take(id: string, fields: string[], deliveries: number): void {
+    let data: RunJobData | undefined;
+    try {
+      data = decodeLiveJob(fields);
+    } catch {
+      data = undefined;
+    }
+    if (!data) {
+      this.o.log.error({ entry: id }, 'unreadable live queue entry dropped');
+      return this.ack(id);
+    }
+    this.active++;
+    this.held.add(id);
+    void this.o
+      .process(id, data, deliveries)
+      .catch((err: Error) => this.o.log.error({ err, rid: data.rid }, 'live request failed outside its handler'))
+      .finally(() => {
+        this.held.delete(id);
+        this.active--;
+        this.ack(id);
+        this.slotFreed?.();
+        this.slotFreed = undefined;
+        if (this.active === 0) this.idle?.();
+      });
+  }
+
+  /** Finished requests of one tick are acknowledged (and deleted) together. */
+  private ack(id: string): void {
+    this.acks.push(id);
+    if (this.acks.length === 1) setImmediate(() => void this.flushAcks());
+  }
+
+  private async flushAcks(): Promise<void> {
+    if (!this.acks.length) return;
+    const ids = this.acks;
+    this.acks = [];
+    await this.o.redis
+      .multi()
+      .xack(this.stream, LIVE_GROUP, ...ids)
+      .xdel(this.stream, ...ids)
+      .exec()
+      // Left pending: another replica runs them again after lockMs (at least once, as with any queue).
+      .catch((err: Error) => this.o.log.warn({ err: err.message, entries: ids.length }, 'could not acknowledge finished requests'));
+  }
+
+  /** Keeps what it holds, and takes over requests whose replica went silent. */
+  private async tend(): Promise<void> {
+    if (this.held.size) await this.o.redis.xclaim(this.stream, LIVE_GROUP, this.o.consumer, 0, ...this.held, 'JUSTID');
+    const free = this.o.concurrency - this.active;
+    if (this.stopped || free <= 0) return;
+    const [, claimed] = (await this.o.redis.xautoclaim(this.stream, LIVE_GROUP, this.o.consumer, this.o.lockMs, '0-0', 'COUNT', free)) as [string, (Entry | null)[]];
+    for (const entry of claimed) {
+      if (!entry) continue;
+      const [id, fields] = entry;
+      const pending = (await this.o.redis.xpending(this.stream, LIVE_GROUP, id, id, 1)) as [string, string, number, number][];
+      const deliveries = pending[0]?.[3] ?? 2;
+      this.o.log.warn({ entry: id, deliveries }, 'took over a request whose replica went silent');
+      this.take(id, fields, deliveries);
+    }
+  }
+}

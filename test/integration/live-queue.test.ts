@@ -1,0 +1,115 @@
+// The live lane on a real redis-server: a replica takes what its free slots allow, finished requests are
+// acknowledged and deleted, a silent replica's requests are taken over with their delivery
+// count, and the gateway's waiting count leaves out what replicas hold.
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import type { RunJobData } from '../../core/contracts.ts';
+import { LiveQueue, liveStream } from '../../core/live-queue.ts';
+import { createLogger } from '../../core/log.ts';
+import { createRedis, type Redis } from '../../core/redis.ts';
+import { startLocalRedis, type LocalRedis } from '../../infra/local/redis.ts';
+import { LiveConsumer } from '../../runtime/live-consumer.ts';
+import { eventually } from '../helpers/platform.ts';
+
+let server: LocalRedis;
+let dir: string;
+let redis: Redis;
+const log = createLogger('test', 'silent');
+const job = (rid: string): RunJobData => ({ rid, gw: 'gw-test', input: { rid }, enq: Date.now() });
+
+before(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'embers-live-'));
+  server = await startLocalRedis(dir);
+  redis = createRedis(server.url);
+});
+after(async () => {
+  redis.disconnect();
+  await server.stop();
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe('live queue', () => {
+  it('hands a queued burst to a replica up to its free slots, and deletes what it finished', async () => {
+    const q = new LiveQueue(redis);
+    for (let i = 0; i < 5; i++) await q.add('burst', job(`r${i}`));
+    assert.equal(await q.waiting('burst'), 5);
+    const seen: string[] = [];
+    const release: (() => void)[] = [];
+    const c = new LiveConsumer({
+      redis,
+      fn: 'burst',
+      consumer: 'replica-a',
+      concurrency: 3,
+      lockMs: 5_000,
+      log,
+      process: (_entry, data, deliveries) => {
+        assert.equal(deliveries, 1);
+        seen.push(data.rid);
+        return new Promise<void>((r) => release.push(r));
+      },
+    });
+    await c.start();
+    await eventually(async () => seen.length === 3, 'three requests to be taken');
+    // Held by the replica: no longer waiting, still in the stream; the rest wait for a slot.
+    assert.equal(await q.waiting('burst'), 2);
+    assert.equal(await redis.xlen(liveStream('burst')), 5);
+    release.splice(0).forEach((r) => r());
+    await eventually(async () => seen.length === 5, 'the rest to be taken as slots free');
+    assert.deepEqual(seen, ['r0', 'r1', 'r2', 'r3', 'r4']);
+    release.splice(0).forEach((r) => r());
+    await eventually(async () => (await redis.xlen(liveStream('burst'))) === 0, 'finished entries to be deleted');
+    await c.drain();
+  });
+
+  it('a replica that goes silent has its requests taken over, with their delivery count', async () => {
+    const q = new LiveQueue(redis);
+    await q.add('crashy', job('held'));
+    const dead = new LiveConsumer({ redis, fn: 'crashy', consumer: 'replica-dead', concurrency: 4, lockMs: 300, log, process: () => new Promise<void>(() => {}) });
+    await dead.start();
+    await eventually(async () => (await q.waiting('crashy')) === 0, 'the first replica to take it');
+    dead.abandon(); // as if SIGKILLed: nothing acknowledged, nothing tended
+    const runs: { rid: string; deliveries: number }[] = [];
+    const heir = new LiveConsumer({
+      redis,
+      fn: 'crashy',
+      consumer: 'replica-heir',
+      concurrency: 4,
+      lockMs: 300,
+      log,
+      process: async (_entry, data, deliveries) => {
+        runs.push({ rid: data.rid, deliveries });
+      },
+    });
+    await heir.start();
+    await eventually(async () => runs.length === 1, 'the request to be taken over', 10_000);
+    assert.deepEqual(runs, [{ rid: 'held', deliveries: 2 }]);
+    await eventually(async () => (await redis.xlen(liveStream('crashy'))) === 0, 'the taken-over request to be deleted');
+    await heir.drain();
+  });
+
+  it('a live replica keeps what it holds past lockMs; a request the gateway took back is skipped', async () => {
+    const q = new LiveQueue(redis);
+    await q.add('slow', job('long'));
+    let finish!: () => void;
+    const a = new LiveConsumer({ redis, fn: 'slow', consumer: 'replica-a', concurrency: 1, lockMs: 200, log, process: () => new Promise<void>((r) => (finish = r)) });
+    await a.start();
+    await eventually(async () => finish !== undefined, 'the long request to start');
+    const taken: string[] = [];
+    const b = new LiveConsumer({ redis, fn: 'slow', consumer: 'replica-b', concurrency: 4, lockMs: 200, log, process: async (_e, data) => void taken.push(data.rid) });
+    await b.start();
+    // Removed before anyone read it (a gateway's 504): never run.
+    const gone = await q.add('slow', job('timed-out'));
+    await q.remove('slow', gone);
+    await q.add('slow', job('next'));
+    await eventually(async () => taken.includes('next'), 'the next request to run on b');
+    await new Promise((r) => setTimeout(r, 800)); // four lock periods: a would have lost it without tending
+    assert.deepEqual(taken, ['next']);
+    finish();
+    await a.drain();
+    await b.drain();
+    assert.equal(await redis.xlen(liveStream('slow')), 0);
+  });
+});
