@@ -124,7 +124,10 @@ export function formatReport(r: BenchResult): string {
   for (const [c, v] of Object.entries(ratios.embers_vs_naive)) {
     out.push(`  embers_vs_naive.${c.padEnd(4)} ${num(v, 3).padStart(7)}  ${target('embers_vs_naive')}  ${verdict(pass[`embers_vs_naive.${c}`])}`);
   }
-  out.push(`  added_p50_ms_at_c1   ${num(ratios.added_p50_ms_at_c1, 2).padStart(7)}  ${target('added_p50_ms_at_c1')}  ${verdict(pass.added_p50_ms_at_c1)}`);
+  const pr = r.pairedC1;
+  out.push(
+    `  added_p50_ms_at_c1   ${num(ratios.added_p50_ms_at_c1, 2).padStart(7)}  ${target('added_p50_ms_at_c1')}  ${verdict(pass.added_p50_ms_at_c1)}   (median of ${pr.rounds.length} alternating rounds, raw → Embers p50: ${pr.rounds.map((x) => `${num(x.rawP50Ms)} → ${num(x.embersP50Ms)}`).join(', ')}; outside the handler ${num(pr.outsideHandlerMs, 2)} ms)`,
+  );
   out.push(`  echo_vs_ping         ${num(ratios.echo_vs_ping, 3).padStart(7)}  ${target('echo_vs_ping')}  ${verdict(pass.echo_vs_ping)}`);
   if (r.coldStart) out.push(coldSummaryLine(r.coldStart));
   out.push(`Took ${num(r.durationSeconds, 0)} s.`);

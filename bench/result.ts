@@ -1,6 +1,7 @@
 // The shape of one benchmark run (what bench/results/latest.json holds) and its verdicts.
 import type { BatchSection } from './batch.ts';
 import type { ColdStartResult } from './cold.ts';
+import type { PairedC1 } from './paired.ts';
 import type { LoadResult } from './load.ts';
 import type { ClsPoint, RawPipeline } from './raw.ts';
 import type { BatchDelta } from './servers.ts';
@@ -30,7 +31,7 @@ export interface Ratios {
   embers_vs_raw: number;
   /** Per concurrency ("c1", "c8", …): Embers ocr req/s ÷ naive ocr req/s. */
   embers_vs_naive: Record<string, number>;
-  /** Embers ocr p50 at concurrency 1 − raw pipeline p50, ms. */
+  /** Embers ocr p50 at concurrency 1 − raw pipeline p50, ms, in alternating rounds (bench/paired.ts). */
   added_p50_ms_at_c1: number;
   /** Embers echo req/s ÷ naive GET /ping req/s at the same concurrency. */
   echo_vs_ping: number;
@@ -60,6 +61,8 @@ export interface BenchResult {
   /** Recognised text of the test image from each path: they should agree. */
   outputs: { raw: string; embers: string; naive: string; match: boolean };
   ocr: OcrPoint[];
+  /** Raw and Embers at concurrency 1 in alternating rounds: what Embers adds. */
+  pairedC1: PairedC1;
   overhead: { concurrency: number; echo: Measured; ping: Measured };
   ratios: Ratios;
   pass: Record<string, boolean>;
@@ -81,13 +84,12 @@ export interface ColdOnlyResult {
   coldStart: ColdStartResult;
 }
 
-export function computeRatios(ocr: OcrPoint[], raw: Pick<RawPipeline, 'reqPerSec' | 'latencyMs'>, echo: LoadResult, ping: LoadResult): { ratios: Ratios; pass: Record<string, boolean> } {
+export function computeRatios(ocr: OcrPoint[], raw: Pick<RawPipeline, 'reqPerSec' | 'latencyMs'>, paired: PairedC1, echo: LoadResult, ping: LoadResult): { ratios: Ratios; pass: Record<string, boolean> } {
   const best = Math.max(...ocr.map((p) => p.embers.reqPerSec));
-  const c1 = ocr.find((p) => p.concurrency === 1);
   const ratios: Ratios = {
     embers_vs_raw: best / raw.reqPerSec,
     embers_vs_naive: Object.fromEntries(ocr.map((p) => [`c${p.concurrency}`, p.ratio])),
-    added_p50_ms_at_c1: c1 ? c1.embers.latencyMs.p50 - raw.latencyMs.p50 : Number.NaN,
+    added_p50_ms_at_c1: paired.addedP50Ms,
     echo_vs_ping: echo.reqPerSec / ping.reqPerSec,
   };
   const pass: Record<string, boolean> = {

@@ -20,6 +20,7 @@ import { bestCls, machine, rawCls, rawPipeline } from './raw.ts';
 import { formatReport } from './report.ts';
 import { computeRatios, type BenchResult, type ColdOnlyResult, type Measured, type OcrPoint } from './result.ts';
 import { HEARTBEAT_MS, ROOT, batchCounters, batchDelta, startEmbers, startNaive } from './servers.ts';
+import { pairedC1 } from './paired.ts';
 import { sleep, windowFromEnv } from './stats.ts';
 
 const CONCURRENCIES = [1, 8, 32, 128];
@@ -165,6 +166,9 @@ async function main(): Promise<void> {
     return batchCounters(embers, 'ocr');
   };
 
+  log('ocr c=1: raw in-process and Embers in alternating rounds');
+  const paired = await pairedC1(image, embersOcr, window);
+
   const ocr: OcrPoint[] = [];
   let before = await settledCounters(performance.now());
   for (const concurrency of CONCURRENCIES) {
@@ -200,7 +204,7 @@ async function main(): Promise<void> {
 
   const cold = await coldStart(ocrBody);
 
-  const { ratios, pass } = computeRatios(ocr, pipeline, echo, ping);
+  const { ratios, pass } = computeRatios(ocr, pipeline, paired, echo, ping);
   const result: BenchResult = {
     date: new Date().toISOString(),
     durationSeconds: (performance.now() - began) / 1000,
@@ -212,6 +216,7 @@ async function main(): Promise<void> {
     embersStartupSeconds: embers.startupSeconds,
     outputs: { ...outputs, match: outputs.raw === outputs.embers && outputs.raw === outputs.naive },
     ocr,
+    pairedC1: paired,
     overhead: { concurrency: OVERHEAD_CONCURRENCY, echo, ping },
     ratios,
     pass,

@@ -4,7 +4,10 @@
 // While an inference runs, calls keep gathering, so load turns into larger batches.
 // Calls are live or low priority (batch lines): the two never share an inference, live ones go
 // first, and low ones start only while `lowMayRun()` says so (see live-first.ts).
+// maxBatchSize is an upper bound: batches stop growing at the size the model's own timings say
+// is cheapest per row (batch-tuner.ts).
 import { batchKey, concatFeeds, rows, splitOutputs, type Feeds } from '../native/tensor.ts';
+import { BatchTuner } from './batch-tuner.ts';
 
 export interface Clock {
   now(): number;
@@ -41,6 +44,8 @@ export interface BatcherOptions {
    * since inferences are not preempted. @default no limit beyond maxBatchSize
    */
   lowMaxCalls?: number;
+  /** Learn the cheapest batch size from inference times and cap batches there. @default true */
+  tune?: boolean;
 }
 
 export interface BatcherStats {
@@ -56,6 +61,10 @@ export interface BatcherStats {
   callsPerBatch: Record<string, number>;
   inferMsTotal: number;
   failures: number;
+  /** Rows the next batch may gather (maxBatchSize, or less where the tuner found it cheaper). */
+  cap: number;
+  /** The tuner's cost per row (ms) by batch size. */
+  costPerRow: Record<string, { msPerRow: number; samples: number }>;
 }
 
 export interface RunResult {
@@ -83,7 +92,8 @@ interface Group {
 }
 
 export class DynamicBatcher {
-  readonly stats: BatcherStats = { requests: 0, inferences: 0, executions: 0, maxCallsPerBatch: 0, callsPerBatch: {}, inferMsTotal: 0, failures: 0 };
+  readonly stats: BatcherStats;
+  private readonly tuner?: BatchTuner;
   private readonly groups = new Map<string, Group>();
   private readonly full: Group[] = [];
   private busy = false;
@@ -94,6 +104,8 @@ export class DynamicBatcher {
     if (!(options.maxBatchSize >= 1)) throw new RangeError('maxBatchSize must be at least 1');
     if (!(options.maxDelayMs >= 0)) throw new RangeError('maxDelayMs must be 0 or more');
     this.clock = options.clock ?? systemClock;
+    if (options.tune ?? true) this.tuner = new BatchTuner({ maxBatchSize: options.maxBatchSize });
+    this.stats = { requests: 0, inferences: 0, executions: 0, maxCallsPerBatch: 0, callsPerBatch: {}, inferMsTotal: 0, failures: 0, cap: options.maxBatchSize, costPerRow: {} };
   }
 
   /** Calls waiting for a batch (not yet executing), of one priority or of both. */
@@ -111,8 +123,9 @@ export class DynamicBatcher {
     return new Promise<RunResult>((resolve, reject) => {
       const call: Pending = { feeds, rows: n, at: this.clock.now(), resolve, reject };
       const key = `${low ? 'low' : 'live'}|${batchKey(feeds)}`;
+      const cap = this.stats.cap;
       let group = this.groups.get(key);
-      if (group && group.rows + n > this.options.maxBatchSize) {
+      if (group && group.rows + n > cap) {
         this.seal(group);
         group = undefined;
       }
@@ -122,7 +135,7 @@ export class DynamicBatcher {
       }
       group.calls.push(call);
       group.rows += n;
-      if (group.rows >= this.options.maxBatchSize || (low && group.calls.length >= (this.options.lowMaxCalls ?? Infinity))) this.seal(group);
+      if (group.rows >= cap || (low && group.calls.length >= (this.options.lowMaxCalls ?? Infinity))) this.seal(group);
       this.dispatch();
     });
   }
@@ -185,6 +198,11 @@ export class DynamicBatcher {
     try {
       const { outputs, inferMs } = await this.options.execute(concatFeeds(calls.map((c) => c.feeds)));
       s.inferMsTotal += inferMs;
+      if (this.tuner) {
+        this.tuner.observe(group.rows, inferMs);
+        s.cap = this.tuner.cap;
+        s.costPerRow = this.tuner.snapshot();
+      }
       const parts = splitOutputs(outputs, calls.map((c) => c.rows));
       calls.forEach((c, i) => c.resolve({ outputs: parts[i], inferMs: (inferMs * c.rows) / group.rows, waitMs: started - c.at }));
     } catch (err) {

@@ -9,7 +9,7 @@ interface ReplicaView {
   coldStart?: Record<string, number>;
   error?: { phase: string; message: string };
   jobs: { active: number; completed: number; failed: number };
-  models: Record<string, { provider: string; executions: number; inferences: number; maxCallsPerBatch: number }>;
+  models: Record<string, { provider: string; executions: number; inferences: number; maxCallsPerBatch: number; cap?: number }>;
 }
 
 export function functionsCommand(): Command {
@@ -55,7 +55,7 @@ export function functionsCommand(): Command {
         if (r.coldStart) out.write(`  cold start (ms): ${phaseLine(r.coldStart)}\n`);
         for (const [m, s] of Object.entries(r.models)) {
           const avg = s.executions ? (s.inferences / s.executions).toFixed(2) : '-';
-          out.write(`  model ${m} on ${s.provider}: ${s.executions} batches, ${s.inferences} rows, avg batch ${avg}, most calls in one batch ${s.maxCallsPerBatch}\n`);
+          out.write(`  model ${m} on ${s.provider}: ${s.executions} batches, ${s.inferences} rows, avg batch ${avg}, most calls in one batch ${s.maxCallsPerBatch}${s.cap === undefined ? '' : `, batches capped at ${s.cap} rows (the cheapest per row so far)`}\n`);
         }
       }
       if (fn.coldStarts.length) out.write('last cold starts (ms):\n');

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { BatchTuner } from '../../runtime/batch-tuner.ts';
 import { DynamicBatcher, type Clock } from '../../runtime/batcher.ts';
 import { LiveFirst } from '../../runtime/live-first.ts';
 import { tensor, type Feeds } from '../../native/tensor.ts';
@@ -307,5 +308,75 @@ describe('LiveFirst', () => {
     clock.advance(1);
     assert.equal(gate.open, true, 'a peer that stops announcing expires after 3 × refreshMs');
     assert.equal(opened, 3);
+  });
+});
+
+describe('BatchTuner', () => {
+  /** Feeds the tuner batches of each size the cap allows, with a cost per row given by the model. */
+  const drive = (t: BatchTuner, msPerRow: (rows: number) => number, batches: number, offered = 16) => {
+    const caps: number[] = [];
+    for (let i = 0; i < batches; i++) {
+      const rows = Math.min(t.cap, offered);
+      caps.push(t.cap);
+      t.observe(rows, rows * msPerRow(rows));
+    }
+    return caps;
+  };
+
+  it('lets load decide until it has measured something', () => {
+    assert.equal(new BatchTuner({ maxBatchSize: 16 }).cap, 16);
+  });
+
+  it('settles on small batches for a model whose cost per row grows with the batch (CPU recogniser)', () => {
+    const t = new BatchTuner({ maxBatchSize: 16, exploreEvery: 64 });
+    // Measured on these machines: 23 ms per row alone, 33 ms per row at 16.
+    const cost = (rows: number) => 23 + (10 * (rows - 1)) / 15;
+    // Low load first: single-row batches teach it what one row costs.
+    for (let i = 0; i < 3; i++) t.observe(1, 23);
+    const caps = drive(t, cost, 200);
+    assert.equal(caps.at(-1), 1);
+    // It still re-measures the next size now and then, and comes back.
+    const late = caps.slice(100);
+    assert.ok(late.includes(2) && late.filter((c) => c === 1).length > late.length * 0.9, JSON.stringify(late));
+  });
+
+  it('under steady load, shrinks batches to measure the smaller sizes itself', () => {
+    const t = new BatchTuner({ maxBatchSize: 16 });
+    // Every batch full from the start: no small batch ever happens by itself.
+    const caps = drive(t, (rows) => 23 + (10 * (rows - 1)) / 15, 100, 16);
+    assert.equal(caps[0], 16);
+    assert.equal(caps.at(-1), 1);
+  });
+
+  it('climbs to maxBatchSize for a model whose cost per row falls with the batch (GPU)', () => {
+    const t = new BatchTuner({ maxBatchSize: 16 });
+    for (let i = 0; i < 3; i++) t.observe(1, 5);
+    const caps = drive(t, (rows) => 5 / Math.sqrt(rows), 100);
+    assert.equal(caps.at(-1), 16);
+  });
+
+  it('prefers the smaller batch when a larger one is not clearly cheaper', () => {
+    const t = new BatchTuner({ maxBatchSize: 8, exploreEvery: 1000 });
+    for (let i = 0; i < 3; i++) t.observe(1, 10);
+    const caps = drive(t, (rows) => (rows === 1 ? 10 : 9.8), 60);
+    assert.equal(caps.at(-1), 1);
+  });
+
+  it('caps what the batcher gathers under load', async () => {
+    // An executor that reports 10 ms per row alone and 20 per row in company.
+    const sizes: number[] = [];
+    const execute = async (feeds: Feeds) => {
+      const rows = feeds.x.dims[0];
+      sizes.push(rows);
+      return { outputs: { y: feeds.x }, inferMs: rows === 1 ? 10 : 20 * rows };
+    };
+    const b = new DynamicBatcher({ maxBatchSize: 8, maxDelayMs: 0, execute });
+    const run = () => b.run({ x: tensor('float32', new Float32Array(4), [1, 4]) });
+    await run(); // alone: one row measured
+    for (let i = 0; i < 3; i++) await run();
+    for (let round = 0; round < 10; round++) await Promise.all(Array.from({ length: 8 }, run));
+    assert.equal(b.stats.cap, 1);
+    assert.ok(sizes.slice(-16).every((n) => n === 1), JSON.stringify(sizes));
+    assert.ok(b.stats.costPerRow['1'].samples > 0);
   });
 });

@@ -1,0 +1,79 @@
+// How many rows a model's batches may carry, learned from its own inference times. Batching
+// pays where a model's cost per row falls with batch size (GPUs, small CPU models) and costs
+// where it does not: PaddleOCR's recogniser on one CPU thread ran 23 ms per row alone and 33 ms
+// per row in batches of 16 (../shared/BASELINE.md), so deep batches under load made Embers slower
+// than a server running each request on arrival. The tuner keeps a moving average of ms per row
+// for batch sizes in powers of two and caps batches at the size with the lowest cost. It measures
+// every smaller size and the next size up, and tries that one again every `exploreEvery`
+// batches, so the cap follows the model, the hardware and the input shapes without a setting.
+// Pure: no clock, no I/O.
+
+export interface BatchTunerOptions {
+  maxBatchSize: number;
+  /** Batches a size needs before its cost is trusted. @default 3 */
+  minSamples?: number;
+  /** Weight of a new measurement in the moving average. @default 0.2 */
+  alpha?: number;
+  /** Every this many batches, one may be a size above the cap, to re-measure it. @default 64 */
+  exploreEvery?: number;
+  /** A larger size must cost this much less per row to be preferred (lower latency wins ties). @default 0.05 */
+  margin?: number;
+}
+
+interface Bucket {
+  size: number;
+  msPerRow: number;
+  samples: number;
+}
+
+export class BatchTuner {
+  private readonly buckets: Bucket[] = [];
+  private batches = 0;
+  private readonly minSamples: number;
+  private readonly alpha: number;
+  private readonly exploreEvery: number;
+  private readonly margin: number;
+
+  constructor(private readonly o: BatchTunerOptions) {
+    this.minSamples = o.minSamples ?? 3;
+    this.alpha = o.alpha ?? 0.2;
+    this.exploreEvery = o.exploreEvery ?? 64;
+    this.margin = o.margin ?? 0.05;
+    for (let s = 1; s < o.maxBatchSize; s *= 2) this.buckets.push({ size: s, msPerRow: 0, samples: 0 });
+    this.buckets.push({ size: o.maxBatchSize, msPerRow: 0, samples: 0 });
+  }
+
+  /** Records one execution of `rows` rows that took `ms`. */
+  observe(rows: number, ms: number): void {
+    if (!(rows >= 1) || !(ms >= 0)) return;
+    this.batches++;
+    const b = this.buckets.find((x) => x.size >= rows) ?? this.buckets[this.buckets.length - 1];
+    const perRow = ms / rows;
+    // A plain mean of the first few, then a moving average: one slow first run does not linger.
+    b.samples++;
+    const w = Math.max(this.alpha, 1 / b.samples);
+    b.msPerRow = w * perRow + (1 - w) * b.msPerRow;
+  }
+
+  /** Most rows the next batch should gather (a single call with more rows still runs alone). */
+  get cap(): number {
+    const trusted = this.buckets.filter((b) => b.samples >= this.minSamples);
+    if (!trusted.length) return this.o.maxBatchSize;
+    // The cheapest size per row; a larger one only when it is clearly cheaper.
+    let best = trusted[0];
+    for (const b of trusted) if (b.msPerRow < best.msPerRow * (1 - this.margin)) best = b;
+    // Under steady load batches never shrink by themselves: measure the smaller sizes too.
+    const below = this.buckets.find((b) => b.size < best.size && b.samples < this.minSamples);
+    if (below) return below.size;
+    const above = this.buckets.find((b) => b.size > best.size);
+    if (!above) return best.size;
+    // Nothing known above the best yet: it may be cheaper still, try it.
+    if (above.samples < this.minSamples) return above.size;
+    return this.batches % this.exploreEvery === 0 ? above.size : best.size;
+  }
+
+  /** Per size: its cost per row (ms) and how many batches measured it, for the replica's record. */
+  snapshot(): Record<string, { msPerRow: number; samples: number }> {
+    return Object.fromEntries(this.buckets.filter((b) => b.samples > 0).map((b) => [String(b.size), { msPerRow: Math.round(b.msPerRow * 100) / 100, samples: b.samples }]));
+  }
+}
