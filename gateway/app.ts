@@ -83,8 +83,9 @@ export function createApp(deps: GatewayDeps) {
       deps.store.ping().then(() => 'ok', (e: Error) => e.message),
     ]);
     const [redis, s3] = checks;
-    const ok = redis === 'ok' && s3 === 'ok';
-    return c.json({ ok, redis, s3 }, ok ? 200 : 503);
+    const replies = deps.replies.listening ? 'ok' : 'reconnecting';
+    const ok = redis === 'ok' && s3 === 'ok' && replies === 'ok';
+    return c.json({ ok, redis, s3, replies }, ok ? 200 : 503);
   });
   app.get('/metrics', async (c) => {
     await refreshReplicaGauge(deps);

@@ -11,6 +11,8 @@ export interface Reply {
 export class ReplyHub {
   private readonly waiting = new Map<string, (r: Reply | null) => void>();
   readonly channel: string;
+  private channels: string[] = [];
+  private subscribed = false;
 
   constructor(
     private readonly sub: Redis,
@@ -18,6 +20,11 @@ export class ReplyHub {
     private readonly onOther: (channel: string, message: string) => void = () => {},
   ) {
     this.channel = keys.replyChannel(gatewayId);
+    // A reply published while this gateway is not subscribed is lost: know when that can happen.
+    sub.on('close', () => (this.subscribed = false));
+    sub.on('ready', () => {
+      if (this.channels.length) this.subscribe().catch(() => {});
+    });
     sub.on('message', (channel: string, message: string) => {
       if (channel !== this.channel) return this.onOther(channel, message);
       const reply = decodeReply(message);
@@ -30,7 +37,21 @@ export class ReplyHub {
   }
 
   async start(...otherChannels: string[]): Promise<void> {
-    await this.sub.subscribe(this.channel, ...otherChannels);
+    this.channels = [this.channel, ...otherChannels];
+    await this.subscribe();
+  }
+
+  /**
+   * Whether a reply can reach this gateway now. After Redis comes back, replicas may answer
+   * before the subscription is restored; a request accepted then would wait for nothing.
+   */
+  get listening(): boolean {
+    return this.subscribed;
+  }
+
+  private async subscribe(): Promise<void> {
+    await this.sub.subscribe(...this.channels);
+    this.subscribed = true;
   }
 
   /** Registers interest before the job is enqueued; resolves null on timeout. */

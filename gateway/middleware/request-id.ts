@@ -10,9 +10,11 @@ export function requestId(log: Logger): MiddlewareHandler {
     const given = c.req.header('x-request-id');
     const id = given && SAFE_ID.test(given) ? given : randomUUID();
     c.set('rid', id);
+    // Set before the handler answers: a header added to a finished response makes
+    // @hono/node-server rebuild it as a full web Response (a stream, an AbortSignal) every time.
+    c.header('x-request-id', id);
     const t0 = performance.now();
     await next();
-    c.header('x-request-id', id);
     const ms = Math.round((performance.now() - t0) * 10) / 10;
     log.info({ rid: id, method: c.req.method, path: c.req.path, status: c.res.status, ms }, 'request');
   };

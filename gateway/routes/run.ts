@@ -46,6 +46,7 @@ export function runRoutes(deps: GatewayDeps) {
         c.header('preference-applied', 'respond-async');
         return c.json({ id: job, status: 'queued', url }, 202);
       }
+      if (!replies.listening) throw new ApiError(503, 'unavailable', 'this gateway is reconnecting to Redis and cannot receive replies yet; retry shortly');
       // Time in the queue (cold starts included) and handler time are bounded separately.
       const data: RunJobData = { rid, gw: gatewayId, input, enq, deadline: enq + deps.queueTimeoutMs, ...bill };
       const release = await acquireSlot(deps.redis, auth, rid, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS);

@@ -148,7 +148,7 @@ describe('deploy and manage', () => {
   it('health, readiness and metrics', async () => {
     assert.equal((await fetch(`${p.url}/healthz`)).status, 200);
     const ready = await fetch(`${p.url}/readyz`);
-    assert.deepEqual(await ready.json(), { ok: true, redis: 'ok', s3: 'ok' });
+    assert.deepEqual(await ready.json(), { ok: true, redis: 'ok', s3: 'ok', replies: 'ok' });
     const metrics = await (await fetch(`${p.url}/metrics`)).text();
     assert.match(metrics, /embers_requests_total\{function="echo",status="200"\} \d+/);
   });
