@@ -24,6 +24,15 @@ export async function ensureLiveGroup(redis: Redis, fn: string): Promise<void> {
   }
 }
 
+/**
+ * Removes a replica's consumer from the group, unless it still holds entries: deleting a consumer
+ * drops its pending entries, and those must stay claimable by the other replicas.
+ */
+export async function leaveLiveGroup(redis: Redis, fn: string, consumer: string): Promise<void> {
+  const held = (await redis.xpending(liveStream(fn), LIVE_GROUP, '-', '+', 1, consumer)) as unknown[];
+  if (held.length === 0) await redis.xgroup('DELCONSUMER', liveStream(fn), LIVE_GROUP, consumer);
+}
+
 /** Stream entries carry one field, `d`: the job data as JSON. */
 export const encodeLiveJob = (data: RunJobData): string => JSON.stringify(data);
 export const decodeLiveJob = (fields: string[]): RunJobData | undefined => {

@@ -10,7 +10,7 @@
 // request that keeps killing its replica can be answered instead of run again.
 import type { Redis } from 'ioredis';
 import type { RunJobData } from '../core/contracts.ts';
-import { decodeLiveJob, ensureLiveGroup, LIVE_GROUP, liveStream } from '../core/live-queue.ts';
+import { decodeLiveJob, ensureLiveGroup, leaveLiveGroup, LIVE_GROUP, liveStream } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
 
 /** How long one read waits for work before looking again (bounds how long a drain waits for the reader). */
@@ -42,6 +42,7 @@ export class LiveConsumer {
   private slotFreed?: () => void;
   private idle?: () => void;
   private acks: string[] = [];
+  private tendingNow = false;
 
   constructor(private readonly o: LiveConsumerOptions) {
     this.stream = liveStream(o.fn);
@@ -52,19 +53,29 @@ export class LiveConsumer {
     // XREADGROUP BLOCK holds its connection: a connection of its own.
     this.reader = this.o.redis.duplicate();
     this.reader.on('error', () => {});
-    this.tending = setInterval(() => void this.tend().catch((err: Error) => this.o.log.warn({ err: err.message }, 'could not tend held requests')), Math.max(100, Math.floor(this.o.lockMs / 3)));
+    this.tending = setInterval(() => {
+      // One at a time: while Redis is unreachable, calls would otherwise pile up behind each other.
+      if (this.tendingNow) return;
+      this.tendingNow = true;
+      this.tend()
+        .catch((err: Error) => this.o.log.warn({ err: err.message }, 'could not tend held requests'))
+        .finally(() => (this.tendingNow = false));
+    }, Math.max(100, Math.floor(this.o.lockMs / 3)));
     this.reading = this.read();
   }
 
   /** Takes no more requests and waits for those it holds; then leaves the group. */
   async drain(): Promise<void> {
     this.stopped = true;
-    await this.reading;
+    // The reader returns within BLOCK_MS, unless Redis is unreachable: then stop waiting for it.
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.reading, new Promise((r) => (timer = setTimeout(r, BLOCK_MS + 1000)))]);
+    clearTimeout(timer);
+    this.reader?.disconnect();
     if (this.active > 0) await new Promise<void>((resolve) => (this.idle = resolve));
     clearInterval(this.tending);
-    this.reader?.disconnect();
     await this.flushAcks();
-    await this.o.redis.xgroup('DELCONSUMER', this.stream, LIVE_GROUP, this.o.consumer).catch(() => 0);
+    await leaveLiveGroup(this.o.redis, this.o.fn, this.o.consumer).catch(() => {});
   }
 
   /** Stops at once; what it holds stays pending and is taken over by another replica after lockMs. */

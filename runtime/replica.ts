@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Queue, Worker } from 'bullmq';
-import { decodeLiveJob, LIVE_GROUP, liveStream } from '../core/live-queue.ts';
+import { decodeLiveJob, leaveLiveGroup, LIVE_GROUP, liveStream } from '../core/live-queue.ts';
 import { LiveConsumer } from './live-consumer.ts';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
@@ -302,7 +302,7 @@ export class Replica {
       const ids = entries.map(([id]) => id);
       await this.o.redis.multi().xack(stream, LIVE_GROUP, ...ids).xdel(stream, ...ids).exec();
     }
-    await this.o.redis.xgroup('DELCONSUMER', stream, LIVE_GROUP, this.o.id).catch(() => 0);
+    await leaveLiveGroup(this.o.redis, name, this.o.id).catch(() => {});
     const queue = new Queue<RunJobData>(batchQueueName(name), { connection: this.o.redis, prefix: QUEUE_PREFIX });
     try {
       for (const job of await queue.getJobs(['wait', 'prioritized'], 0, 999)) {

@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { RunJobData } from '../../core/contracts.ts';
-import { LiveQueue, liveStream } from '../../core/live-queue.ts';
+import { LIVE_GROUP, leaveLiveGroup, LiveQueue, liveStream } from '../../core/live-queue.ts';
 import { createLogger } from '../../core/log.ts';
 import { createRedis, type Redis } from '../../core/redis.ts';
 import { startLocalRedis, type LocalRedis } from '../../infra/local/redis.ts';
@@ -111,5 +111,16 @@ describe('live queue', () => {
     await a.drain();
     await b.drain();
     assert.equal(await redis.xlen(liveStream('slow')), 0);
+  });
+
+  it('a replica leaves the group only when it holds nothing, so held requests stay claimable', async () => {
+    const q = new LiveQueue(redis);
+    await q.add('leave', job('held'));
+    await redis.xreadgroup('GROUP', LIVE_GROUP, 'holder', 'COUNT', 10, 'STREAMS', liveStream('leave'), '>');
+    await redis.xgroup('CREATECONSUMER', liveStream('leave'), LIVE_GROUP, 'idle');
+    await leaveLiveGroup(redis, 'leave', 'holder');
+    await leaveLiveGroup(redis, 'leave', 'idle');
+    const consumers = (await redis.xinfo('CONSUMERS', liveStream('leave'), LIVE_GROUP)) as unknown[][];
+    assert.deepEqual(consumers.map((c) => c[1]), ['holder']);
   });
 });
