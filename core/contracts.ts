@@ -58,6 +58,8 @@ export interface Manifest extends DeploySpec {
 export interface RunJobData {
   /** Request id. */
   rid: string;
+  /** A sync request's unique id, minted by the gateway: it is metered under it, so a request queued twice (a command resent after a reconnect) is counted once. */
+  id?: string;
   /** Gateway id whose reply channel waits for this job (synchronous runs). */
   gw?: string;
   /** Async job id: the result is written to its record (keys.job). */

@@ -120,9 +120,11 @@ export function recordUsage(redis: Redis, r: UsageRecord): Promise<boolean> {
 async function flush(redis: Redis, batch: Waiting[]): Promise<void> {
   const keys = [usageKeys.records, usageKeys.tenants];
   const args: string[] = [String(SEEN_S), String(RECORDS_MAX)];
+  // A number Redis cannot add (NaN, Infinity) would fail the whole call after some records were marked seen.
+  const n = (x: number) => String(Number.isFinite(x) ? x : 0);
   for (const { r } of batch) {
     keys.push(usageKeys.seen(r.id), usageKeys.hour(r.tenant, hourOf(new Date(r.at))));
-    args.push(JSON.stringify(r), r.fn, String(r.computeMs), String(r.inferMs), String(r.queueMs), String(r.coldMs), String(r.status), String(r.bytesIn), String(r.bytesOut), r.tenant);
+    args.push(JSON.stringify(r), r.fn, n(r.computeMs), n(r.inferMs), n(r.queueMs), n(r.coldMs), n(r.status), n(r.bytesIn), n(r.bytesOut), r.tenant);
   }
   try {
     const counted = (await evalScript(redis, RECORD_MANY, keys.length, ...keys, ...args)) as number[];

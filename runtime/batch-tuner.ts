@@ -5,7 +5,8 @@
 // than a server running each request on arrival. The tuner keeps a moving average of ms per row
 // for batch sizes in powers of two and caps batches at the size with the lowest cost. It measures
 // every smaller size and the next size up, and tries that one again every `exploreEvery`
-// batches, so the cap follows the model, the hardware and the input shapes without a setting.
+// batches, so the cap follows the model and the hardware without a setting (input shapes are not
+// told apart: their costs mix in the averages).
 // Pure: no clock, no I/O.
 
 export interface BatchTunerOptions {
@@ -29,6 +30,8 @@ interface Bucket {
 export class BatchTuner {
   private readonly buckets: Bucket[] = [];
   private batches = 0;
+  /** Fewest rows a call has had: smaller batches cannot happen (a call is never split). */
+  private fewestRows = Number.POSITIVE_INFINITY;
   private readonly minSamples: number;
   private readonly alpha: number;
   private readonly exploreEvery: number;
@@ -43,10 +46,11 @@ export class BatchTuner {
     this.buckets.push({ size: o.maxBatchSize, msPerRow: 0, samples: 0 });
   }
 
-  /** Records one execution of `rows` rows that took `ms`. */
-  observe(rows: number, ms: number): void {
+  /** Records one execution of `rows` rows that took `ms`; `smallestCall`: the fewest rows one of its calls had. */
+  observe(rows: number, ms: number, smallestCall = rows): void {
     if (!(rows >= 1) || !(ms >= 0)) return;
     this.batches++;
+    this.fewestRows = Math.min(this.fewestRows, smallestCall);
     const b = this.buckets.find((x) => x.size >= rows) ?? this.buckets[this.buckets.length - 1];
     const perRow = ms / rows;
     // A plain mean of the first few, then a moving average: one slow first run does not linger.
@@ -62,8 +66,9 @@ export class BatchTuner {
     // The cheapest size per row; a larger one only when it is clearly cheaper.
     let best = trusted[0];
     for (const b of trusted) if (b.msPerRow < best.msPerRow * (1 - this.margin)) best = b;
-    // Under steady load batches never shrink by themselves: measure the smaller sizes too.
-    const below = this.buckets.find((b) => b.size < best.size && b.samples < this.minSamples);
+    // Under steady load batches never shrink by themselves: measure the smaller sizes too, down
+    // to the smallest call seen (a size below every call's rows would never be reached).
+    const below = this.buckets.find((b) => b.size < best.size && b.size >= this.fewestRows && b.samples < this.minSamples);
     if (below) return below.size;
     const above = this.buckets.find((b) => b.size > best.size);
     if (!above) return best.size;

@@ -199,7 +199,7 @@ export class DynamicBatcher {
       const { outputs, inferMs } = await this.options.execute(concatFeeds(calls.map((c) => c.feeds)));
       s.inferMsTotal += inferMs;
       if (this.tuner) {
-        this.tuner.observe(group.rows, inferMs);
+        this.tuner.observe(group.rows, inferMs, Math.min(...calls.map((c) => c.rows)));
         s.cap = this.tuner.cap;
         s.costPerRow = this.tuner.snapshot();
       }

@@ -5,9 +5,11 @@
 //
 // Crash safety comes from the group's pending list. While a replica holds requests it re-claims
 // them for itself every lockMs / 3 (XCLAIM … JUSTID resets their idle time without counting a
-// delivery), and every replica with free slots claims entries idle for longer than lockMs: those
-// of a replica that died. The delivery count says how many replicas were handed a request, so a
-// request that keeps killing its replica can be answered instead of run again.
+// delivery), and every replica scans the pending list, a step each time, for entries idle longer
+// than lockMs: those of a replica that died. It takes them into a backlog it runs before anything
+// new. The delivery count says how many replicas were handed a request, so a request that keeps
+// killing its replica can be answered instead of run again. A replica that drains leaves its
+// backlog pending, to be taken over again.
 import type { Redis } from 'ioredis';
 import type { RunJobData } from '../core/contracts.ts';
 import { decodeLiveJob, ensureLiveGroup, leaveLiveGroup, LIVE_GROUP, liveStream } from '../core/live-queue.ts';
@@ -43,6 +45,10 @@ export class LiveConsumer {
   private idle?: () => void;
   private acks: string[] = [];
   private tendingNow = false;
+  /** Taken over from silent replicas, held (and kept) by this one, run before anything new. */
+  private backlog: { id: string; fields: string[]; deliveries: number }[] = [];
+  /** Where the scan for silent replicas' entries goes on from (it covers the pending list in steps). */
+  private claimCursor = '0-0';
 
   constructor(private readonly o: LiveConsumerOptions) {
     this.stream = liveStream(o.fn);
@@ -87,6 +93,11 @@ export class LiveConsumer {
 
   private async read(): Promise<void> {
     while (!this.stopped) {
+      // Requests taken over from a silent replica are older than anything new: they go first.
+      while (this.backlog.length && this.active < this.o.concurrency) {
+        const { id, fields, deliveries } = this.backlog.shift()!;
+        this.launch(id, fields, deliveries);
+      }
       if (this.active >= this.o.concurrency) {
         await new Promise<void>((resolve) => (this.slotFreed = resolve));
         continue;
@@ -106,11 +117,17 @@ export class LiveConsumer {
         continue;
       }
       // Entries read while stopping are run all the same: they are this replica's now.
-      for (const [, entries] of res ?? []) for (const [id, fields] of entries) this.take(id, fields, 1);
+      for (const [, entries] of res ?? []) {
+        for (const [id, fields] of entries) {
+          this.held.add(id);
+          this.launch(id, fields, 1);
+        }
+      }
     }
   }
 
-  private take(id: string, fields: string[], deliveries: number): void {
+  /** Runs an entry this replica holds (it is in `held`). */
+  private launch(id: string, fields: string[], deliveries: number): void {
     let data: RunJobData | undefined;
     try {
       data = decodeLiveJob(fields);
@@ -119,10 +136,10 @@ export class LiveConsumer {
     }
     if (!data) {
       this.o.log.error({ entry: id }, 'unreadable live queue entry dropped');
+      this.held.delete(id);
       return this.ack(id);
     }
     this.active++;
-    this.held.add(id);
     void this.o
       .process(id, data, deliveries)
       .catch((err: Error) => this.o.log.error({ err, rid: data.rid }, 'live request failed outside its handler'))
@@ -155,19 +172,27 @@ export class LiveConsumer {
       .catch((err: Error) => this.o.log.warn({ err: err.message, entries: ids.length }, 'could not acknowledge finished requests'));
   }
 
-  /** Keeps what it holds, and takes over requests whose replica went silent. */
+  /**
+   * Keeps what it holds, and takes over requests whose replica went silent, into the backlog
+   * (counted as held at once, so they are kept alive too and never taken twice).
+   */
   private async tend(): Promise<void> {
     if (this.held.size) await this.o.redis.xclaim(this.stream, LIVE_GROUP, this.o.consumer, 0, ...this.held, 'JUSTID');
-    const free = this.o.concurrency - this.active;
-    if (this.stopped || free <= 0) return;
-    const [, claimed] = (await this.o.redis.xautoclaim(this.stream, LIVE_GROUP, this.o.consumer, this.o.lockMs, '0-0', 'COUNT', free)) as [string, (Entry | null)[]];
-    for (const entry of claimed) {
-      if (!entry) continue;
-      const [id, fields] = entry;
-      const pending = (await this.o.redis.xpending(this.stream, LIVE_GROUP, id, id, 1)) as [string, string, number, number][];
-      const deliveries = pending[0]?.[3] ?? 2;
+    if (this.stopped || this.backlog.length >= this.o.concurrency) return;
+    const [next, claimed] = (await this.o.redis.xautoclaim(this.stream, LIVE_GROUP, this.o.consumer, this.o.lockMs, this.claimCursor, 'COUNT', this.o.concurrency)) as [string, (Entry | null)[]];
+    this.claimCursor = next;
+    const fresh = claimed.filter((e): e is Entry => e !== null && !this.held.has(e[0]));
+    if (!fresh.length) return;
+    for (const [id] of fresh) this.held.add(id);
+    const pipe = this.o.redis.pipeline();
+    for (const [id] of fresh) pipe.xpending(this.stream, LIVE_GROUP, id, id, 1);
+    const counts = ((await pipe.exec()) ?? []).map(([, r]) => (r as [string, string, number, number][] | undefined)?.[0]?.[3]);
+    fresh.forEach(([id, fields], i) => {
+      const deliveries = counts[i] ?? 2;
       this.o.log.warn({ entry: id, deliveries }, 'took over a request whose replica went silent');
-      this.take(id, fields, deliveries);
-    }
+      this.backlog.push({ id, fields, deliveries });
+    });
+    // A reader waiting for a free slot looks at the backlog when one frees; one blocked on the
+    // stream sees it within BLOCK_MS.
   }
 }

@@ -573,5 +573,5 @@ function errorReply(err: unknown, manifest: Manifest, log: Logger): { status: nu
   return { status: 500, body: JSON.stringify(errorBody('handler_error', `${manifest.name} ${manifest.version} failed: ${message}`)) };
 }
 
-/** The id a live request is metered under: its async job id, or its stream entry (unique within the function's stream). */
-const liveJobId = (fn: string, entry: string, data: RunJobData) => data.job ?? `${fn}:${entry}`;
+/** The id a live request is metered under: its async job id, the id the gateway gave it, or its stream entry (unique within the function's stream). */
+const liveJobId = (fn: string, entry: string, data: RunJobData) => data.job ?? data.id ?? `${fn}:${entry}`;

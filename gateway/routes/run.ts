@@ -1,4 +1,5 @@
 // POST /v1/run/:name — validate, enqueue on the function's queue, wait for the reply.
+import { randomUUID } from 'node:crypto';
 import { Hono } from 'hono';
 import { limitBody } from '../middleware/body-limit.ts';
 import { FUNCTION_NAME, keys, type ColdStartPhases, type RunJobData } from '../../core/contracts.ts';
@@ -48,7 +49,7 @@ export function runRoutes(deps: GatewayDeps) {
       }
       if (!replies.listening) throw new ApiError(503, 'unavailable', 'this gateway is reconnecting to Redis and cannot receive replies yet; retry shortly');
       // Time in the queue (cold starts included) and handler time are bounded separately.
-      const data: RunJobData = { rid, gw: gatewayId, input, enq, deadline: enq + deps.queueTimeoutMs, ...bill };
+      const data: RunJobData = { rid, id: randomUUID(), gw: gatewayId, input, enq, deadline: enq + deps.queueTimeoutMs, ...bill };
       const release = await acquireSlot(deps.redis, auth, rid, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS);
       const wait = replies.expect(rid, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS);
       metrics.inflight.inc();

@@ -123,4 +123,36 @@ describe('live queue', () => {
     const consumers = (await redis.xinfo('CONSUMERS', liveStream('leave'), LIVE_GROUP)) as unknown[][];
     assert.deepEqual(consumers.map((c) => c[1]), ['holder']);
   });
+
+  it('a busy replica still takes over a silent one\'s requests, and runs them before newer ones', async () => {
+    const q = new LiveQueue(redis);
+    await q.add('busy', job('orphan'));
+    const dead = new LiveConsumer({ redis, fn: 'busy', consumer: 'replica-dead', concurrency: 1, lockMs: 300, log, process: () => new Promise<void>(() => {}) });
+    await dead.start();
+    await eventually(async () => (await q.waiting('busy')) === 0, 'the first replica to take it');
+    dead.abandon();
+    const order: string[] = [];
+    let finishFirst!: () => void;
+    const heir = new LiveConsumer({
+      redis,
+      fn: 'busy',
+      consumer: 'replica-busy',
+      concurrency: 1,
+      lockMs: 300,
+      log,
+      process: (_e, data) => {
+        order.push(data.rid);
+        return data.rid === 'first' ? new Promise<void>((r) => (finishFirst = r)) : Promise.resolve();
+      },
+    });
+    await q.add('busy', job('first'));
+    await heir.start();
+    await eventually(async () => order.includes('first'), 'the heir to be busy');
+    await q.add('busy', job('newer'));
+    await new Promise((r) => setTimeout(r, 900)); // past the lock: the orphan is taken over meanwhile
+    finishFirst();
+    await eventually(async () => order.length === 3, 'everything to run');
+    assert.deepEqual(order, ['first', 'orphan', 'newer']);
+    await heir.drain();
+  });
 });

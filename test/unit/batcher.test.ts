@@ -318,7 +318,7 @@ describe('BatchTuner', () => {
     for (let i = 0; i < batches; i++) {
       const rows = Math.min(t.cap, offered);
       caps.push(t.cap);
-      t.observe(rows, rows * msPerRow(rows));
+      t.observe(rows, rows * msPerRow(rows), 1);
     }
     return caps;
   };
@@ -346,6 +346,16 @@ describe('BatchTuner', () => {
     const caps = drive(t, (rows) => 23 + (10 * (rows - 1)) / 15, 100, 16);
     assert.equal(caps[0], 16);
     assert.equal(caps.at(-1), 1);
+  });
+
+  it('never aims below the smallest call it has seen (calls are never split)', () => {
+    const t = new BatchTuner({ maxBatchSize: 16 });
+    // Every call carries 3 rows: a batch of 1 or 2 rows cannot happen.
+    for (let i = 0; i < 100; i++) {
+      const rows = Math.max(3, Math.floor(Math.min(t.cap, 16) / 3) * 3);
+      t.observe(rows, rows * 5, 3);
+    }
+    assert.ok(t.cap >= 3, `cap ${t.cap}`);
   });
 
   it('climbs to maxBatchSize for a model whose cost per row falls with the batch (GPU)', () => {
