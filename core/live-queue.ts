@@ -34,7 +34,7 @@ export async function leaveLiveGroup(redis: Redis, fn: string, consumer: string)
 }
 
 /** Stream entries carry one field, `d`: the job data as JSON. */
-export const encodeLiveJob = (data: RunJobData): string => JSON.stringify(data);
+const encodeLiveJob = (data: RunJobData): string => JSON.stringify(data);
 export const decodeLiveJob = (fields: string[]): RunJobData | undefined => {
   const i = fields.indexOf('d');
   return i >= 0 ? (JSON.parse(fields[i + 1]) as RunJobData) : undefined;

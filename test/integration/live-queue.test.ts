@@ -20,6 +20,17 @@ let redis: Redis;
 const log = createLogger('test', 'silent');
 const job = (rid: string): RunJobData => ({ rid, gw: 'gw-test', input: { rid }, enq: Date.now() });
 
+/** Queues `rid` on `fn` and has a replica take it and die at once (SIGKILL: nothing acknowledged, nothing tended). */
+async function orphan(fn: string, rid: string): Promise<LiveQueue> {
+  const q = new LiveQueue(redis);
+  await q.add(fn, job(rid));
+  const dead = new LiveConsumer({ redis, fn, consumer: `replica-dead-${fn}`, concurrency: 1, lockMs: 300, log, process: () => new Promise<void>(() => {}) });
+  await dead.start();
+  await eventually(async () => (await q.waiting(fn)) === 0, 'the first replica to take it');
+  dead.abandon();
+  return q;
+}
+
 before(async () => {
   dir = await mkdtemp(path.join(os.tmpdir(), 'embers-live-'));
   server = await startLocalRedis(dir);
@@ -65,12 +76,7 @@ describe('live queue', () => {
   });
 
   it('a replica that goes silent has its requests taken over, with their delivery count', async () => {
-    const q = new LiveQueue(redis);
-    await q.add('crashy', job('held'));
-    const dead = new LiveConsumer({ redis, fn: 'crashy', consumer: 'replica-dead', concurrency: 4, lockMs: 300, log, process: () => new Promise<void>(() => {}) });
-    await dead.start();
-    await eventually(async () => (await q.waiting('crashy')) === 0, 'the first replica to take it');
-    dead.abandon(); // as if SIGKILLed: nothing acknowledged, nothing tended
+    await orphan('crashy', 'held');
     const runs: { rid: string; deliveries: number }[] = [];
     const heir = new LiveConsumer({
       redis,
@@ -125,12 +131,7 @@ describe('live queue', () => {
   });
 
   it('a busy replica still takes over a silent one\'s requests, and runs them before newer ones', async () => {
-    const q = new LiveQueue(redis);
-    await q.add('busy', job('orphan'));
-    const dead = new LiveConsumer({ redis, fn: 'busy', consumer: 'replica-dead', concurrency: 1, lockMs: 300, log, process: () => new Promise<void>(() => {}) });
-    await dead.start();
-    await eventually(async () => (await q.waiting('busy')) === 0, 'the first replica to take it');
-    dead.abandon();
+    const q = await orphan('busy', 'orphan');
     const order: string[] = [];
     let finishFirst!: () => void;
     const heir = new LiveConsumer({
