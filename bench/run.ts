@@ -28,6 +28,15 @@ const OVERHEAD_CONCURRENCY = 32;
 const ECHO_BODY = '{"hello":"embers"}';
 const RESULTS = path.join(ROOT, 'bench/results');
 
+/** POST /v1/run/echo on a running Embers, the overhead probe. */
+const echoTarget = (embers: { port: number; apiKey: string }): Target => ({
+  port: embers.port,
+  method: 'POST',
+  path: '/v1/run/echo',
+  headers: { authorization: `Bearer ${embers.apiKey}`, 'content-type': 'application/json' },
+  body: Buffer.from(ECHO_BODY),
+});
+
 const log = (line: string) => process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${line}\n`);
 
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
@@ -107,7 +116,7 @@ async function mainBatchOnly(): Promise<void> {
   try {
     log(`echo c=${OVERHEAD_CONCURRENCY}`);
     const echo = await closedLoop(
-      { port: embers.port, method: 'POST', path: '/v1/run/echo', headers: { authorization: `Bearer ${embers.apiKey}`, 'content-type': 'application/json' }, body: Buffer.from(ECHO_BODY) },
+      echoTarget(embers),
       { concurrency: OVERHEAD_CONCURRENCY, window },
     );
     const batches = await batchSection({ port: embers.port, apiKey: embers.apiKey, ocrBody, window, echoLiveReqPerSec: echo.reqPerSec, rawOcrReqPerSec: pipeline.reqPerSec, log });
@@ -184,7 +193,7 @@ async function main(): Promise<void> {
 
   log(`overhead c=${OVERHEAD_CONCURRENCY}: echo, ping`);
   const echo = await measure(
-    { port: embers.port, method: 'POST', path: '/v1/run/echo', headers: { ...auth, 'content-type': 'application/json' }, body: Buffer.from(ECHO_BODY) },
+    echoTarget(embers),
     OVERHEAD_CONCURRENCY,
   );
   const ping = await measure({ port: naive.port, method: 'GET', path: '/ping' }, OVERHEAD_CONCURRENCY);

@@ -33,6 +33,11 @@ export async function leaveLiveGroup(redis: Redis, fn: string, consumer: string)
   if (held.length === 0) await redis.xgroup('DELCONSUMER', liveStream(fn), LIVE_GROUP, consumer);
 }
 
+/** Acknowledges finished entries and deletes them, in one round trip. */
+export async function ackLiveEntries(redis: Redis, fn: string, ids: string[]): Promise<void> {
+  await redis.multi().xack(liveStream(fn), LIVE_GROUP, ...ids).xdel(liveStream(fn), ...ids).exec();
+}
+
 /** Stream entries carry one field, `d`: the job data as JSON. */
 const encodeLiveJob = (data: RunJobData): string => JSON.stringify(data);
 export const decodeLiveJob = (fields: string[]): RunJobData | undefined => {

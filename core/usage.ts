@@ -45,7 +45,7 @@ const RECORDS_MAX = 1_000_000;
  * the kept ones are summed per hour × function before the roll-up is incremented, so a burst of
  * requests costs a few hash increments in all rather than ten each.
  * KEYS: records stream, tenants set, then (seen key, hour key) per record.
- * ARGV: seen ttl, stream cap, then 10 fields per record (see recordArgs).
+ * ARGV: seen ttl, stream cap, then 10 fields per record (see flush).
  */
 const RECORD_MANY = `
 local n = (#KEYS - 2) / 2
@@ -79,7 +79,7 @@ end
 for _, g in ipairs(order) do
   local t = sums[g]
   for _, m in ipairs({ 'requests', 'cold_starts', 'errors', 'bytes_in', 'bytes_out' }) do
-    if t[m] > 0 or m == 'requests' then redis.call('HINCRBY', t.hour, t.f .. m, t[m]) end
+    if t[m] > 0 then redis.call('HINCRBY', t.hour, t.f .. m, t[m]) end
   end
   for _, m in ipairs({ 'compute_ms', 'infer_ms', 'queue_ms' }) do
     redis.call('HINCRBYFLOAT', t.hour, t.f .. m, string.format('%.17g', t[m]))

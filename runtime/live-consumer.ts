@@ -12,7 +12,7 @@
 // backlog pending, to be taken over again.
 import type { Redis } from 'ioredis';
 import type { RunJobData } from '../core/contracts.ts';
-import { decodeLiveJob, ensureLiveGroup, leaveLiveGroup, LIVE_GROUP, liveStream } from '../core/live-queue.ts';
+import { ackLiveEntries, decodeLiveJob, ensureLiveGroup, leaveLiveGroup, LIVE_GROUP, liveStream } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
 
 /** How long one read waits for work before looking again (bounds how long a drain waits for the reader). */
@@ -39,7 +39,7 @@ export class LiveConsumer {
   private reading?: Promise<void>;
   private tending?: NodeJS.Timeout;
   private stopped = false;
-  private active = 0;
+  /** Entries this replica holds: running, or waiting in the backlog. */
   private readonly held = new Set<string>();
   private slotFreed?: () => void;
   private idle?: () => void;
@@ -68,6 +68,11 @@ export class LiveConsumer {
         .finally(() => (this.tendingNow = false));
     }, Math.max(100, Math.floor(this.o.lockMs / 3)));
     this.reading = this.read();
+  }
+
+  /** Requests running now: those held, less those waiting in the backlog. */
+  private get active(): number {
+    return this.held.size - this.backlog.length;
   }
 
   /** Takes no more requests and waits for those it holds; then leaves the group. */
@@ -139,13 +144,11 @@ export class LiveConsumer {
       this.held.delete(id);
       return this.ack(id);
     }
-    this.active++;
     void this.o
       .process(id, data, deliveries)
       .catch((err: Error) => this.o.log.error({ err, rid: data.rid }, 'live request failed outside its handler'))
       .finally(() => {
         this.held.delete(id);
-        this.active--;
         this.ack(id);
         this.slotFreed?.();
         this.slotFreed = undefined;
@@ -163,11 +166,7 @@ export class LiveConsumer {
     if (!this.acks.length) return;
     const ids = this.acks;
     this.acks = [];
-    await this.o.redis
-      .multi()
-      .xack(this.stream, LIVE_GROUP, ...ids)
-      .xdel(this.stream, ...ids)
-      .exec()
+    await ackLiveEntries(this.o.redis, this.o.fn, ids)
       // Left pending: another replica runs them again after lockMs (at least once, as with any queue).
       .catch((err: Error) => this.o.log.warn({ err: err.message, entries: ids.length }, 'could not acknowledge finished requests'));
   }

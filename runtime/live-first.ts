@@ -44,14 +44,9 @@ export class LiveFirst {
     this.refreshMs = o.refreshMs ?? 1000;
   }
 
-  /** Live requests in this replica now. */
-  get liveActive(): number {
-    return this.live;
-  }
-
   /** Whether batch work may start a model inference now. */
   get open(): boolean {
-    return this.localOpen() && this.peersBusy() === 0 && this.clock.now() >= this.settleUntil;
+    return this.busySince === null && this.peersBusy() === 0 && this.clock.now() >= this.settleUntil;
   }
 
   liveStarted(): void {
@@ -102,10 +97,6 @@ export class LiveFirst {
     for (const t of [this.yieldTimer, this.refreshTimer, this.peerTimer]) if (t !== null) this.clock.clearTimeout(t);
     this.yieldTimer = this.refreshTimer = this.peerTimer = null;
     this.listeners.clear();
-  }
-
-  private localOpen(): boolean {
-    return this.busySince === null;
   }
 
   private peersBusy(): number {

@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Queue, Worker } from 'bullmq';
-import { decodeLiveJob, leaveLiveGroup, LIVE_GROUP, liveStream } from '../core/live-queue.ts';
+import { ackLiveEntries, decodeLiveJob, leaveLiveGroup, LIVE_GROUP, liveStream } from '../core/live-queue.ts';
 import { LiveConsumer } from './live-consumer.ts';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
@@ -97,7 +97,7 @@ export class Replica {
   private heartbeat?: NodeJS.Timeout;
   private coldStart?: ColdStart;
   private error?: ReplicaRecord['error'];
-  private readonly jobs = { active: 0, completed: 0, failed: 0 };
+  private readonly jobs = { completed: 0, failed: 0 };
   private readonly startedAt = new Date();
   private readyAt = 0;
   private readonly log: Logger;
@@ -140,7 +140,7 @@ export class Replica {
       startedAt: this.startedAt.toISOString(),
       coldStart: this.coldStart,
       error: this.error,
-      jobs: { ...this.jobs },
+      jobs: { active: this.lanes.live + this.lanes.batch, ...this.jobs },
       liveFirst: { ...this.gate.stats, heldMs: Math.round(this.gate.stats.heldMs) },
       models,
     };
@@ -299,8 +299,7 @@ export class Replica {
         const data = decodeLiveJob(fields);
         if (data) await failed(liveJobId(name, entry, data), data);
       }
-      const ids = entries.map(([id]) => id);
-      await this.o.redis.multi().xack(stream, LIVE_GROUP, ...ids).xdel(stream, ...ids).exec();
+      await ackLiveEntries(this.o.redis, name, entries.map(([id]) => id));
     }
     await leaveLiveGroup(this.o.redis, name, this.o.id).catch(() => {});
     const queue = new Queue<RunJobData>(batchQueueName(name), { connection: this.o.redis, prefix: QUEUE_PREFIX });
@@ -395,7 +394,6 @@ export class Replica {
     const t0 = performance.now();
     const timing = { queueMs: Math.max(0, started - enq), handlerMs: 0, inferMs: 0, batchMs: 0 };
     const lane = data.batch ? 'batch' : 'live';
-    this.jobs.active++;
     this.lanes[lane]++;
     if (lane === 'live') this.gate.liveStarted();
     let status = 200;
@@ -424,7 +422,6 @@ export class Replica {
       if (cancel.signal.aborted) log.info('handler stopped: the job was canceled');
       else ({ status, body } = errorReply(err, this.o.manifest, log));
     } finally {
-      this.jobs.active--;
       this.lanes[lane]--;
       if (lane === 'live') this.gate.liveEnded();
       if (data.job) this.cancels.delete(data.job);

@@ -30,12 +30,14 @@ export function jobRoutes(deps: GatewayDeps) {
     if (job.status !== 'queued' && job.status !== 'running') throw new ApiError(409, 'job_finished', `job ${id} already ${job.status}; nothing to cancel`);
     // Still queued: finish it as canceled. The replica that reads it later finds it finished and
     // does not run it (JobStore.start); one that started it meanwhile gets the cancel below.
-    const done = job.status === 'queued' ? await deps.jobs.finish(id, { httpStatus: 499, body: CANCELED_BODY, canceled: true, timing: undefined, version: '' }, true) : { finished: false };
-    if (done.finished) {
-      const fn = await deps.functions.get(job.function);
-      await recordUsage(deps.redis, { id, tenant: found.tenant, key: found.key, fn: job.function, version: fn?.manifest.version ?? '', kind: 'async', status: 499, queueMs: Date.now() - Date.parse(job.createdAt), computeMs: 0, inferMs: 0, coldMs: 0, bytesIn: 0, bytesOut: CANCELED_BODY.length, at: new Date().toISOString() });
-      if (done.webhook) await enqueueWebhook(deps.webhookQueue, { job: id, url: done.webhook });
-      return c.json((await find(c, id)).view);
+    if (job.status === 'queued') {
+      const done = await deps.jobs.finish(id, { httpStatus: 499, body: CANCELED_BODY, canceled: true, timing: undefined, version: '' }, true);
+      if (done.finished) {
+        const fn = await deps.functions.get(job.function);
+        await recordUsage(deps.redis, { id, tenant: found.tenant, key: found.key, fn: job.function, version: fn?.manifest.version ?? '', kind: 'async', status: 499, queueMs: Date.now() - Date.parse(job.createdAt), computeMs: 0, inferMs: 0, coldMs: 0, bytesIn: 0, bytesOut: CANCELED_BODY.length, at: new Date().toISOString() });
+        if (done.webhook) await enqueueWebhook(deps.webhookQueue, { job: id, url: done.webhook });
+        return c.json((await find(c, id)).view);
+      }
     }
     // A replica holds it: ask it to abort the handler's signal. It ends canceled if the handler stops.
     if (!(await deps.jobs.requestCancel(id))) throw new ApiError(409, 'job_finished', `job ${id} finished while being canceled`);
