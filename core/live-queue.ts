@@ -9,6 +9,8 @@
 // its length less the group's pending count is what waits.
 import type { Redis } from 'ioredis';
 import type { RunJobData } from './contracts.ts';
+import { evalScript } from './redis.ts';
+import { hourKey, recordArgs, RECORD_FIELDS, RECORDS_MAX, USAGE_LUA, usageKeys, type UsageRecord } from './usage.ts';
 
 /** The stream of a function's live requests. */
 export const liveStream = (fn: string) => `embers:stream:${fn}`;
@@ -33,9 +35,56 @@ export async function leaveLiveGroup(redis: Redis, fn: string, consumer: string)
   if (held.length === 0) await redis.xgroup('DELCONSUMER', liveStream(fn), LIVE_GROUP, consumer);
 }
 
-/** Acknowledges finished entries and deletes them, in one round trip. */
-export async function ackLiveEntries(redis: Redis, fn: string, ids: string[]): Promise<void> {
-  await redis.multi().xack(liveStream(fn), LIVE_GROUP, ...ids).xdel(liveStream(fn), ...ids).exec();
+/** What finishing a live entry writes besides its acknowledgement. */
+export interface LiveOutcome {
+  /** Metered only if this acknowledgement is the one that removes the entry from the pending list. */
+  usage?: UsageRecord;
+  /** Published after the usage record (a sync request's waiting gateway). */
+  reply?: { channel: string; message: string };
+}
+
+/**
+ * Finishes entries in one call: for each, XACK; when that acknowledged it (it was still pending:
+ * no other replica finished it first) its usage record is written; its reply is published; and
+ * the entry is deleted. The acknowledgement is the usage dedupe: a request run twice (taken over
+ * from a replica that went silent, which then finished too) is metered by whichever finished
+ * first. The reply goes out either way: a gateway takes the first reply and drops any other, and
+ * one whose stream was lost with Redis's data still gets its answer.
+ * KEYS: stream, records stream, tenants set, then an hour key per entry (the stream when none).
+ * ARGV: group, records cap, then per entry: id, channel, message, RECORD_FIELDS (empty: no record).
+ */
+const FINISH = `${USAGE_LUA}
+local stride = 3 + ${RECORD_FIELDS}
+local out = {}
+for i = 1, #KEYS - 3 do
+  local a = 2 + (i - 1) * stride
+  local id = ARGV[a + 1]
+  local ok, acked = pcall(redis.call, 'XACK', KEYS[1], ARGV[1], id)
+  out[i] = (ok and acked == 1) and 1 or 0
+  if out[i] == 1 and ARGV[a + 4] ~= '' then add_record(KEYS[2], ARGV[2], KEYS[3 + i], a + 3) end
+  if ARGV[a + 2] ~= '' then redis.call('PUBLISH', ARGV[a + 2], ARGV[a + 3]) end
+  redis.call('XDEL', KEYS[1], id)
+end
+roll_up(KEYS[3])
+return out`;
+
+const NO_RECORD: string[] = new Array<string>(RECORD_FIELDS).fill('');
+
+/**
+ * Finishes entries this replica ran (see FINISH), in one round trip. Resolves with, per entry,
+ * whether this call acknowledged it.
+ */
+export async function finishLiveEntries(redis: Redis, fn: string, entries: { id: string; outcome?: LiveOutcome }[]): Promise<boolean[]> {
+  if (!entries.length) return [];
+  const stream = liveStream(fn);
+  const keys = [stream, usageKeys.records, usageKeys.tenants];
+  const args: string[] = [LIVE_GROUP, String(RECORDS_MAX)];
+  for (const { id, outcome } of entries) {
+    keys.push(outcome?.usage ? hourKey(outcome.usage) : stream);
+    args.push(id, outcome?.reply?.channel ?? '', outcome?.reply?.message ?? '', ...(outcome?.usage ? recordArgs(outcome.usage) : NO_RECORD));
+  }
+  const acked = (await evalScript(redis, FINISH, keys.length, ...keys, ...args)) as number[];
+  return acked.map((n) => n === 1);
 }
 
 /** Stream entries carry one field, `d`: the job data as JSON. */

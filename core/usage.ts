@@ -1,7 +1,12 @@
 // Pay-per-request metering. Whoever finishes a request (a replica, or the gateway cancelling a
-// queued job) writes one usage record, keyed by the queue job's id: a retried job (its replica
-// died) finishes under the same id, so it is counted once. Records are kept in a stream and
-// rolled up per tenant × hour × function in the same Lua call, in Redis (append-only).
+// queued job) writes one usage record, and a request that ran twice (its replica went silent and
+// another took it over) is counted once:
+// - a live request (sync or async) is metered in the same Lua call that acknowledges its stream
+//   entry, and only by the call whose XACK removed it from the pending list (core/live-queue.ts);
+// - a batch line, or a queued job the gateway cancels, under its id, kept only if no record with
+//   that id was written in the last day (a seen key each: these are bounded by batch sizes).
+// Records are kept in a capped stream and rolled up per tenant × hour × function in the same
+// call, in Redis (append-only).
 import type { Redis } from 'ioredis';
 import { evalScript } from './redis.ts';
 
@@ -35,57 +40,83 @@ export const usageKeys = {
   tenants: 'embers:usage:tenants',
 };
 
-/** How long a request id is remembered against double counting; retries happen within minutes. */
-const SEEN_S = 7 * 24 * 3600;
+/** How long a batch line's id is remembered against double counting; retries happen within minutes. */
+const SEEN_S = 24 * 3600;
 /** The raw record stream is capped (approximately); the hourly roll-ups are kept. */
-const RECORDS_MAX = 1_000_000;
+export const RECORDS_MAX = 1_000_000;
 
 /**
- * Records of one tick, written in one call: each is kept only if its id is new (SET NX), and
- * the kept ones are summed per hour × function before the roll-up is incremented, so a burst of
- * requests costs a few hash increments in all rather than ten each.
- * KEYS: records stream, tenants set, then (seen key, hour key) per record.
- * ARGV: seen ttl, stream cap, then 10 fields per record (see flush).
+ * Lua shared by the scripts that write usage: `add_record` keeps one record (stream entry, and
+ * its sums per hour × function), `roll_up` adds the sums to the hourly hashes. A burst of
+ * requests costs a few hash increments in all rather than ten each. A record is ten ARGV fields
+ * from `a + 1` (see recordArgs); its hour key is given with it.
  */
-const RECORD_MANY = `
+export const USAGE_LUA = `
+local sums, order, tenants = {}, {}, {}
+local function add_record(records, cap, hour, a)
+  redis.call('XADD', records, 'MAXLEN', '~', cap, '*', 'r', ARGV[a + 1])
+  local f = ARGV[a + 2] .. '|'
+  local g = hour .. ' ' .. f
+  local t = sums[g]
+  if not t then
+    t = { hour = hour, f = f, requests = 0, compute_ms = 0, infer_ms = 0, queue_ms = 0, cold_starts = 0, errors = 0, bytes_in = 0, bytes_out = 0 }
+    sums[g] = t
+    order[#order + 1] = g
+  end
+  t.requests = t.requests + 1
+  t.compute_ms = t.compute_ms + tonumber(ARGV[a + 3])
+  t.infer_ms = t.infer_ms + tonumber(ARGV[a + 4])
+  t.queue_ms = t.queue_ms + tonumber(ARGV[a + 5])
+  if tonumber(ARGV[a + 6]) > 0 then t.cold_starts = t.cold_starts + 1 end
+  if tonumber(ARGV[a + 7]) >= 400 then t.errors = t.errors + 1 end
+  t.bytes_in = t.bytes_in + tonumber(ARGV[a + 8])
+  t.bytes_out = t.bytes_out + tonumber(ARGV[a + 9])
+  tenants[ARGV[a + 10]] = true
+end
+local function roll_up(tenants_key)
+  for _, g in ipairs(order) do
+    local t = sums[g]
+    for _, m in ipairs({ 'requests', 'cold_starts', 'errors', 'bytes_in', 'bytes_out' }) do
+      if t[m] > 0 then redis.call('HINCRBY', t.hour, t.f .. m, t[m]) end
+    end
+    for _, m in ipairs({ 'compute_ms', 'infer_ms', 'queue_ms' }) do
+      redis.call('HINCRBYFLOAT', t.hour, t.f .. m, string.format('%.17g', t[m]))
+    end
+  end
+  for tenant in pairs(tenants) do redis.call('SADD', tenants_key, tenant) end
+end
+`;
+
+/** Fields per record in USAGE_LUA's ARGV layout. */
+export const RECORD_FIELDS = 10;
+
+/** A record's ARGV fields for USAGE_LUA; numbers Redis cannot add (NaN, Infinity) become 0, or they would fail the whole call. */
+export function recordArgs(r: UsageRecord): string[] {
+  const n = (x: number) => String(Number.isFinite(x) ? x : 0);
+  return [JSON.stringify(r), r.fn, n(r.computeMs), n(r.inferMs), n(r.queueMs), n(r.coldMs), n(r.status), n(r.bytesIn), n(r.bytesOut), r.tenant];
+}
+
+/** The hourly roll-up key a record is added to. */
+export const hourKey = (r: UsageRecord) => usageKeys.hour(r.tenant, hourOf(new Date(r.at)));
+
+/**
+ * Records of one tick, each kept only if its id is new (SET NX on a seen key). Live requests do
+ * not come here: their stream entry's acknowledgement dedupes them (core/live-queue.ts).
+ * KEYS: records stream, tenants set, then (seen key, hour key) per record.
+ * ARGV: seen ttl, stream cap, then RECORD_FIELDS per record.
+ */
+const RECORD_MANY = `${USAGE_LUA}
 local n = (#KEYS - 2) / 2
-local out, sums, order, tenants = {}, {}, {}, {}
+local out = {}
 for i = 1, n do
-  local a = 2 + (i - 1) * 10
   if redis.call('SET', KEYS[1 + 2 * i], '1', 'NX', 'EX', ARGV[1]) then
     out[i] = 1
-    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'r', ARGV[a + 1])
-    local hour, f = KEYS[2 + 2 * i], ARGV[a + 2] .. '|'
-    local g = hour .. ' ' .. f
-    local t = sums[g]
-    if not t then
-      t = { hour = hour, f = f, requests = 0, compute_ms = 0, infer_ms = 0, queue_ms = 0, cold_starts = 0, errors = 0, bytes_in = 0, bytes_out = 0 }
-      sums[g] = t
-      order[#order + 1] = g
-    end
-    t.requests = t.requests + 1
-    t.compute_ms = t.compute_ms + tonumber(ARGV[a + 3])
-    t.infer_ms = t.infer_ms + tonumber(ARGV[a + 4])
-    t.queue_ms = t.queue_ms + tonumber(ARGV[a + 5])
-    if tonumber(ARGV[a + 6]) > 0 then t.cold_starts = t.cold_starts + 1 end
-    if tonumber(ARGV[a + 7]) >= 400 then t.errors = t.errors + 1 end
-    t.bytes_in = t.bytes_in + tonumber(ARGV[a + 8])
-    t.bytes_out = t.bytes_out + tonumber(ARGV[a + 9])
-    tenants[ARGV[a + 10]] = true
+    add_record(KEYS[1], ARGV[2], KEYS[2 + 2 * i], 2 + (i - 1) * ${RECORD_FIELDS})
   else
     out[i] = 0
   end
 end
-for _, g in ipairs(order) do
-  local t = sums[g]
-  for _, m in ipairs({ 'requests', 'cold_starts', 'errors', 'bytes_in', 'bytes_out' }) do
-    if t[m] > 0 then redis.call('HINCRBY', t.hour, t.f .. m, t[m]) end
-  end
-  for _, m in ipairs({ 'compute_ms', 'infer_ms', 'queue_ms' }) do
-    redis.call('HINCRBYFLOAT', t.hour, t.f .. m, string.format('%.17g', t[m]))
-  end
-end
-for tenant in pairs(tenants) do redis.call('SADD', KEYS[2], tenant) end
+roll_up(KEYS[2])
 return out`;
 
 export const hourOf = (d: Date) => d.toISOString().slice(0, 13).replace(/[-T]/g, '');
@@ -120,11 +151,9 @@ export function recordUsage(redis: Redis, r: UsageRecord): Promise<boolean> {
 async function flush(redis: Redis, batch: Waiting[]): Promise<void> {
   const keys = [usageKeys.records, usageKeys.tenants];
   const args: string[] = [String(SEEN_S), String(RECORDS_MAX)];
-  // A number Redis cannot add (NaN, Infinity) would fail the whole call after some records were marked seen.
-  const n = (x: number) => String(Number.isFinite(x) ? x : 0);
   for (const { r } of batch) {
-    keys.push(usageKeys.seen(r.id), usageKeys.hour(r.tenant, hourOf(new Date(r.at))));
-    args.push(JSON.stringify(r), r.fn, n(r.computeMs), n(r.inferMs), n(r.queueMs), n(r.coldMs), n(r.status), n(r.bytesIn), n(r.bytesOut), r.tenant);
+    keys.push(usageKeys.seen(r.id), hourKey(r));
+    args.push(...recordArgs(r));
   }
   try {
     const counted = (await evalScript(redis, RECORD_MANY, keys.length, ...keys, ...args)) as number[];

@@ -1,7 +1,7 @@
 // A replica's reader of its function's live stream (core/live-queue.ts). One blocking
 // XREADGROUP asks for as many requests as the replica has free slots, so a burst is fetched in
-// one round trip rather than one per job; acknowledgements of requests finished in the same
-// tick go out as one XACK + XDEL.
+// one round trip rather than one per job; requests finished in the same tick are finished in one
+// call (their usage records, replies, XACK and XDEL: finishLiveEntries).
 //
 // Crash safety comes from the group's pending list. While a replica holds requests it re-claims
 // them for itself every lockMs / 3 (XCLAIM … JUSTID resets their idle time without counting a
@@ -12,7 +12,7 @@
 // backlog pending, to be taken over again.
 import type { Redis } from 'ioredis';
 import type { RunJobData } from '../core/contracts.ts';
-import { ackLiveEntries, decodeLiveJob, ensureLiveGroup, leaveLiveGroup, LIVE_GROUP, liveStream } from '../core/live-queue.ts';
+import { decodeLiveJob, ensureLiveGroup, finishLiveEntries, leaveLiveGroup, LIVE_GROUP, liveStream, type LiveOutcome } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
 
 /** How long one read waits for work before looking again (bounds how long a drain waits for the reader). */
@@ -26,8 +26,11 @@ export interface LiveConsumerOptions {
   concurrency: number;
   /** An entry held this long without a sign of life from its replica is taken over by another. */
   lockMs: number;
-  /** Runs one request. `deliveries` counts the replicas it was handed to, this one included. */
-  process: (entry: string, data: RunJobData, deliveries: number) => Promise<void>;
+  /**
+   * Runs one request; what it resolves with (usage record, reply) is written when the entry is
+   * acknowledged. `deliveries` counts the replicas it was handed to, this one included.
+   */
+  process: (entry: string, data: RunJobData, deliveries: number) => Promise<LiveOutcome | void>;
   log: Logger;
 }
 
@@ -43,7 +46,7 @@ export class LiveConsumer {
   private readonly held = new Set<string>();
   private slotFreed?: () => void;
   private idle?: () => void;
-  private acks: string[] = [];
+  private finished: { id: string; outcome?: LiveOutcome }[] = [];
   private tendingNow = false;
   /** Taken over from silent replicas, held (and kept) by this one, run before anything new. */
   private backlog: { id: string; fields: string[]; deliveries: number }[] = [];
@@ -85,7 +88,7 @@ export class LiveConsumer {
     this.reader?.disconnect();
     if (this.active > 0) await new Promise<void>((resolve) => (this.idle = resolve));
     clearInterval(this.tending);
-    await this.flushAcks();
+    await this.flushFinished();
     await leaveLiveGroup(this.o.redis, this.o.fn, this.o.consumer).catch(() => {});
   }
 
@@ -142,33 +145,38 @@ export class LiveConsumer {
     if (!data) {
       this.o.log.error({ entry: id }, 'unreadable live queue entry dropped');
       this.held.delete(id);
-      return this.ack(id);
+      return this.finish(id);
     }
-    void this.o
-      .process(id, data, deliveries)
-      .catch((err: Error) => this.o.log.error({ err, rid: data.rid }, 'live request failed outside its handler'))
-      .finally(() => {
-        this.held.delete(id);
-        this.ack(id);
-        this.slotFreed?.();
-        this.slotFreed = undefined;
-        if (this.active === 0) this.idle?.();
-      });
+    void this.o.process(id, data, deliveries).then(
+      (outcome) => this.done(id, outcome || undefined),
+      (err: Error) => {
+        this.o.log.error({ err, rid: data.rid }, 'live request failed outside its handler');
+        this.done(id);
+      },
+    );
   }
 
-  /** Finished requests of one tick are acknowledged (and deleted) together. */
-  private ack(id: string): void {
-    this.acks.push(id);
-    if (this.acks.length === 1) setImmediate(() => void this.flushAcks());
+  private done(id: string, outcome?: LiveOutcome): void {
+    this.held.delete(id);
+    this.finish(id, outcome);
+    this.slotFreed?.();
+    this.slotFreed = undefined;
+    if (this.active === 0) this.idle?.();
   }
 
-  private async flushAcks(): Promise<void> {
-    if (!this.acks.length) return;
-    const ids = this.acks;
-    this.acks = [];
-    await ackLiveEntries(this.o.redis, this.o.fn, ids)
+  /** Requests finished in one tick are finished in Redis together: one call for all of them. */
+  private finish(id: string, outcome?: LiveOutcome): void {
+    this.finished.push({ id, outcome });
+    if (this.finished.length === 1) setImmediate(() => void this.flushFinished());
+  }
+
+  private async flushFinished(): Promise<void> {
+    if (!this.finished.length) return;
+    const entries = this.finished;
+    this.finished = [];
+    await finishLiveEntries(this.o.redis, this.o.fn, entries)
       // Left pending: another replica runs them again after lockMs (at least once, as with any queue).
-      .catch((err: Error) => this.o.log.warn({ err: err.message, entries: ids.length }, 'could not acknowledge finished requests'));
+      .catch((err: Error) => this.o.log.warn({ err: err.message, entries: entries.length }, 'could not finish requests (usage, reply, acknowledgement); they stay pending and run again elsewhere'));
   }
 
   /**

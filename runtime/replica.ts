@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Queue, Worker } from 'bullmq';
-import { ackLiveEntries, decodeLiveJob, leaveLiveGroup, LIVE_GROUP, liveStream } from '../core/live-queue.ts';
+import { decodeLiveJob, finishLiveEntries, leaveLiveGroup, LIVE_GROUP, liveStream, type LiveOutcome } from '../core/live-queue.ts';
 import { LiveConsumer } from './live-consumer.ts';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
@@ -14,7 +14,7 @@ import { linkPlatformModules } from '../core/bundle-dir.ts';
 import { BatchStore, errorLine, outputLine } from '../core/batches.ts';
 import { batchQueueName, encodeReply, errorBody, keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type Manifest, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData } from '../core/contracts.ts';
 import { CANCELED_BODY, enqueueWebhook, isTerminal, JobStore } from '../core/jobs.ts';
-import { recordUsage } from '../core/usage.ts';
+import { recordUsage, type UsageRecord } from '../core/usage.ts';
 import type { Logger } from '../core/log.ts';
 import type { ObjectStore } from '../core/s3.ts';
 import { ModelSession, type ExecutionProvider } from '../native/session.ts';
@@ -295,11 +295,12 @@ export class Replica {
       const res = (await this.o.redis.xreadgroup('GROUP', LIVE_GROUP, this.o.id, 'COUNT', 1000, 'STREAMS', stream, '>').catch(() => null)) as [string, [string, string[]][]][] | null;
       const entries = res?.[0]?.[1] ?? [];
       if (!entries.length) break;
+      const finished: { id: string; outcome?: LiveOutcome }[] = [];
       for (const [entry, fields] of entries) {
         const data = decodeLiveJob(fields);
-        if (data) await failed(liveJobId(name, entry, data), data);
+        finished.push({ id: entry, outcome: data ? await failed(liveJobId(name, entry, data), data) : undefined });
       }
-      await ackLiveEntries(this.o.redis, name, entries.map(([id]) => id));
+      await finishLiveEntries(this.o.redis, name, finished);
     }
     await leaveLiveGroup(this.o.redis, name, this.o.id).catch(() => {});
     const queue = new Queue<RunJobData>(batchQueueName(name), { connection: this.o.redis, prefix: QUEUE_PREFIX });
@@ -386,10 +387,17 @@ export class Replica {
     return out;
   }
 
-  /** Runs one request from either queue; `crashes`: replicas that died holding it before. */
-  private async process(jobId: string, data: RunJobData, crashes: number, jobSignal?: AbortSignal): Promise<void> {
+  /**
+   * Runs one request from either queue; `crashes`: replicas that died holding it before. A live
+   * request resolves with what its acknowledgement writes (usage record, reply); a batch line is
+   * metered and answered here.
+   */
+  private async process(jobId: string, data: RunJobData, crashes: number, jobSignal?: AbortSignal): Promise<LiveOutcome | undefined> {
     const { rid, input, enq } = data;
-    if (data.job && !(await this.startJob(jobId, data))) return;
+    if (data.job) {
+      const start = await this.startJob(jobId, data);
+      if (start !== 'run') return start;
+    }
     const started = Date.now();
     const t0 = performance.now();
     const timing = { queueMs: Math.max(0, started - enq), handlerMs: 0, inferMs: 0, batchMs: 0 };
@@ -398,68 +406,72 @@ export class Replica {
     if (lane === 'live') this.gate.liveStarted();
     let status = 200;
     let body = '';
-    const log = this.log.child({ rid });
-    const cancel = new AbortController();
-    if (data.job) this.cancels.set(data.job, cancel);
+    // Made on first use: most requests never log.
+    let child: Logger | undefined;
+    const log = () => (child ??= this.log.child({ rid }));
+    // Only async jobs can be canceled (DELETE /v1/jobs/:id).
+    const cancel = data.job ? new AbortController() : undefined;
+    if (cancel) this.cancels.set(data.job!, cancel);
     try {
       if (crashes >= MAX_CRASHES) {
         // Replicas died twice while holding this request: it is likely the cause. Answer, don't run.
         status = 500;
         body = JSON.stringify(errorBody('replica_crashed', `${this.o.manifest.name}: the replica crashed ${crashes} times while running this request; it was not retried again`));
-        log.error({ crashes }, 'poison request answered without running');
-        return;
-      }
-      const parsed = (this.def.input as z.ZodType).safeParse(input);
-      if (!parsed.success) {
-        status = 400;
-        body = JSON.stringify(errorBody('invalid_input', `input does not match the schema of ${this.o.manifest.name}: ${z.prettifyError(parsed.error)}`, parsed.error.issues));
+        log().error({ crashes }, 'poison request answered without running');
       } else {
-        const signal = jobSignal ? AbortSignal.any([jobSignal, cancel.signal]) : cancel.signal;
-        const result = await this.runHandler(parsed.data, rid, data.deadline, signal, timing, log, lane === 'batch');
-        body = JSON.stringify(result ?? null);
+        const parsed = (this.def.input as z.ZodType).safeParse(input);
+        if (!parsed.success) {
+          status = 400;
+          body = JSON.stringify(errorBody('invalid_input', `input does not match the schema of ${this.o.manifest.name}: ${z.prettifyError(parsed.error)}`, parsed.error.issues));
+        } else {
+          const signal = jobSignal && cancel ? AbortSignal.any([jobSignal, cancel.signal]) : (jobSignal ?? cancel?.signal);
+          const result = await this.runHandler(parsed.data, rid, data.deadline, signal, timing, log, lane === 'batch');
+          body = JSON.stringify(result ?? null);
+        }
       }
     } catch (err) {
-      if (cancel.signal.aborted) log.info('handler stopped: the job was canceled');
-      else ({ status, body } = errorReply(err, this.o.manifest, log));
+      if (cancel?.signal.aborted) log().info('handler stopped: the job was canceled');
+      else ({ status, body } = errorReply(err, this.o.manifest, log()));
     } finally {
       this.lanes[lane]--;
       if (lane === 'live') this.gate.liveEnded();
-      if (data.job) this.cancels.delete(data.job);
-      timing.handlerMs = Math.round((performance.now() - t0) * 100) / 100;
-      // A request queued before this replica was ready waited for its cold start.
-      const cold = enq < this.readyAt && this.coldStart ? { waitedMs: Math.min(this.coldStart.totalMs, this.readyAt - enq), phases: this.coldStart } : undefined;
-      // A handler that stopped because it was canceled ends "canceled", not "failed".
-      const canceled = cancel.signal.aborted && (status >= 400 || body === '');
-      await this.deliver(jobId, data, { rid, status, replica: this.o.id, timing, ...(cold ? { cold } : {}) }, canceled ? CANCELED_BODY : body, canceled);
+      if (cancel) this.cancels.delete(data.job!);
     }
+    timing.handlerMs = Math.round((performance.now() - t0) * 100) / 100;
+    // A request queued before this replica was ready waited for its cold start.
+    const cold = enq < this.readyAt && this.coldStart ? { waitedMs: Math.min(this.coldStart.totalMs, this.readyAt - enq), phases: this.coldStart } : undefined;
+    // A handler that stopped because it was canceled ends "canceled", not "failed".
+    const canceled = (cancel?.signal.aborted ?? false) && (status >= 400 || body === '');
+    return this.deliver(jobId, data, { rid, status, replica: this.o.id, timing, ...(cold ? { cold } : {}) }, canceled ? CANCELED_BODY : body, canceled);
   }
 
-  /** Moves an async job to running; false when it must not run (canceled, finished, expired). */
-  private async startJob(jobId: string, data: RunJobData): Promise<boolean> {
+  /**
+   * Moves an async job to running ('run'), or says why it must not run (canceled, finished,
+   * expired) with what acknowledging its entry writes.
+   */
+  private async startJob(jobId: string, data: RunJobData): Promise<'run' | LiveOutcome | undefined> {
     const id = data.job!;
     const state = await this.jobStore.start(id, this.o.id);
-    if (state === 'running') return true;
+    if (state === 'running') return 'run';
     if (state === 'cancel') {
       const zero = { queueMs: Math.max(0, Date.now() - data.enq), handlerMs: 0, inferMs: 0, batchMs: 0 };
-      await this.deliver(jobId, data, { rid: data.rid, status: 499, replica: this.o.id, timing: zero }, CANCELED_BODY, true);
-    } else if (isTerminal(state)) {
-      // Finished by an earlier run that died before its webhook was queued: queue it (deduped by id).
-      const url = await this.o.redis.hget(keys.job(id), 'webhook');
-      if (url) await enqueueWebhook(this.webhooks(), { job: id, url });
+      return this.deliver(jobId, data, { rid: data.rid, status: 499, replica: this.o.id, timing: zero }, CANCELED_BODY, true);
     }
-    return false;
+    if (!isTerminal(state)) return undefined;
+    // Finished by an earlier run that died before its entry was acknowledged: queue the webhook
+    // (deduped by id), and meter it from the record unless the gateway finished it (a queued job
+    // canceled: metered there). Metered only if this acknowledgement is the first.
+    const [url, replica, httpStatus, timing, result] = await this.o.redis.hmget(keys.job(id), 'webhook', 'replica', 'httpStatus', 'timing', 'result');
+    if (url) await enqueueWebhook(this.webhooks(), { job: id, url });
+    if (!replica) return undefined;
+    const t = (JSON.parse(timing ?? 'null') as ReplyHeader['timing'] | null) ?? { queueMs: 0, handlerMs: 0, inferMs: 0, batchMs: 0 };
+    return { usage: this.usageRecord(jobId, data, { rid: data.rid, status: Number(httpStatus ?? 0), replica, timing: t }, Buffer.byteLength(result ?? '')) };
   }
 
-  /** Sends the outcome where the job says: the waiting gateway, the async job record, or the batch. */
-  private async deliver(jobId: string, data: RunJobData, header: ReplyHeader, body: string, canceled: boolean): Promise<void> {
-    if (header.status >= 500) this.jobs.failed++;
-    else this.jobs.completed++;
-    // Metered together with the other requests finished in this tick (one Redis call for all of
-    // them), and before the job is acknowledged: a replica dying first re-runs it elsewhere under
-    // the same id, counted once.
+  private usageRecord(jobId: string, data: RunJobData, header: ReplyHeader, bytesOut: number): UsageRecord {
     const { name, version } = this.o.manifest;
     const t = header.timing;
-    const metered = recordUsage(this.o.redis, {
+    return {
       id: jobId,
       tenant: data.t ?? 'default',
       key: data.k ?? 'unknown',
@@ -472,28 +484,39 @@ export class Replica {
       inferMs: Math.round(t.inferMs * 100) / 100,
       coldMs: header.cold?.waitedMs ?? 0,
       bytesIn: data.bin ?? 0,
-      bytesOut: Buffer.byteLength(body),
+      bytesOut,
       at: new Date().toISOString(),
-    }).catch((err: Error) => this.log.error({ err: err.message, rid: data.rid }, 'could not record usage'));
-    try {
-      await this.answer(data, header, body, canceled);
-    } finally {
-      await metered;
-    }
+    };
   }
 
-  private async answer(data: RunJobData, header: ReplyHeader, body: string, canceled: boolean): Promise<void> {
-    if (data.gw) {
-      await this.o.redis.publish(keys.replyChannel(data.gw), encodeReply(header, body));
-    } else if (data.job) {
+  /**
+   * Sends the outcome where the job says. A live request's usage record, and a sync request's
+   * reply, are written when its entry is acknowledged (after an async job's record is finished),
+   * so a request is metered before it is answered, and once. A batch line is metered under its
+   * id, with the other records of the tick, and its output written.
+   */
+  private async deliver(jobId: string, data: RunJobData, header: ReplyHeader, body: string, canceled: boolean): Promise<LiveOutcome | undefined> {
+    if (header.status >= 500) this.jobs.failed++;
+    else this.jobs.completed++;
+    const usage = this.usageRecord(jobId, data, header, Buffer.byteLength(body));
+    if (data.gw) return { usage, reply: { channel: keys.replyChannel(data.gw), message: encodeReply(header, body) } };
+    if (data.job) {
       const done = await this.jobStore.finish(data.job, { httpStatus: header.status, body, canceled, timing: header.timing, version: this.o.manifest.version });
       if (done.webhook) await enqueueWebhook(this.webhooks(), { job: data.job, url: done.webhook });
-    } else if (data.batch) {
-      const { id, line, cid } = data.batch;
-      const ok = header.status < 400;
-      const error = ok ? undefined : { ...((JSON.parse(body) as { error: { code: string; message: string } }).error ?? { code: 'error', message: body }), status: header.status };
-      await this.batchStore.lineDone(id, line, ok, ok ? outputLine(cid, body) : errorLine(cid, line, error!));
+      return { usage };
     }
+    if (data.batch) {
+      const metered = recordUsage(this.o.redis, usage).catch((err: Error) => this.log.error({ err: err.message, rid: data.rid }, 'could not record usage'));
+      try {
+        const { id, line, cid } = data.batch;
+        const ok = header.status < 400;
+        const error = ok ? undefined : { ...((JSON.parse(body) as { error: { code: string; message: string } }).error ?? { code: 'error', message: body }), status: header.status };
+        await this.batchStore.lineDone(id, line, ok, ok ? outputLine(cid, body) : errorLine(cid, line, error!));
+      } finally {
+        await metered;
+      }
+    }
+    return undefined;
   }
 
   private webhooks(): Queue {
@@ -506,7 +529,7 @@ export class Replica {
     deadline: number | undefined,
     jobSignal: AbortSignal | undefined,
     timing: { inferMs: number; batchMs: number },
-    log: Logger,
+    log: () => Logger,
     low: boolean,
   ): Promise<unknown> {
     if (deadline !== undefined && Date.now() > deadline) throw new TimeoutError(`request waited in the queue past its limit (EMBERS_QUEUE_TIMEOUT_MS) before a replica could run it`);
@@ -518,7 +541,9 @@ export class Replica {
         timing.inferMs += r.inferMs;
         timing.batchMs += r.waitMs;
       }, low),
-      log,
+      get log() {
+        return log();
+      },
       requestId: rid,
       signal: ctl.signal,
       fn: { name: this.o.manifest.name, version: this.o.manifest.version },

@@ -1,13 +1,15 @@
 // The live lane on a real redis-server: a replica takes what its free slots allow, finished requests are
-// acknowledged and deleted, a silent replica's requests are taken over with their delivery
-// count, and the gateway's waiting count leaves out what replicas hold.
+// acknowledged and deleted (metered and answered in the same call, once), a silent replica's
+// requests are taken over with their delivery count, and the gateway's waiting count leaves out
+// what replicas hold.
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { RunJobData } from '../../core/contracts.ts';
-import { LIVE_GROUP, leaveLiveGroup, LiveQueue, liveStream } from '../../core/live-queue.ts';
+import { finishLiveEntries, LIVE_GROUP, leaveLiveGroup, LiveQueue, liveStream } from '../../core/live-queue.ts';
+import { usageKeys, type UsageRecord } from '../../core/usage.ts';
 import { createLogger } from '../../core/log.ts';
 import { createRedis, type Redis } from '../../core/redis.ts';
 import { startLocalRedis, type LocalRedis } from '../../infra/local/redis.ts';
@@ -155,5 +157,42 @@ describe('live queue', () => {
     await eventually(async () => order.length === 3, 'everything to run');
     assert.deepEqual(order, ['first', 'orphan', 'newer']);
     await heir.drain();
+  });
+
+  it('a request finished by two replicas (one was taken for dead) is metered once; its reply goes out both times', async () => {
+    const fn = 'twice';
+    const q = new LiveQueue(redis);
+    const entry = await q.add(fn, job('dup'));
+    // Replica a reads it and goes silent; b takes it over (as XAUTOCLAIM would).
+    await redis.xreadgroup('GROUP', LIVE_GROUP, 'replica-a', 'COUNT', 1, 'STREAMS', liveStream(fn), '>');
+    await redis.xclaim(liveStream(fn), LIVE_GROUP, 'replica-b', 0, entry);
+    const sub = redis.duplicate();
+    const replies: string[] = [];
+    sub.on('message', (_ch: string, m: string) => replies.push(m));
+    await sub.subscribe('embers:test:replies');
+    const usage: UsageRecord = { id: 'gw-minted-id', tenant: 'acme', key: 'key-1', fn, version: 'v1', kind: 'sync', status: 200, queueMs: 1, computeMs: Number.NaN, inferMs: 2, coldMs: 0, bytesIn: 10, bytesOut: 20, at: new Date().toISOString() };
+    const outcome = { usage, reply: { channel: 'embers:test:replies', message: 'answer' } };
+    assert.deepEqual(await finishLiveEntries(redis, fn, [{ id: entry, outcome }]), [true], 'b finishes first and meters it');
+    assert.deepEqual(await finishLiveEntries(redis, fn, [{ id: entry, outcome }]), [false], 'a finishes late: not metered again');
+    const records = (await redis.xrange(usageKeys.records, '-', '+')).filter(([, f]) => (JSON.parse(f[1]) as UsageRecord).id === usage.id);
+    assert.equal(records.length, 1);
+    const hour = await redis.hgetall(usageKeys.hour('acme', usage.at.slice(0, 13).replace(/[-T]/g, '')));
+    assert.equal(hour[`${fn}|requests`], '1');
+    assert.equal(hour[`${fn}|compute_ms`], '0', 'a NaN time is written as 0 rather than failing the call');
+    assert.ok(await redis.sismember(usageKeys.tenants, 'acme'));
+    await eventually(async () => replies.length === 2, 'both replies');
+    assert.equal(await redis.xlen(liveStream(fn)), 0, 'the entry is deleted');
+    assert.equal(await redis.exists(usageKeys.seen(usage.id)), 0, 'no seen key is kept for a live request');
+    sub.disconnect();
+  });
+
+  it('finishing entries of a stream Redis lost still publishes their replies', async () => {
+    const sub = redis.duplicate();
+    const replies: string[] = [];
+    sub.on('message', (_ch: string, m: string) => replies.push(m));
+    await sub.subscribe('embers:test:lost');
+    assert.deepEqual(await finishLiveEntries(redis, 'never-made', [{ id: '1-1', outcome: { reply: { channel: 'embers:test:lost', message: 'still answered' } } }]), [false]);
+    await eventually(async () => replies.length === 1, 'the reply');
+    sub.disconnect();
   });
 });
