@@ -1,5 +1,7 @@
 // The naive baseline: a plain Hono server running the ocr handler on its own ORT sessions,
-// each request as it arrives (no queue, no batching, no worker threads).
+// each request as it arrives (no queue, no batching, no worker threads), with onnxruntime's
+// default session options (intra-op threads = cores, spinning on), as a user would write it.
+// NAIVE_ORT_THREADS=N sets N threads with spinning off, as the platform's sessions.
 //   POST /ocr  { image }  → the handler's output
 //   GET  /ping            → { ok: true }
 // Prints `listening <port>` once it serves (port 0 = any free port: NAIVE_PORT).
@@ -8,11 +10,12 @@ import { serve } from '@hono/node-server';
 import { Hono } from 'hono';
 import { HandlerError, type HandlerContext } from 'embers';
 import { loadOcrFunction } from './ocr-fn.ts';
-import { MODELS, createSession, modelHandle } from './ort.ts';
+import { MODELS, createSession, modelHandle, ort } from './ort.ts';
 
-const threads = Number(process.env.NAIVE_ORT_THREADS ?? 1);
+const threads = process.env.NAIVE_ORT_THREADS ? Number(process.env.NAIVE_ORT_THREADS) : undefined;
 const fn = await loadOcrFunction();
-const [det, rec] = await Promise.all([createSession(MODELS.det, threads), createSession(MODELS.rec, threads)]);
+const open = (path: string) => (threads ? createSession(path, threads) : ort.InferenceSession.create(path, { executionProviders: ['cpu'] }));
+const [det, rec] = await Promise.all([open(MODELS.det), open(MODELS.rec)]);
 const models = { det: modelHandle(det), rec: modelHandle(rec) };
 const log: HandlerContext['log'] = { info() {}, warn() {}, error() {}, debug() {} };
 let nextId = 1;

@@ -26,11 +26,11 @@ export interface PairedC1 {
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
-export async function pairedC1(image: string, embers: Target, window: Window, rounds = 3): Promise<PairedC1> {
+export async function pairedC1(image: string, embers: Target, window: Window, threads: number, rounds = 3): Promise<PairedC1> {
   const short: Window = { warmupMs: 1000, measureMs: Math.max(3000, window.measureMs / 2) };
   const out: PairedRound[] = [];
   for (let i = 0; i < rounds; i++) {
-    const raw = await rawPipeline(image, short);
+    const raw = await rawPipeline(image, short, threads);
     const e = await closedLoop(embers, { concurrency: 1, window: short });
     out.push({ rawP50Ms: raw.latencyMs.p50, embersP50Ms: e.latencyMs.p50, embersMeanMs: e.latencyMs.mean, embersHandlerMs: e.serverTiming?.handler ?? Number.NaN, embersTotalMs: e.serverTiming?.total ?? Number.NaN });
   }

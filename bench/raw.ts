@@ -43,9 +43,19 @@ export async function rawCls(w: Window): Promise<ClsPoint[]> {
   return points;
 }
 
+/** The pipeline's thread settings: one intra-op thread per session, and every core. */
+export const PIPELINE_THREADS = [...new Set([1, os.availableParallelism()])];
+
+/** The ocr handler at each thread setting; the fastest (sequential: also the lowest latency) first. */
+export async function rawPipelines(image: string, w: Window): Promise<RawPipeline[]> {
+  const out: RawPipeline[] = [];
+  for (const threads of PIPELINE_THREADS) out.push(await rawPipeline(image, w, threads));
+  return out.sort((a, b) => b.reqPerSec - a.reqPerSec);
+}
+
 export const bestCls = (points: ClsPoint[]): ClsPoint => points.reduce((a, b) => (b.itemsPerSec > a.itemsPerSec ? b : a));
 
-/** The ocr handler with models calling ORT directly (the platform's defaults: 1 intra-op thread, no spinning). */
+/** The ocr handler with models calling ORT directly (spinning off, as the platform's sessions). */
 export async function rawPipeline(image: string, w: Window, threads = 1): Promise<RawPipeline> {
   const fn = await loadOcrFunction();
   const [det, rec] = await Promise.all([createSession(MODELS.det, threads), createSession(MODELS.rec, threads)]);

@@ -56,7 +56,8 @@ export interface BenchResult {
   git: { commit: string; dirtyFiles: number };
   window: { warmupSeconds: number; measureSeconds: number };
   image: { width: number; height: number; base64Bytes: number; text: string };
-  raw: { cls: ClsPoint[]; clsBest: ClsPoint; pipeline: Omit<RawPipeline, 'output'> };
+  /** pipeline: the fastest thread setting; otherPipelines: the others. */
+  raw: { cls: ClsPoint[]; clsBest: ClsPoint; pipeline: Omit<RawPipeline, 'output'>; otherPipelines?: Omit<RawPipeline, 'output'>[] };
   embersStartupSeconds: number;
   /** Recognised text of the test image from each path: they should agree. */
   outputs: { raw: string; embers: string; naive: string; match: boolean };

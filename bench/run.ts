@@ -16,7 +16,7 @@ import { IMAGE_TEXT, testImage } from './image.ts';
 import { coresByRole, sampleCpu } from './cpu.ts';
 import { closedLoop, type Target } from './load.ts';
 import { ORT_VERSION } from './ort.ts';
-import { bestCls, machine, rawCls, rawPipeline } from './raw.ts';
+import { bestCls, machine, PIPELINE_THREADS, rawCls, rawPipeline, rawPipelines } from './raw.ts';
 import { formatReport } from './report.ts';
 import { computeRatios, type BenchResult, type ColdOnlyResult, type Measured, type OcrPoint } from './result.ts';
 import { HEARTBEAT_MS, ROOT, batchCounters, batchDelta, startEmbers, startNaive } from './servers.ts';
@@ -143,8 +143,8 @@ async function main(): Promise<void> {
 
   log('raw: cls model alone');
   const cls = await rawCls(window);
-  log('raw: ocr pipeline in-process');
-  const { output: rawOutput, ...pipeline } = await rawPipeline(image, window);
+  log(`raw: ocr pipeline in-process, intra-op threads ${PIPELINE_THREADS.join(' and ')}`);
+  const [{ output: rawOutput, ...pipeline }, ...otherPipelines] = await rawPipelines(image, window);
 
   log('starting the naive server and embers dev');
   const naive = await startNaive();
@@ -176,7 +176,7 @@ async function main(): Promise<void> {
   };
 
   log('ocr c=1: raw in-process and Embers in alternating rounds');
-  const paired = await pairedC1(image, embersOcr, window);
+  const paired = await pairedC1(image, embersOcr, window, pipeline.threads);
 
   const ocr: OcrPoint[] = [];
   let before = await settledCounters(performance.now());
@@ -221,7 +221,7 @@ async function main(): Promise<void> {
     git: gitInfo(),
     window: { warmupSeconds: window.warmupMs / 1000, measureSeconds: window.measureMs / 1000 },
     image: { width: meta.width ?? 0, height: meta.height ?? 0, base64Bytes: image.length, text: IMAGE_TEXT },
-    raw: { cls, clsBest: bestCls(cls), pipeline },
+    raw: { cls, clsBest: bestCls(cls), pipeline, otherPipelines: otherPipelines.map(({ output: _o, ...p }) => p) },
     embersStartupSeconds: embers.startupSeconds,
     outputs: { ...outputs, match: outputs.raw === outputs.embers && outputs.raw === outputs.naive },
     ocr,

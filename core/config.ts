@@ -1,4 +1,5 @@
 // Platform configuration: EMBERS_* environment variables, validated once at start-up.
+import os from 'node:os';
 import { z } from 'zod';
 import path from 'node:path';
 
@@ -40,6 +41,13 @@ export const ConfigSchema = z.object({
     .pipe(z.array(z.enum(['cpu', 'cuda', 'tensorrt'])).min(1)),
   /** ORT intra-op threads per model session; 1 avoids oversubscribing small machines. @default 1 */
   EMBERS_ORT_THREADS: int(1, 256).default(1),
+  /**
+   * On CPU, intra-op threads of a model's second session, used by an inference that has its
+   * replica to itself (one request in flight): it runs on every core instead of one. Costs a
+   * second copy of each model in memory, loaded after the replica is ready. 0 turns it off.
+   * @default the machine's cores
+   */
+  EMBERS_ORT_WIDE_THREADS: int(0, 256).default(os.availableParallelism()),
   /** Jobs a replica holds in flight, so batches can fill. @default 32 */
   EMBERS_REPLICA_CONCURRENCY: int(1, 4096).default(32),
   /** Batch lines a replica holds in flight, in slots apart from the live ones. @default 8 */

@@ -22,18 +22,15 @@ const FROM_SOURCE = import.meta.url.endsWith('.ts');
 const BOOT = FROM_SOURCE ? new URL('./worker-boot.mjs', import.meta.url) : new URL('./session-worker.mjs', import.meta.url);
 const ENTRY = new URL(FROM_SOURCE ? './session-worker.ts' : './session-worker.mjs', import.meta.url).href;
 
-export class ModelSession {
+/** One session on one worker thread. */
+class SessionWorker {
   private nextId = 1;
   private readonly waiting = new Map<number, { resolve: (r: { outputs: Feeds; inferMs: number }) => void; reject: (e: Error) => void }>();
-  private dead: Error | null = null;
+  dead: Error | null = null;
 
   private constructor(
     private readonly worker: Worker,
-    readonly inputNames: string[],
-    readonly outputNames: string[],
-    /** The provider actually in use, and why it differs from the request, if it does. */
-    readonly provider: string,
-    readonly fallback?: string,
+    readonly ready: Extract<WorkerReply, { type: 'ready' }>,
   ) {
     worker.on('message', (m: WorkerReply) => {
       if (m.type !== 'result' && m.type !== 'error') return;
@@ -51,7 +48,7 @@ export class ModelSession {
     worker.on('exit', (code) => die(new Error(`model worker exited (code ${code})`)));
   }
 
-  static async create(init: SessionInit): Promise<ModelSession> {
+  static async create(init: SessionInit): Promise<SessionWorker> {
     const worker = new Worker(BOOT, { workerData: { entry: ENTRY, init } });
     // Remove only our own listeners: Worker keeps internal ones (ref/unref of its port).
     let onMessage!: (m: WorkerReply) => void;
@@ -66,10 +63,14 @@ export class ModelSession {
       onExit = (code) => reject(new Error(`model worker exited during load (code ${code})`));
       worker.on('message', onMessage).on('error', onError).on('exit', onExit);
     }).finally(() => worker.off('message', onMessage).off('error', onError).off('exit', onExit));
-    return new ModelSession(worker, ready.inputNames, ready.outputNames, ready.provider, ready.fallback);
+    return new SessionWorker(worker, ready);
   }
 
-  /** Runs one (already batched) inference. The feeds' buffers are transferred: do not reuse them. */
+  /** Inferences sent and not answered yet. */
+  get busy(): number {
+    return this.waiting.size;
+  }
+
   run(feeds: Feeds): Promise<{ outputs: Feeds; inferMs: number }> {
     if (this.dead) return Promise.reject(this.dead);
     const id = this.nextId++;
@@ -83,5 +84,63 @@ export class ModelSession {
 
   async close(): Promise<void> {
     await this.worker.terminate();
+  }
+}
+
+/**
+ * A model's session on a worker thread, and on CPU optionally a second one with more intra-op
+ * threads (`wideThreads`) for an inference that has the machine to itself: one request alone
+ * runs on every core, while under load each inference keeps to `threads` and the cores go to
+ * concurrent inferences instead. The wide session is loaded on its own thread after the first
+ * is ready, so it adds nothing to a cold start; until then every inference runs narrow.
+ */
+export class ModelSession {
+  private wide?: SessionWorker;
+  private closed = false;
+
+  private constructor(
+    private readonly narrow: SessionWorker,
+    readonly inputNames: string[],
+    readonly outputNames: string[],
+    /** The provider actually in use, and why it differs from the request, if it does. */
+    readonly provider: string,
+    readonly fallback?: string,
+  ) {}
+
+  static async create(init: SessionInit & { wideThreads?: number; onWideError?: (err: Error) => void }): Promise<ModelSession> {
+    const { wideThreads = 0, onWideError, ...plain } = init;
+    const narrow = await SessionWorker.create(plain);
+    const { ready } = narrow;
+    const session = new ModelSession(narrow, ready.inputNames, ready.outputNames, ready.provider, ready.fallback);
+    if (ready.provider === 'cpu' && wideThreads > plain.threads) {
+      void SessionWorker.create({ ...plain, providers: ['cpu'], threads: wideThreads }).then(
+        (w) => {
+          if (session.closed) void w.close();
+          else session.wide = w;
+        },
+        (err: Error) => onWideError?.(err),
+      );
+    }
+    return session;
+  }
+
+  /** Whether a wide session is loaded (inferences asked to run wide can). */
+  get hasWide(): boolean {
+    return this.wide !== undefined && !this.wide.dead;
+  }
+
+  /**
+   * Runs one (already batched) inference; `wide` asks for the session with more threads, used
+   * when it is loaded and idle. The feeds' buffers are transferred: do not reuse them.
+   */
+  async run(feeds: Feeds, wide = false): Promise<{ outputs: Feeds; inferMs: number; wide: boolean }> {
+    const w = this.wide;
+    if (wide && w && !w.dead && w.busy === 0) return { ...(await w.run(feeds)), wide: true };
+    return { ...(await this.narrow.run(feeds)), wide: false };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await Promise.all([this.narrow.close(), this.wide?.close()]);
   }
 }

@@ -25,6 +25,8 @@ export interface BatchResult {
   outputs: Feeds;
   /** Inference time of the batch, as measured by the executor. */
   inferMs: number;
+  /** It ran on a session with more threads than under load (left out of batch-size tuning). */
+  wide?: boolean;
 }
 
 export interface BatcherOptions {
@@ -60,6 +62,8 @@ export interface BatcherStats {
   /** Executions by how many calls they carried: { "1": 40, "4": 3 }. */
   callsPerBatch: Record<string, number>;
   inferMsTotal: number;
+  /** Executions that ran alone on every core (ModelSession's wide session). */
+  wide: number;
   failures: number;
   /** Rows the next batch may gather (maxBatchSize, or less where the tuner found it cheaper). */
   cap: number;
@@ -105,7 +109,7 @@ export class DynamicBatcher {
     if (!(options.maxDelayMs >= 0)) throw new RangeError('maxDelayMs must be 0 or more');
     this.clock = options.clock ?? systemClock;
     if (options.tune ?? true) this.tuner = new BatchTuner({ maxBatchSize: options.maxBatchSize });
-    this.stats = { requests: 0, inferences: 0, executions: 0, maxCallsPerBatch: 0, callsPerBatch: {}, inferMsTotal: 0, failures: 0, cap: options.maxBatchSize, costPerRow: {} };
+    this.stats = { requests: 0, inferences: 0, executions: 0, maxCallsPerBatch: 0, callsPerBatch: {}, inferMsTotal: 0, wide: 0, failures: 0, cap: options.maxBatchSize, costPerRow: {} };
   }
 
   /** Calls waiting for a batch (not yet executing), of one priority or of both. */
@@ -196,9 +200,11 @@ export class DynamicBatcher {
     s.maxCallsPerBatch = Math.max(s.maxCallsPerBatch, calls.length);
     s.callsPerBatch[calls.length] = (s.callsPerBatch[calls.length] ?? 0) + 1;
     try {
-      const { outputs, inferMs } = await this.options.execute(concatFeeds(calls.map((c) => c.feeds)));
+      const { outputs, inferMs, wide } = await this.options.execute(concatFeeds(calls.map((c) => c.feeds)));
       s.inferMsTotal += inferMs;
-      if (this.tuner) {
+      if (wide) s.wide++;
+      // A wide run's cost says nothing about batch sizes under load, where inferences run narrow.
+      if (this.tuner && !wide) {
         this.tuner.observe(group.rows, inferMs, Math.min(...calls.map((c) => c.rows)));
         s.cap = this.tuner.cap;
         s.costPerRow = this.tuner.snapshot();

@@ -83,6 +83,7 @@ replica = new Replica({
   cacheDir: required('EMBERS_CACHE_DIR'),
   providers: config.EMBERS_EXECUTION_PROVIDERS,
   threads: config.EMBERS_ORT_THREADS,
+  wideThreads: config.EMBERS_ORT_WIDE_THREADS,
   concurrency: config.EMBERS_REPLICA_CONCURRENCY,
   batchConcurrency: config.EMBERS_BATCH_CONCURRENCY,
   batchYieldMs: config.EMBERS_BATCH_YIELD_MS,

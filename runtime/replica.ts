@@ -37,6 +37,8 @@ export interface ReplicaOptions {
   cacheDir: string;
   providers: ExecutionProvider[];
   threads: number;
+  /** On CPU, intra-op threads of an inference that has the replica to itself (0: no such session). */
+  wideThreads?: number;
   /** Live requests (sync and async) a replica runs at once. */
   concurrency: number;
   /** Batch lines a replica runs at once, in slots of their own. */
@@ -94,6 +96,8 @@ export class Replica {
   private readonly gate: LiveFirst;
   /** Jobs running now, by lane. */
   private readonly lanes = { live: 0, batch: 0 };
+  /** Model inferences running now, across the replica's models. */
+  private inferring = 0;
   private heartbeat?: NodeJS.Timeout;
   private coldStart?: ColdStart;
   private error?: ReplicaRecord['error'];
@@ -168,13 +172,23 @@ export class Replica {
       phase = 'model_load';
       const tLoad = performance.now();
       // Each session loads on its own thread: in parallel.
-      const sessions = await Promise.all(files.map(([, file]) => ModelSession.create({ path: file.path, providers: this.o.providers, threads: this.o.threads })));
+      const sessions = await Promise.all(
+        files.map(([name, file]) =>
+          ModelSession.create({
+            path: file.path,
+            providers: this.o.providers,
+            threads: this.o.threads,
+            wideThreads: this.o.wideThreads,
+            onWideError: (err) => this.log.warn({ model: name, err: err.message }, 'could not load the wide session; every inference runs narrow'),
+          }),
+        ),
+      );
       files.forEach(([name], i) => {
         const session = sessions[i];
         if (session.fallback) this.log.warn({ model: name }, session.fallback);
         const batcher = new DynamicBatcher({
           ...manifest.batching,
-          execute: (feeds) => session.run(feeds),
+          execute: (feeds) => this.infer(session, feeds),
           potentialCallers: (low) => (low ? this.lanes.batch : this.lanes.live),
           lowMayRun: () => this.gate.open,
           // On CPU, rows cost about the same alone or batched, and a live request may have to wait
@@ -385,6 +399,22 @@ export class Replica {
       };
     }
     return out;
+  }
+
+  /**
+   * One inference. It runs wide (every core) when it is the only request in the replica and no
+   * other inference runs: a lone request then takes the whole machine, while concurrent requests
+   * each keep to their thread and fill the cores side by side. Replicas on one node do not see
+   * each other's inferences; two lone requests in two replicas oversubscribe the cores briefly.
+   */
+  private async infer(session: ModelSession, feeds: Feeds): Promise<{ outputs: Feeds; inferMs: number; wide: boolean }> {
+    const wide = this.inferring === 0 && this.lanes.live + this.lanes.batch <= 1;
+    this.inferring++;
+    try {
+      return await session.run(feeds, wide);
+    } finally {
+      this.inferring--;
+    }
   }
 
   /**
