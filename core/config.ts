@@ -48,6 +48,13 @@ export const ConfigSchema = z.object({
    * @default the machine's cores
    */
   EMBERS_ORT_WIDE_THREADS: int(0, 256).default(os.availableParallelism()),
+  /**
+   * On CPU, sessions per model in a replica that may run at once (Triton's instance count), one
+   * per core by default: inferences of concurrent requests run side by side. Each is a copy of
+   * the model in memory; the first is loaded before the replica is ready, the others after.
+   * @default cores ÷ EMBERS_ORT_THREADS
+   */
+  EMBERS_ORT_INSTANCES: int(1, 256).optional(),
   /** Jobs a replica holds in flight, so batches can fill. @default 32 */
   EMBERS_REPLICA_CONCURRENCY: int(1, 4096).default(32),
   /** Batch lines a replica holds in flight, in slots apart from the live ones. @default 8 */

@@ -2,9 +2,10 @@
 // replicas through one consumer group. Against a BullMQ job (five Lua scripts and five event
 // stream entries per job, measured ~210 µs of Redis CPU per request), a request costs one XADD,
 // its share of one XREADGROUP that hands a replica up to as many requests as it has free slots,
-// and its share of one XACK + XDEL. The group's pending list is the crash safety: an entry a
-// replica read but never acknowledged is claimed by another once it has been idle for the lock
-// time, and its delivery count tells how often that happened (runtime/live-consumer.ts).
+// and its share of one Lua call that finishes a tick's requests (usage, reply, XACK, XDEL). The
+// group's pending list is the crash safety: an entry a replica read but never acknowledged is
+// claimed by another once it has been idle for the lock time, and its delivery count tells how
+// often that happened (runtime/live-consumer.ts).
 // Acknowledged entries are deleted, so the stream's length is what waits plus what runs, and
 // its length less the group's pending count is what waits.
 import type { Redis } from 'ioredis';

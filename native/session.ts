@@ -87,60 +87,100 @@ class SessionWorker {
   }
 }
 
+export interface ModelSessionInit extends SessionInit {
+  /** On CPU, sessions that may run at once (each on its own thread with `threads`). @default 1 */
+  instances?: number;
+  /** On CPU, intra-op threads of the wide session a lone inference may use (0 or ≤ threads: none). */
+  wideThreads?: number;
+  /** A session loaded in the background (an extra instance, the wide one) failed to load. */
+  onBackgroundError?: (err: Error) => void;
+}
+
 /**
- * A model's session on a worker thread, and on CPU optionally a second one with more intra-op
- * threads (`wideThreads`) for an inference that has the machine to itself: one request alone
- * runs on every core, while under load each inference keeps to `threads` and the cores go to
- * concurrent inferences instead. The wide session is loaded on its own thread after the first
- * is ready, so it adds nothing to a cold start; until then every inference runs narrow.
+ * A model's sessions, each on a worker thread: Triton's instance group, plus on CPU a wide one.
+ * - `instances` narrow sessions let inferences of concurrent requests run side by side, one
+ *   thread each (a single session runs one inference at a time: with two models of unequal cost
+ *   in a pipeline, the costlier one alone would hold the replica to one core).
+ * - The wide session has `wideThreads` intra-op threads and serves an inference that has the
+ *   replica to itself (the caller says so): one request alone runs on every core.
+ * Only the first narrow session is loaded before the replica is ready; the other instances load
+ * right after, and the wide session when first asked for, so neither adds to a cold start, and
+ * a replica under steady load never loads the wide one. Until loaded, their work runs narrow.
  */
 export class ModelSession {
+  private readonly narrow: SessionWorker[];
   private wide?: SessionWorker;
+  private wideLoading = false;
   private closed = false;
 
   private constructor(
-    private readonly narrow: SessionWorker,
+    first: SessionWorker,
+    private readonly init: ModelSessionInit,
     readonly inputNames: string[],
     readonly outputNames: string[],
     /** The provider actually in use, and why it differs from the request, if it does. */
     readonly provider: string,
     readonly fallback?: string,
-  ) {}
+  ) {
+    this.narrow = [first];
+  }
 
-  static async create(init: SessionInit & { wideThreads?: number; onWideError?: (err: Error) => void }): Promise<ModelSession> {
-    const { wideThreads = 0, onWideError, ...plain } = init;
-    const narrow = await SessionWorker.create(plain);
-    const { ready } = narrow;
-    const session = new ModelSession(narrow, ready.inputNames, ready.outputNames, ready.provider, ready.fallback);
-    if (ready.provider === 'cpu' && wideThreads > plain.threads) {
-      void SessionWorker.create({ ...plain, providers: ['cpu'], threads: wideThreads }).then(
-        (w) => {
-          if (session.closed) void w.close();
-          else session.wide = w;
-        },
-        (err: Error) => onWideError?.(err),
-      );
-    }
+  static async create(init: ModelSessionInit): Promise<ModelSession> {
+    const first = await SessionWorker.create(plainInit(init, init.threads, init.providers));
+    const { ready } = first;
+    const session = new ModelSession(first, init, ready.inputNames, ready.outputNames, ready.provider, ready.fallback);
+    if (ready.provider === 'cpu') for (let i = 1; i < (init.instances ?? 1); i++) session.load(init.threads, (w) => session.narrow.push(w));
     return session;
   }
 
-  /** Whether a wide session is loaded (inferences asked to run wide can). */
+  private load(threads: number, keep: (w: SessionWorker) => void, failed?: () => void): void {
+    SessionWorker.create(plainInit(this.init, threads, ['cpu'])).then(
+      (w) => {
+        if (this.closed) void w.close();
+        else keep(w);
+      },
+      (err: Error) => {
+        failed?.();
+        this.init.onBackgroundError?.(err);
+      },
+    );
+  }
+
+  /** Narrow sessions loaded: how many inferences may run at once. */
+  get instances(): number {
+    return this.narrow.length;
+  }
+
+  /** Whether the wide session is loaded. */
   get hasWide(): boolean {
     return this.wide !== undefined && !this.wide.dead;
   }
 
   /**
-   * Runs one (already batched) inference; `wide` asks for the session with more threads, used
-   * when it is loaded and idle. The feeds' buffers are transferred: do not reuse them.
+   * Runs one (already batched) inference; `wide` asks for the wide session, used when it is
+   * loaded and idle (the first ask loads it). The feeds' buffers are transferred: do not reuse them.
    */
   async run(feeds: Feeds, wide = false): Promise<{ outputs: Feeds; inferMs: number; wide: boolean }> {
-    const w = this.wide;
-    if (wide && w && !w.dead && w.busy === 0) return { ...(await w.run(feeds)), wide: true };
-    return { ...(await this.narrow.run(feeds)), wide: false };
+    if (wide && this.provider === 'cpu' && (this.init.wideThreads ?? 0) > this.init.threads) {
+      const w = this.wide;
+      if (w && !w.dead && w.busy === 0) return { ...(await w.run(feeds)), wide: true };
+      if (!w && !this.wideLoading) {
+        this.wideLoading = true;
+        this.load(this.init.wideThreads!, (loaded) => (this.wide = loaded), () => (this.wideLoading = false));
+      }
+    }
+    let pick = this.narrow[0];
+    for (const w of this.narrow) if (!w.dead && (pick.dead || w.busy < pick.busy)) pick = w;
+    return { ...(await pick.run(feeds)), wide: false };
   }
 
   async close(): Promise<void> {
     this.closed = true;
-    await Promise.all([this.narrow.close(), this.wide?.close()]);
+    await Promise.all([...this.narrow.map((w) => w.close()), this.wide?.close()]);
   }
+}
+
+/** What a worker thread is given: plain data only (workerData is cloned). */
+function plainInit(init: ModelSessionInit, threads: number, providers: ExecutionProvider[]): SessionInit {
+  return { path: init.path, providers, threads };
 }

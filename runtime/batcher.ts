@@ -1,7 +1,8 @@
 // Dynamic batcher, one per model per replica (Triton's dynamic batcher, Ray Serve's
 // @serve.batch): gather run() calls with the same non-batch shape until maxBatchSize rows or
 // until the oldest has waited maxDelayMs, concatenate along dim 0, run once, split back.
-// While an inference runs, calls keep gathering, so load turns into larger batches.
+// While every instance of the model is busy, calls keep gathering, so load turns into larger
+// batches; a free instance takes the next batch at once.
 // Calls are live or low priority (batch lines): the two never share an inference, live ones go
 // first, and low ones start only while `lowMayRun()` says so (see live-first.ts).
 // maxBatchSize is an upper bound: batches stop growing at the size the model's own timings say
@@ -48,6 +49,8 @@ export interface BatcherOptions {
   lowMaxCalls?: number;
   /** Learn the cheapest batch size from inference times and cap batches there. @default true */
   tune?: boolean;
+  /** Inferences that may run at once (the model's loaded instances). @default 1 */
+  instances?: () => number;
 }
 
 export interface BatcherStats {
@@ -100,7 +103,8 @@ export class DynamicBatcher {
   private readonly tuner?: BatchTuner;
   private readonly groups = new Map<string, Group>();
   private readonly full: Group[] = [];
-  private busy = false;
+  /** Inferences running now. */
+  private running = 0;
   private timer: unknown = null;
   private readonly clock: Clock;
 
@@ -155,32 +159,22 @@ export class DynamicBatcher {
   }
 
   /**
-   * Starts the next batch if the executor is free: live before low priority, and within each a
-   * full one first, else the oldest once past its delay.
+   * Starts batches while an instance is free: live before low priority, and within each a full
+   * one first, else the oldest once past its delay.
    */
   private dispatch(): void {
     if (this.timer !== null) {
       this.clock.clearTimeout(this.timer);
       this.timer = null;
     }
-    if (this.busy) return;
-    const liveWaiting = this.pending(false) > 0;
-    const classes = liveWaiting || !(this.options.lowMayRun?.() ?? true) ? [false] : [false, true];
     let wakeAt = Number.POSITIVE_INFINITY;
-    for (const low of classes) {
-      const full = this.full.findIndex((g) => g.low === low);
-      if (full >= 0) return void this.execute(this.full.splice(full, 1)[0]);
-      const now = this.clock.now();
-      let oldest: Group | undefined;
-      for (const g of this.groups.values()) if (g.low === low && (!oldest || g.oldest < oldest.oldest)) oldest = g;
-      if (!oldest) continue;
-      const due = oldest.oldest + this.options.maxDelayMs;
-      const nobodyElse = this.options.potentialCallers !== undefined && this.options.potentialCallers(low) <= this.pending(low);
-      if (due <= now || nobodyElse) {
-        this.groups.delete(oldest.key);
-        return void this.execute(oldest);
+    while (this.running < Math.max(1, this.options.instances?.() ?? 1)) {
+      const next = this.next();
+      if (typeof next === 'number') {
+        wakeAt = next;
+        break;
       }
-      wakeAt = Math.min(wakeAt, due);
+      void this.execute(next);
     }
     if (wakeAt !== Number.POSITIVE_INFINITY) {
       this.timer = this.clock.setTimeout(() => {
@@ -190,8 +184,31 @@ export class DynamicBatcher {
     }
   }
 
+  /** The batch to start now (taken out of the waiting ones), or when to look again (Infinity: nothing waits). */
+  private next(): Group | number {
+    const liveWaiting = this.pending(false) > 0;
+    const classes = liveWaiting || !(this.options.lowMayRun?.() ?? true) ? [false] : [false, true];
+    let wakeAt = Number.POSITIVE_INFINITY;
+    for (const low of classes) {
+      const full = this.full.findIndex((g) => g.low === low);
+      if (full >= 0) return this.full.splice(full, 1)[0];
+      const now = this.clock.now();
+      let oldest: Group | undefined;
+      for (const g of this.groups.values()) if (g.low === low && (!oldest || g.oldest < oldest.oldest)) oldest = g;
+      if (!oldest) continue;
+      const due = oldest.oldest + this.options.maxDelayMs;
+      const nobodyElse = this.options.potentialCallers !== undefined && this.options.potentialCallers(low) <= this.pending(low);
+      if (due <= now || nobodyElse) {
+        this.groups.delete(oldest.key);
+        return oldest;
+      }
+      wakeAt = Math.min(wakeAt, due);
+    }
+    return wakeAt;
+  }
+
   private async execute(group: Group): Promise<void> {
-    this.busy = true;
+    this.running++;
     const started = this.clock.now();
     const calls = group.calls;
     const s = this.stats;
@@ -215,7 +232,7 @@ export class DynamicBatcher {
       s.failures++;
       for (const c of calls) c.reject(err);
     } finally {
-      this.busy = false;
+      this.running--;
       this.dispatch();
     }
   }

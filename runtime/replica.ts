@@ -37,6 +37,8 @@ export interface ReplicaOptions {
   cacheDir: string;
   providers: ExecutionProvider[];
   threads: number;
+  /** On CPU, sessions per model that may run at once. @default 1 */
+  instances?: number;
   /** On CPU, intra-op threads of an inference that has the replica to itself (0: no such session). */
   wideThreads?: number;
   /** Live requests (sync and async) a replica runs at once. */
@@ -178,8 +180,9 @@ export class Replica {
             path: file.path,
             providers: this.o.providers,
             threads: this.o.threads,
+            instances: this.o.instances,
             wideThreads: this.o.wideThreads,
-            onWideError: (err) => this.log.warn({ model: name, err: err.message }, 'could not load the wide session; every inference runs narrow'),
+            onBackgroundError: (err: Error) => this.log.warn({ model: name, err: err.message }, 'could not load an extra session of the model; running with those loaded'),
           }),
         ),
       );
@@ -189,6 +192,7 @@ export class Replica {
         const batcher = new DynamicBatcher({
           ...manifest.batching,
           execute: (feeds) => this.infer(session, feeds),
+          instances: () => session.instances,
           potentialCallers: (low) => (low ? this.lanes.batch : this.lanes.live),
           lowMayRun: () => this.gate.open,
           // On CPU, rows cost about the same alone or batched, and a live request may have to wait

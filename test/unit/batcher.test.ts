@@ -112,6 +112,29 @@ describe('DynamicBatcher', () => {
     assert.deepEqual(b.stats.callsPerBatch, { 1: 1, 4: 1 });
   });
 
+  it('runs as many batches at once as the model has instances, gathering only when all are busy', async () => {
+    const clock = new FakeClock();
+    const { batches, execute } = recorder();
+    let instances = 1;
+    const b = new DynamicBatcher({ maxBatchSize: 16, maxDelayMs: 0, execute, clock, instances: () => instances });
+    const first = b.run(rowsOf([0]));
+    instances = 2; // a second instance finished loading
+    const second = b.run(rowsOf([1]));
+    assert.equal(batches.length, 2, 'the free instance takes the next call at once');
+    const rest = [2, 3, 4].map((v) => b.run(rowsOf([v])));
+    clock.advance(50);
+    assert.equal(batches.length, 2, 'both busy: the others gather');
+    batches[0].release();
+    await first;
+    await flush();
+    assert.equal(batches.length, 3);
+    assert.deepEqual(batches[2].dims, [3, 2]);
+    batches[1].release();
+    batches[2].release();
+    await Promise.all([second, ...rest]);
+    assert.deepEqual(b.stats.callsPerBatch, { 1: 2, 3: 1 });
+  });
+
   it('seals a batch before it would exceed maxBatchSize rows; a lone oversized call runs alone', async () => {
     const clock = new FakeClock();
     const { batches, execute } = recorder();

