@@ -3,6 +3,7 @@
 // across requests. Each queue has its own slots; batch lines yield the models to live requests.
 import { rename, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
+import { PerformanceObserver } from 'node:perf_hooks';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Queue, Worker } from 'bullmq';
@@ -84,7 +85,10 @@ export interface ReplicaRecord {
   jobs: { active: number; completed: number; failed: number };
   /** Batch lines yielding to live requests: how often, and for how long in all. */
   liveFirst?: { yields: number; heldMs: number };
-  models: Record<string, { provider: string; fallback?: string } & DynamicBatcher['stats']>;
+  /** Garbage collection on the replica's main thread (where handlers run) since it started. */
+  gc?: { count: number; ms: number };
+  /** Per model: provider, loaded instances, and the batcher's counters. */
+  models: Record<string, { provider: string; fallback?: string; instances: number } & DynamicBatcher['stats']>;
 }
 
 export class Replica {
@@ -115,6 +119,7 @@ export class Replica {
   private cancelSub?: Redis;
 
   constructor(private readonly o: ReplicaOptions) {
+    observeGc();
     this.log = o.log.child({ replica: o.id, fn: o.manifest.name, version: o.manifest.version });
     this.jobStore = new JobStore(o.redis, o.jobRetentionS);
     this.batchStore = new BatchStore(o.redis);
@@ -134,7 +139,7 @@ export class Replica {
 
   record(): ReplicaRecord {
     const models: ReplicaRecord['models'] = {};
-    for (const [name, m] of this.models) models[name] = { provider: m.session.provider, fallback: m.session.fallback, ...m.batcher.stats };
+    for (const [name, m] of this.models) models[name] = { provider: m.session.provider, fallback: m.session.fallback, instances: m.session.instances, ...m.batcher.stats };
     return {
       id: this.o.id,
       function: this.o.manifest.name,
@@ -148,6 +153,7 @@ export class Replica {
       error: this.error,
       jobs: { active: this.lanes.live + this.lanes.batch, ...this.jobs },
       liveFirst: { ...this.gate.stats, heldMs: Math.round(this.gate.stats.heldMs) },
+      gc: { count: gcStats.count, ms: Math.round(gcStats.ms) },
       models,
     };
   }
@@ -605,6 +611,19 @@ export class Replica {
       clearTimeout(timer);
     }
   }
+}
+
+/** Main-thread GC pauses, counted from the first Replica made in this process. */
+const gcStats = { count: 0, ms: 0 };
+let gcObserver: PerformanceObserver | undefined;
+function observeGc(): void {
+  gcObserver ??= new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) {
+      gcStats.count++;
+      gcStats.ms += e.duration;
+    }
+  });
+  gcObserver.observe({ entryTypes: ['gc'] });
 }
 
 /** A request whose replica died this many times is answered 500 instead of run again. */

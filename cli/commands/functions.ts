@@ -9,7 +9,8 @@ interface ReplicaView {
   coldStart?: Record<string, number>;
   error?: { phase: string; message: string };
   jobs: { active: number; completed: number; failed: number };
-  models: Record<string, { provider: string; executions: number; inferences: number; maxCallsPerBatch: number; cap?: number }>;
+  gc?: { count: number; ms: number };
+  models: Record<string, { provider: string; executions: number; inferences: number; maxCallsPerBatch: number; cap?: number; instances?: number; wide?: number }>;
 }
 
 export function functionsCommand(): Command {
@@ -53,9 +54,10 @@ export function functionsCommand(): Command {
         out.write(`replica ${r.id} [${r.state}] ${r.version}  jobs ok ${r.jobs.completed} failed ${r.jobs.failed} active ${r.jobs.active}\n`);
         if (r.error) out.write(`  failed in ${r.error.phase}: ${r.error.message}\n`);
         if (r.coldStart) out.write(`  cold start (ms): ${phaseLine(r.coldStart)}\n`);
+        if (r.gc) out.write(`  garbage collection: ${r.gc.count} pauses, ${r.gc.ms} ms in all\n`);
         for (const [m, s] of Object.entries(r.models)) {
           const avg = s.executions ? (s.inferences / s.executions).toFixed(2) : '-';
-          out.write(`  model ${m} on ${s.provider}: ${s.executions} batches, ${s.inferences} rows, avg batch ${avg}, most calls in one batch ${s.maxCallsPerBatch}${s.cap === undefined ? '' : `, batches capped at ${s.cap} rows (the cheapest per row so far)`}\n`);
+          out.write(`  model ${m} on ${s.provider}: ${s.executions} batches, ${s.inferences} rows, avg batch ${avg}, most calls in one batch ${s.maxCallsPerBatch}${s.cap === undefined ? '' : `, batches capped at ${s.cap} rows (the cheapest per row so far)`}${s.instances === undefined ? '' : `, ${s.instances} instance(s)`}${s.wide ? `, ${s.wide} batches alone on every core` : ''}\n`);
         }
       }
       if (fn.coldStarts.length) out.write('last cold starts (ms):\n');

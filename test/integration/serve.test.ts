@@ -73,14 +73,30 @@ describe('run', () => {
     assert.ok(Math.max(det.maxCallsPerBatch, rec.maxCallsPerBatch) > 1, `expected a batch with several requests: det ${JSON.stringify(det)} rec ${JSON.stringify(rec)}`);
     assert.ok(det.executions - before.det.executions < 24, 'fewer det executions than requests');
   });
+
+  it('a lone request runs its inferences on every core; the replica reports instances and GC', async () => {
+    // The wide session loads when a lone inference first asks for it; later lone requests use it.
+    const stats = await eventually(async () => {
+      const res = await run('ocr', { image: helloPng });
+      assert.equal(res.status, 200);
+      await res.arrayBuffer();
+      const s = await ocrModelStats();
+      return s.det.wide > 0 && s.rec.wide > 0 ? s : null;
+    }, 'lone requests to run wide');
+    assert.ok(stats.det.instances >= 1);
+    const fn = (await (await p.fetch('/v1/functions/ocr')).json()) as { replicas: { state: string; gc?: { count: number; ms: number } }[] };
+    assert.ok(fn.replicas.some((r) => r.state === 'ready' && r.gc && r.gc.count >= 0), 'GC pauses are reported');
+  });
 });
+
+type ModelStats = { requests: number; executions: number; maxCallsPerBatch: number; instances: number; wide: number };
 
 async function ocrModelStats() {
   const res = await p.fetch('/v1/functions/ocr');
-  const fn = (await res.json()) as { replicas: { state: string; models: Record<string, { requests: number; executions: number; maxCallsPerBatch: number }> }[] };
+  const fn = (await res.json()) as { replicas: { state: string; models: Record<string, ModelStats> }[] };
   const r = fn.replicas.find((x) => x.state === 'ready');
   assert.ok(r, 'a ready ocr replica');
-  return r.models as { det: { requests: number; executions: number; maxCallsPerBatch: number }; rec: { requests: number; executions: number; maxCallsPerBatch: number } };
+  return r.models as { det: ModelStats; rec: ModelStats };
 }
 
 describe('bad input gets a clear 4xx and the JSON error contract', () => {
