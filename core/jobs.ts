@@ -55,7 +55,7 @@ const FINISH = `
 local s = redis.call('HGET', KEYS[1], 'status')
 if not s or s == 'succeeded' or s == 'failed' or s == 'canceled' then return 0 end
 if ARGV[9] == '1' and s ~= 'queued' then return 0 end
-redis.call('HSET', KEYS[1], 'status', ARGV[1], 'finishedAt', ARGV[2], 'httpStatus', ARGV[3], 'result', ARGV[4], 'timing', ARGV[5], 'version', ARGV[6])
+redis.call('HSET', KEYS[1], 'status', ARGV[1], 'finishedAt', ARGV[2], 'httpStatus', ARGV[3], 'result', ARGV[4], 'timing', ARGV[5], 'version', ARGV[6], 'finishedBy', ARGV[9] == '1' and 'gateway' or 'replica')
 redis.call('EXPIRE', KEYS[1], ARGV[7])
 redis.call('SET', KEYS[2], redis.call('HGET', KEYS[1], 'tenant') or '', 'EX', ARGV[8])
 return 1`;

@@ -104,13 +104,17 @@ export interface ModelSessionInit extends SessionInit {
  * - The wide session has `wideThreads` intra-op threads and serves an inference that has the
  *   replica to itself (the caller says so): one request alone runs on every core.
  * Only the first narrow session is loaded before the replica is ready; the other instances load
- * right after, and the wide session when first asked for, so neither adds to a cold start, and
- * a replica under steady load never loads the wide one. Until loaded, their work runs narrow.
+ * once it is (grow()), and the wide session when first asked for, so neither adds to a cold
+ * start, and a replica under steady load never loads the wide one. Until loaded, their work
+ * runs on the first. A wide session that fails to load is not tried again (the model is likely
+ * too big for another copy); one whose thread dies is replaced when next asked for.
  */
 export class ModelSession {
   private readonly narrow: SessionWorker[];
   private wide?: SessionWorker;
-  private wideLoading = false;
+  /** 'idle' until first asked for; 'failed' after a failed load (not tried again: likely short of memory). */
+  private wideState: 'idle' | 'loading' | 'loaded' | 'failed' = 'idle';
+  private grown = false;
   private closed = false;
 
   private constructor(
@@ -125,12 +129,26 @@ export class ModelSession {
     this.narrow = [first];
   }
 
+  /** Loads the first narrow session; the other instances load on grow(). */
   static async create(init: ModelSessionInit): Promise<ModelSession> {
     const first = await SessionWorker.create(plainInit(init, init.threads, init.providers));
     const { ready } = first;
-    const session = new ModelSession(first, init, ready.inputNames, ready.outputNames, ready.provider, ready.fallback);
-    if (ready.provider === 'cpu') for (let i = 1; i < (init.instances ?? 1); i++) session.load(init.threads, (w) => session.narrow.push(w));
-    return session;
+    return new ModelSession(first, init, ready.inputNames, ready.outputNames, ready.provider, ready.fallback);
+  }
+
+  /**
+   * Loads the other instances in the background (once the replica is ready, so they do not
+   * compete with its cold start); `loaded` is called as each one can take work.
+   */
+  grow(loaded?: () => void): void {
+    if (this.grown || this.provider !== 'cpu') return;
+    this.grown = true;
+    for (let i = 1; i < (this.init.instances ?? 1); i++) {
+      this.load(this.init.threads, (w) => {
+        this.narrow.push(w);
+        loaded?.();
+      });
+    }
   }
 
   private load(threads: number, keep: (w: SessionWorker) => void, failed?: () => void): void {
@@ -146,9 +164,9 @@ export class ModelSession {
     );
   }
 
-  /** Narrow sessions loaded: how many inferences may run at once. */
+  /** Narrow sessions loaded and alive: how many inferences may run at once. */
   get instances(): number {
-    return this.narrow.length;
+    return this.narrow.filter((w) => !w.dead).length;
   }
 
   /** Whether the wide session is loaded. */
@@ -163,14 +181,28 @@ export class ModelSession {
   async run(feeds: Feeds, wide = false): Promise<{ outputs: Feeds; inferMs: number; wide: boolean }> {
     if (wide && this.provider === 'cpu' && (this.init.wideThreads ?? 0) > this.init.threads) {
       const w = this.wide;
-      if (w && !w.dead && w.busy === 0) return { ...(await w.run(feeds)), wide: true };
-      if (!w && !this.wideLoading) {
-        this.wideLoading = true;
-        this.load(this.init.wideThreads!, (loaded) => (this.wide = loaded), () => (this.wideLoading = false));
+      if (w?.dead) {
+        // Its thread died: load another when next asked (an inference it held failed with it).
+        this.wide = undefined;
+        this.wideState = 'idle';
+      } else if (w && w.busy === 0) {
+        return { ...(await w.run(feeds)), wide: true };
+      }
+      if (this.wideState === 'idle') {
+        this.wideState = 'loading';
+        this.load(
+          this.init.wideThreads!,
+          (loaded) => {
+            this.wide = loaded;
+            this.wideState = 'loaded';
+          },
+          () => (this.wideState = 'failed'),
+        );
       }
     }
-    let pick = this.narrow[0];
-    for (const w of this.narrow) if (!w.dead && (pick.dead || w.busy < pick.busy)) pick = w;
+    const alive = this.narrow.filter((w) => !w.dead);
+    let pick = alive[0] ?? this.narrow[0];
+    for (const w of alive) if (w.busy < pick.busy) pick = w;
     return { ...(await pick.run(feeds)), wide: false };
   }
 

@@ -105,6 +105,8 @@ export class DynamicBatcher {
   private readonly full: Group[] = [];
   /** Inferences running now. */
   private running = 0;
+  /** Calls in the running inferences, by priority: their callers cannot join another batch now. */
+  private readonly inFlight = { live: 0, low: 0 };
   private timer: unknown = null;
   private readonly clock: Clock;
 
@@ -197,7 +199,8 @@ export class DynamicBatcher {
       for (const g of this.groups.values()) if (g.low === low && (!oldest || g.oldest < oldest.oldest)) oldest = g;
       if (!oldest) continue;
       const due = oldest.oldest + this.options.maxDelayMs;
-      const nobodyElse = this.options.potentialCallers !== undefined && this.options.potentialCallers(low) <= this.pending(low);
+      // Callers whose calls are running on another instance cannot join: count only the others.
+      const nobodyElse = this.options.potentialCallers !== undefined && this.options.potentialCallers(low) - this.inFlight[low ? 'low' : 'live'] <= this.pending(low);
       if (due <= now || nobodyElse) {
         this.groups.delete(oldest.key);
         return oldest;
@@ -209,6 +212,8 @@ export class DynamicBatcher {
 
   private async execute(group: Group): Promise<void> {
     this.running++;
+    const lane = group.low ? 'low' : 'live';
+    this.inFlight[lane] += group.calls.length;
     const started = this.clock.now();
     const calls = group.calls;
     const s = this.stats;
@@ -233,6 +238,7 @@ export class DynamicBatcher {
       for (const c of calls) c.reject(err);
     } finally {
       this.running--;
+      this.inFlight[lane] -= group.calls.length;
       this.dispatch();
     }
   }

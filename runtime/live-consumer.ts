@@ -17,6 +17,8 @@ import type { Logger } from '../core/log.ts';
 
 /** How long one read waits for work before looking again (bounds how long a drain waits for the reader). */
 const BLOCK_MS = 1000;
+/** Tries at finishing a tick's requests (100 and 400 ms apart) before leaving them pending. */
+const FINISH_ATTEMPTS = 3;
 
 export interface LiveConsumerOptions {
   redis: Redis;
@@ -150,15 +152,18 @@ export class LiveConsumer {
     void this.o.process(id, data, deliveries).then(
       (outcome) => this.done(id, outcome || undefined),
       (err: Error) => {
-        this.o.log.error({ err, rid: data.rid }, 'live request failed outside its handler');
-        this.done(id);
+        // Not finished (e.g. Redis refused the job record's update): left pending, not held, so
+        // it runs again after lockMs (here or on another replica), where a finished job record
+        // is metered and its webhook queued. Its delivery count bounds how often.
+        this.o.log.error({ err, rid: data.rid }, 'live request failed outside its handler; it will run again after the lock time');
+        this.done(id, undefined, false);
       },
     );
   }
 
-  private done(id: string, outcome?: LiveOutcome): void {
+  private done(id: string, outcome?: LiveOutcome, finish = true): void {
     this.held.delete(id);
-    this.finish(id, outcome);
+    if (finish) this.finish(id, outcome);
     this.slotFreed?.();
     this.slotFreed = undefined;
     if (this.active === 0) this.idle?.();
@@ -174,9 +179,20 @@ export class LiveConsumer {
     if (!this.finished.length) return;
     const entries = this.finished;
     this.finished = [];
-    await finishLiveEntries(this.o.redis, this.o.fn, entries)
-      // Left pending: another replica runs them again after lockMs (at least once, as with any queue).
-      .catch((err: Error) => this.o.log.warn({ err: err.message, entries: entries.length }, 'could not finish requests (usage, reply, acknowledgement); they stay pending and run again elsewhere'));
+    // A short Redis hiccup must not hold a reply back for lockMs (nor count as a crash): retry.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await finishLiveEntries(this.o.redis, this.o.fn, entries);
+        return;
+      } catch (err) {
+        if (attempt >= FINISH_ATTEMPTS) {
+          // Left pending: they run again after lockMs (at least once, as with any queue).
+          this.o.log.warn({ err: (err as Error).message, entries: entries.length }, 'could not finish requests (usage, reply, acknowledgement); they stay pending and run again after the lock time');
+          return;
+        }
+        await new Promise((r) => setTimeout(r, 100 * 4 ** (attempt - 1)));
+      }
+    }
   }
 
   /**

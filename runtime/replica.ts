@@ -267,6 +267,8 @@ export class Replica {
     this.batchWorker.on('error', (err) => this.log.error({ err, queue: batchQueue }, 'queue worker error'));
     this.state = 'ready';
     this.readyAt = Date.now();
+    // The models' other instances load now, off the cold start's path.
+    for (const m of this.models.values()) m.session.grow(() => m.batcher.poke());
     await this.beat();
     await this.announceColdStart();
     this.log.info({ coldStart: this.coldStart }, 'replica ready');
@@ -418,7 +420,8 @@ export class Replica {
    * each other's inferences; two lone requests in two replicas oversubscribe the cores briefly.
    */
   private async infer(session: ModelSession, feeds: Feeds): Promise<{ outputs: Feeds; inferMs: number; wide: boolean }> {
-    const wide = this.inferring === 0 && this.lanes.live + this.lanes.batch <= 1;
+    // Not during setup and warmup: a replica that never sees a lone request never loads it.
+    const wide = this.state === 'ready' && this.inferring === 0 && this.lanes.live + this.lanes.batch <= 1;
     this.inferring++;
     try {
       return await session.run(feeds, wide);
@@ -499,13 +502,14 @@ export class Replica {
     }
     if (!isTerminal(state)) return undefined;
     // Finished by an earlier run that died before its entry was acknowledged: queue the webhook
-    // (deduped by id), and meter it from the record unless the gateway finished it (a queued job
+    // (deduped by id), and meter it from the record, unless the gateway finished it (a queued job
     // canceled: metered there). Metered only if this acknowledgement is the first.
-    const [url, replica, httpStatus, timing, result] = await this.o.redis.hmget(keys.job(id), 'webhook', 'replica', 'httpStatus', 'timing', 'result');
+    const [url, by, httpStatus, timing, result, finishedAt] = await this.o.redis.hmget(keys.job(id), 'webhook', 'finishedBy', 'httpStatus', 'timing', 'result', 'finishedAt');
     if (url) await enqueueWebhook(this.webhooks(), { job: id, url });
-    if (!replica) return undefined;
+    if (by !== 'replica') return undefined;
     const t = (JSON.parse(timing ?? 'null') as ReplyHeader['timing'] | null) ?? { queueMs: 0, handlerMs: 0, inferMs: 0, batchMs: 0 };
-    return { usage: this.usageRecord(jobId, data, { rid: data.rid, status: Number(httpStatus ?? 0), replica, timing: t }, Buffer.byteLength(result ?? '')) };
+    const usage = this.usageRecord(jobId, data, { rid: data.rid, status: Number(httpStatus ?? 0), replica: this.o.id, timing: t }, Buffer.byteLength(result ?? ''));
+    return { usage: { ...usage, at: finishedAt ?? usage.at } };
   }
 
   private usageRecord(jobId: string, data: RunJobData, header: ReplyHeader, bytesOut: number): UsageRecord {

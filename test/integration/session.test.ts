@@ -24,7 +24,12 @@ describe('model sessions', () => {
     sessions.push(s);
     input = s.inputNames[0];
     assert.equal(s.instances, 1, 'one instance before the replica is ready');
+    await new Promise((r) => setTimeout(r, 200));
+    assert.equal(s.instances, 1, 'the others load on grow()');
+    let loaded = 0;
+    s.grow(() => loaded++);
     await eventually(async () => s.instances === 2, 'the second instance to load');
+    assert.equal(loaded, 1);
     assert.equal(s.hasWide, false, 'the wide session loads only when asked for');
     assert.equal((await s.run(feeds(), true)).wide, false, 'the first ask runs narrow while the wide session loads');
     await eventually(async () => s.hasWide, 'the wide session to load');

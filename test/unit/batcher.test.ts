@@ -135,6 +135,21 @@ describe('DynamicBatcher', () => {
     assert.deepEqual(b.stats.callsPerBatch, { 1: 2, 3: 1 });
   });
 
+  it('a free instance does not wait for callers whose calls run on another instance', async () => {
+    const clock = new FakeClock();
+    const { batches, execute } = recorder();
+    const b = new DynamicBatcher({ maxBatchSize: 16, maxDelayMs: 50, execute, clock, instances: () => 2, potentialCallers: () => 3 });
+    const first = b.run(rowsOf([0]));
+    clock.advance(50);
+    assert.equal(batches.length, 1, 'alone past its delay');
+    const others = [1, 2].map((v) => b.run(rowsOf([v])));
+    assert.equal(batches.length, 2, 'the two callers left both wait here: nobody else could join');
+    assert.deepEqual(batches[1].dims, [2, 2]);
+    batches[0].release();
+    batches[1].release();
+    await Promise.all([first, ...others]);
+  });
+
   it('seals a batch before it would exceed maxBatchSize rows; a lone oversized call runs alone', async () => {
     const clock = new FakeClock();
     const { batches, execute } = recorder();
