@@ -16,7 +16,7 @@ import { IMAGE_TEXT, testImage } from './image.ts';
 import { coresByRole, sampleCpu } from './cpu.ts';
 import { closedLoop, type Target } from './load.ts';
 import { ORT_VERSION } from './ort.ts';
-import { bestCls, machine, PIPELINE_THREADS, rawCls, rawPipeline, rawPipelines } from './raw.ts';
+import { bestCls, machine, PIPELINE_THREADS, rawCls, rawPipelines } from './raw.ts';
 import { formatReport } from './report.ts';
 import { computeRatios, type BenchResult, type ColdOnlyResult, type Measured, type OcrPoint } from './result.ts';
 import { HEARTBEAT_MS, ROOT, batchCounters, batchDelta, startEmbers, startNaive } from './servers.ts';
@@ -109,8 +109,8 @@ async function mainBatchOnly(): Promise<void> {
   const window = windowFromEnv();
   const image = await testImage();
   const ocrBody = Buffer.from(JSON.stringify({ image }));
-  log('raw: ocr pipeline in-process');
-  const { output: _output, ...pipeline } = await rawPipeline(image, window);
+  log(`raw: ocr pipeline in-process, intra-op threads ${PIPELINE_THREADS.join(' and ')}`);
+  const [{ output: _output, ...pipeline }] = await rawPipelines(image, window);
   log('starting embers dev');
   const embers = await startEmbers({ ocr: ocrBody.toString(), echo: ECHO_BODY });
   try {

@@ -33,7 +33,8 @@ export interface BatchResult {
 export interface BatcherOptions {
   maxBatchSize: number;
   maxDelayMs: number;
-  execute: (feeds: Feeds) => Promise<BatchResult>;
+  /** Runs one batch; `low` when it carries low-priority (batch line) calls. */
+  execute: (feeds: Feeds, low: boolean) => Promise<BatchResult>;
   clock?: Clock;
   /**
    * How many callers of a priority could still join a batch (e.g. the replica's requests in
@@ -222,7 +223,7 @@ export class DynamicBatcher {
     s.maxCallsPerBatch = Math.max(s.maxCallsPerBatch, calls.length);
     s.callsPerBatch[calls.length] = (s.callsPerBatch[calls.length] ?? 0) + 1;
     try {
-      const { outputs, inferMs, wide } = await this.options.execute(concatFeeds(calls.map((c) => c.feeds)));
+      const { outputs, inferMs, wide } = await this.options.execute(concatFeeds(calls.map((c) => c.feeds)), group.low);
       s.inferMsTotal += inferMs;
       if (wide) s.wide++;
       // A wide run's cost says nothing about batch sizes under load, where inferences run narrow.

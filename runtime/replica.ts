@@ -197,7 +197,7 @@ export class Replica {
         if (session.fallback) this.log.warn({ model: name }, session.fallback);
         const batcher = new DynamicBatcher({
           ...manifest.batching,
-          execute: (feeds) => this.infer(session, feeds),
+          execute: (feeds, low) => this.infer(session, feeds, low),
           instances: () => session.instances,
           potentialCallers: (low) => (low ? this.lanes.batch : this.lanes.live),
           lowMayRun: () => this.gate.open,
@@ -414,14 +414,17 @@ export class Replica {
   }
 
   /**
-   * One inference. It runs wide (every core) when it is the only request in the replica and no
-   * other inference runs: a lone request then takes the whole machine, while concurrent requests
-   * each keep to their thread and fill the cores side by side. Replicas on one node do not see
-   * each other's inferences; two lone requests in two replicas oversubscribe the cores briefly.
+   * One inference. It runs wide (every core) when no other inference runs and its request is
+   * alone: the only live request in the replica (batch lines start no inference while one runs:
+   * live-first.ts), or for a batch line, the only request of either kind. A lone request then
+   * takes the whole machine, while concurrent requests each keep to their thread and fill the
+   * cores side by side. Replicas on one node do not see each other's inferences; two lone
+   * requests in two replicas oversubscribe the cores briefly.
    */
-  private async infer(session: ModelSession, feeds: Feeds): Promise<{ outputs: Feeds; inferMs: number; wide: boolean }> {
+  private async infer(session: ModelSession, feeds: Feeds, low: boolean): Promise<{ outputs: Feeds; inferMs: number; wide: boolean }> {
+    const alone = low ? this.lanes.live + this.lanes.batch <= 1 : this.lanes.live <= 1;
     // Not during setup and warmup: a replica that never sees a lone request never loads it.
-    const wide = this.state === 'ready' && this.inferring === 0 && this.lanes.live + this.lanes.batch <= 1;
+    const wide = this.state === 'ready' && this.inferring === 0 && alone;
     this.inferring++;
     try {
       return await session.run(feeds, wide);
