@@ -3,7 +3,7 @@
 import { randomBytes } from 'node:crypto';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import type { Config } from '../core/config.ts';
+import { ortInstances, type Config } from '../core/config.ts';
 import type { Logger } from '../core/log.ts';
 import { storeFromConfig, type ObjectStore } from '../core/s3.ts';
 import { startGateway, type GatewayOptions, type RunningGateway } from '../gateway/server.ts';
@@ -73,6 +73,7 @@ export function agentOptions(config: Config, o: { redisUrl: string; store: Objec
     heartbeatMs: Math.min(1_000, config.EMBERS_HEARTBEAT_MS),
     nodeTtlMs: config.EMBERS_NODE_TTL_MS,
     providers: config.EMBERS_EXECUTION_PROVIDERS,
+    modelReplicaCores: config.EMBERS_EXECUTION_PROVIDERS[0] === 'cpu' ? ortInstances(config) * config.EMBERS_ORT_THREADS : 0,
     scheduler: {
       tickMs: config.EMBERS_SCHEDULER_TICK_MS,
       batchMaxOutstanding: config.EMBERS_BATCH_MAX_OUTSTANDING,

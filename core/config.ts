@@ -121,3 +121,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   }
   return { ...parsed.data, dataDir: path.resolve(parsed.data.EMBERS_DATA_DIR) };
 }
+
+/** Model sessions per model in a replica on CPU: EMBERS_ORT_INSTANCES, else one per EMBERS_ORT_THREADS cores. */
+export function ortInstances(config: Pick<Config, 'EMBERS_ORT_INSTANCES' | 'EMBERS_ORT_THREADS'>): number {
+  return config.EMBERS_ORT_INSTANCES ?? Math.max(1, Math.floor(os.availableParallelism() / config.EMBERS_ORT_THREADS));
+}

@@ -168,6 +168,9 @@ export interface NodeRecord {
   host: string;
   pid: number;
   slots: number;
+  /** CPU cores, and how many a replica running models keeps busy here (0 on GPUs). */
+  cores?: number;
+  modelReplicaCores?: number;
   gpus: { index: number; name: string; memoryMiB: number }[];
   replicas: number;
   startedAt: string;

@@ -2,8 +2,7 @@
 // Redis connected) and assigns it a function version over IPC when a replica is needed, so a
 // cold start does not pay for process and module start-up. Started without
 // EMBERS_REPLICA_STANDBY, it reads its assignment from the environment instead.
-import os from 'node:os';
-import { loadConfig } from '../core/config.ts';
+import { loadConfig, ortInstances } from '../core/config.ts';
 import { EXIT_REPLACE_ME, keys, type Manifest } from '../core/contracts.ts';
 import { createLogger } from '../core/log.ts';
 import { createRedis } from '../core/redis.ts';
@@ -85,7 +84,7 @@ replica = new Replica({
   providers: config.EMBERS_EXECUTION_PROVIDERS,
   threads: config.EMBERS_ORT_THREADS,
   wideThreads: config.EMBERS_ORT_WIDE_THREADS,
-  instances: config.EMBERS_ORT_INSTANCES ?? Math.max(1, Math.floor(os.availableParallelism() / config.EMBERS_ORT_THREADS)),
+  instances: ortInstances(config),
   concurrency: config.EMBERS_REPLICA_CONCURRENCY,
   batchConcurrency: config.EMBERS_BATCH_CONCURRENCY,
   batchYieldMs: config.EMBERS_BATCH_YIELD_MS,

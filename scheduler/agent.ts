@@ -44,6 +44,8 @@ export interface AgentOptions {
   replicaEnv?: Record<string, string>;
   /** Execution providers replicas are asked to use: GPUs are handed out only for cuda/tensorrt. */
   providers?: string[];
+  /** Cores a replica running models keeps busy under load (its instances × threads; 0 on GPUs). @default 0 */
+  modelReplicaCores?: number;
 }
 
 interface ReplicaProcess {
@@ -121,6 +123,8 @@ export class NodeAgent {
       host: os.hostname(),
       pid: process.pid,
       slots: this.slots,
+      cores: os.availableParallelism(),
+      modelReplicaCores: this.gpus.length && (this.o.providers ?? []).some((p) => p !== 'cpu') ? 0 : (this.o.modelReplicaCores ?? 0),
       gpus: this.gpus,
       replicas: this.replicas.size,
       startedAt: new Date().toISOString(),

@@ -117,7 +117,12 @@ export class Scheduler {
     this.lastDesired = desired;
     for (const fn of this.states.keys()) if (!(fn in desired)) this.states.delete(fn);
 
-    const placement = place(desired, nodes, Object.fromEntries(Object.entries(previous).map(([fn, r]) => [fn, r.nodes])) as Placement);
+    const runsModels = new Set(manifests.filter((m) => Object.keys(m.models).length > 0).map((m) => m.name));
+    const placement = place(desired, nodes, Object.fromEntries(Object.entries(previous).map(([fn, r]) => [fn, r.nodes])) as Placement, runsModels);
+    for (const [fn, r] of Object.entries(records)) {
+      const placed = Object.values(placement[fn] ?? {}).reduce((a, n) => a + n, 0);
+      if (placed < r.desired) r.reason += `; ${placed} placed: the nodes have no spare ${runsModels.has(fn) ? 'cores or slots' : 'slots'} for more`;
+    }
     const versions = Object.fromEntries(manifests.map((m) => [m.name, m.version]));
     const next: Record<string, string> = {};
     for (const [fn, perNode] of Object.entries(placement)) next[fn] = JSON.stringify({ version: versions[fn], nodes: perNode } satisfies PlacementRecord);

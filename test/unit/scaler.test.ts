@@ -82,6 +82,21 @@ describe('placement', () => {
     assert.deepEqual(place({ ocr: 1 }, nodes, { ocr: { a: 1, b: 1 } }), { ocr: { b: 1 } });
     assert.deepEqual(place({ ocr: 1 }, nodes, { ocr: { a: 2 } }), { ocr: { a: 1 } });
   });
+  it('adds model replicas only where cores are free; every function still gets its first', () => {
+    const cpu = [
+      { id: 'a', slots: 8, cores: 4, modelReplicaCores: 2 },
+      { id: 'b', slots: 8, cores: 2, modelReplicaCores: 2 },
+    ];
+    const models = new Set(['ocr', 'vad']);
+    // Two ocr replicas fill a's 4 cores and b's 2: the third and fourth would only contend.
+    assert.deepEqual(place({ ocr: 4 }, cpu, {}, models), { ocr: { a: 2, b: 1 } });
+    // vad's first replica is placed although every core is spoken for; its second is not.
+    assert.deepEqual(place({ ocr: 4, vad: 2 }, cpu, { ocr: { a: 2, b: 1 } }, models), { ocr: { a: 2, b: 1 }, vad: { b: 1 } });
+    // Functions without models (I/O-bound handlers) are limited by slots only.
+    assert.deepEqual(place({ ocr: 3, echo: 4 }, cpu, { ocr: { a: 2, b: 1 } }, models), { ocr: { a: 2, b: 1 }, echo: { a: 2, b: 2 } });
+    // A GPU node's model replicas cost no cores.
+    assert.deepEqual(place({ ocr: 3 }, [{ id: 'g', slots: 8, cores: 2, modelReplicaCores: 0 }], {}, models), { ocr: { g: 3 } });
+  });
   it('never exceeds node slots', () => {
     const p = place({ ocr: 3, echo: 3 }, nodes, {});
     const perNode = (id: string) => Object.values(p).reduce((n, m) => n + (m[id] ?? 0), 0);
