@@ -174,7 +174,12 @@ export class TenantStore {
 
   /** The key a secret belongs to (revoked ones included, so callers can say so), or null. */
   async resolve(secret: string): Promise<ApiKey | null> {
-    const raw = await this.redis.hget(tenantKeys.keysByHash, hashSecret(secret));
+    return this.resolveHash(hashSecret(secret));
+  }
+
+  /** resolve() for a secret already hashed (hashSecret): the gateway hashes each key once. */
+  async resolveHash(hash: string): Promise<ApiKey | null> {
+    const raw = await this.redis.hget(tenantKeys.keysByHash, hash);
     return raw ? (JSON.parse(raw) as ApiKey) : null;
   }
 

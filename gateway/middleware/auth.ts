@@ -18,12 +18,13 @@ export function authenticate(tenants: TenantStore, adminKey?: string): Middlewar
     if (!header) throw new ApiError(401, 'unauthorized', 'missing "Authorization: Bearer <key>" header (npm start prints the key)');
     const m = /^Bearer\s+(\S+)$/i.exec(header);
     if (!m) throw new ApiError(401, 'unauthorized', 'Authorization header must be "Bearer <key>"');
-    const secret = m[1];
-    if (admin && timingSafeEqual(digest(secret), admin)) {
+    // One sha256 per request: compared with the admin key's, and (as hex) the key's lookup id.
+    const hashed = digest(m[1]);
+    if (admin && timingSafeEqual(hashed, admin)) {
       c.set('auth', ADMIN_AUTH);
       return next();
     }
-    const key = await tenants.resolve(secret);
+    const key = await tenants.resolveHash(hashed.toString('hex'));
     if (!key) throw new ApiError(401, 'unauthorized', 'invalid API key');
     if (key.revokedAt) throw new ApiError(401, 'unauthorized', `this key was revoked (${key.id}, at ${key.revokedAt}); ask your Embers admin for a new one`);
     c.set('auth', { tenant: key.tenant, keyId: key.id, scopes: key.scopes, admin: false, ...(key.limits ? { limits: key.limits } : {}) });
