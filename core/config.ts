@@ -52,7 +52,7 @@ export const ConfigSchema = z.object({
    * On CPU, sessions per model in a replica that may run at once (Triton's instance count), one
    * per core by default: inferences of concurrent requests run side by side. Each is a copy of
    * the model in memory; the first is loaded before the replica is ready, the others after.
-   * @default cores ÷ EMBERS_ORT_THREADS
+   * @default cores ÷ EMBERS_ORT_THREADS, at most 4 (more: set it)
    */
   EMBERS_ORT_INSTANCES: int(1, 256).optional(),
   /** Jobs a replica holds in flight, so batches can fill. @default 32 */
@@ -122,7 +122,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   return { ...parsed.data, dataDir: path.resolve(parsed.data.EMBERS_DATA_DIR) };
 }
 
-/** Model sessions per model in a replica on CPU: EMBERS_ORT_INSTANCES, else one per EMBERS_ORT_THREADS cores. */
+/** Most model sessions per model by default: each is a copy of the model in memory. */
+const DEFAULT_MAX_INSTANCES = 4;
+
+/** Model sessions per model in a replica on CPU: EMBERS_ORT_INSTANCES, else one per EMBERS_ORT_THREADS cores, at most 4. */
 export function ortInstances(config: Pick<Config, 'EMBERS_ORT_INSTANCES' | 'EMBERS_ORT_THREADS'>): number {
-  return config.EMBERS_ORT_INSTANCES ?? Math.max(1, Math.floor(os.availableParallelism() / config.EMBERS_ORT_THREADS));
+  return config.EMBERS_ORT_INSTANCES ?? Math.max(1, Math.min(DEFAULT_MAX_INSTANCES, Math.floor(os.availableParallelism() / config.EMBERS_ORT_THREADS)));
 }

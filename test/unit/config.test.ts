@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { ConfigError, loadConfig } from '../../core/config.ts';
+import os from 'node:os';
+import { ConfigError, loadConfig, ortInstances } from '../../core/config.ts';
 import { concatFeeds, splitOutputs, tensor } from '../../native/tensor.ts';
 import { decodeReply, encodeReply, FUNCTION_NAME } from '../../core/contracts.ts';
 import { resolveModelFile } from '../../cli/deploy.ts';
@@ -13,6 +14,11 @@ describe('configuration', () => {
     assert.equal(c.EMBERS_PORT, 8787);
     assert.deepEqual(c.EMBERS_EXECUTION_PROVIDERS, ['cpu']);
     assert.equal(c.EMBERS_ORT_THREADS, 1);
+    // One model session per core, at most 4 (each is a copy of the model); one more, wide, for a lone request.
+    assert.equal(ortInstances(c), Math.max(1, Math.min(4, os.availableParallelism())));
+    assert.equal(c.EMBERS_ORT_WIDE_THREADS, os.availableParallelism());
+    assert.equal(ortInstances(loadConfig({ EMBERS_ORT_INSTANCES: '7' })), 7);
+    assert.equal(ortInstances(loadConfig({ EMBERS_ORT_THREADS: '64' })), 1);
   });
 
   it('names every bad variable', () => {
