@@ -73,7 +73,7 @@ export function agentOptions(config: Config, o: { redisUrl: string; store: Objec
     heartbeatMs: Math.min(1_000, config.EMBERS_HEARTBEAT_MS),
     nodeTtlMs: config.EMBERS_NODE_TTL_MS,
     providers: config.EMBERS_EXECUTION_PROVIDERS,
-    modelReplicaCores: config.EMBERS_EXECUTION_PROVIDERS[0] === 'cpu' ? ortInstances(config) * config.EMBERS_ORT_THREADS : 0,
+    modelReplicaCores: ortInstances(config) * config.EMBERS_ORT_THREADS,
     scheduler: {
       tickMs: config.EMBERS_SCHEDULER_TICK_MS,
       batchMaxOutstanding: config.EMBERS_BATCH_MAX_OUTSTANDING,

@@ -7,7 +7,7 @@ export function createRedis(url: string, options: RedisOptions = {}): Redis {
   // Connection errors are retried by ioredis and surface as failed commands where they matter;
   // without a listener ioredis prints each one to stderr as "Unhandled error event".
   client.on('error', () => {});
-  if (process.env.COALESCE !== '0') coalesceWrites(client);
+  coalesceWrites(client);
   return client;
 }
 
@@ -20,15 +20,15 @@ export function createRedis(url: string, options: RedisOptions = {}): Redis {
  */
 function coalesceWrites(client: Redis): void {
   const send = client.sendCommand.bind(client);
-  let corked: { uncork(): void } | undefined;
+  let corked = false;
   client.sendCommand = ((command, stream) => {
-    const socket = client.stream as (typeof client.stream & { cork?(): void; uncork?(): void }) | undefined;
-    if (!corked && client.status === 'ready' && socket?.cork && !stream) {
+    const socket = client.stream;
+    if (!corked && !stream && client.status === 'ready' && socket) {
       socket.cork();
-      corked = socket as { uncork(): void };
+      corked = true;
       setImmediate(() => {
-        corked = undefined;
-        socket.uncork!();
+        corked = false;
+        socket.uncork();
       });
     }
     return send(command, stream);

@@ -166,7 +166,9 @@ export class ModelSession {
 
   /** Narrow sessions loaded and alive: how many inferences may run at once. */
   get instances(): number {
-    return this.narrow.filter((w) => !w.dead).length;
+    let n = 0;
+    for (const w of this.narrow) if (!w.dead) n++;
+    return n;
   }
 
   /** Whether the wide session is loaded. */
@@ -200,10 +202,10 @@ export class ModelSession {
         );
       }
     }
-    const alive = this.narrow.filter((w) => !w.dead);
-    let pick = alive[0] ?? this.narrow[0];
-    for (const w of alive) if (w.busy < pick.busy) pick = w;
-    return { ...(await pick.run(feeds)), wide: false };
+    // The least busy live one (all dead: the first, which rejects with why).
+    let pick: SessionWorker | undefined;
+    for (const w of this.narrow) if (!w.dead && (!pick || w.busy < pick.busy)) pick = w;
+    return { ...(await (pick ?? this.narrow[0]).run(feeds)), wide: false };
   }
 
   async close(): Promise<void> {

@@ -298,7 +298,7 @@ export class Replica {
    * Loads the models' other instances (ModelSession.grow) once the replica has been ready for
    * GROW_AFTER_MS and is either idle or holds more than one request. Loading takes the cores for
    * a few hundred ms: not while the request that waited for the cold start runs alone (its
-   * handler measured 424–542 ms with the loads beside it, 260–333 ms without), but as soon as
+   * handler measured 424–542 ms with the loads beside it, 257–302 ms without), but as soon as
    * there is load to share.
    */
   private maybeGrow(): void {
@@ -642,7 +642,8 @@ export class Replica {
 const gcStats = { count: 0, ms: 0 };
 let gcObserver: PerformanceObserver | undefined;
 function observeGc(): void {
-  gcObserver ??= new PerformanceObserver((list) => {
+  if (gcObserver) return;
+  gcObserver = new PerformanceObserver((list) => {
     for (const e of list.getEntries()) {
       gcStats.count++;
       gcStats.ms += e.duration;

@@ -44,7 +44,7 @@ export interface AgentOptions {
   replicaEnv?: Record<string, string>;
   /** Execution providers replicas are asked to use: GPUs are handed out only for cuda/tensorrt. */
   providers?: string[];
-  /** Cores a replica running models keeps busy under load (its instances × threads; 0 on GPUs). @default 0 */
+  /** Cores a replica running models keeps busy under load on CPU (its instances × threads). @default 0 */
   modelReplicaCores?: number;
 }
 
@@ -117,6 +117,11 @@ export class NodeAgent {
     return [...this.replicas.values()].map((r) => ({ id: r.id, fn: r.fn, version: r.version, state: r.state, pid: r.child.pid }));
   }
 
+  /** Replicas run their models on this node's GPUs (it has some, and a GPU provider is asked for). */
+  private get onGpus(): boolean {
+    return this.gpus.length > 0 && (this.o.providers ?? []).some((p) => p !== 'cpu');
+  }
+
   private async advertise(): Promise<void> {
     const record: NodeRecord = {
       id: this.id,
@@ -124,7 +129,7 @@ export class NodeAgent {
       pid: process.pid,
       slots: this.slots,
       cores: os.availableParallelism(),
-      modelReplicaCores: this.gpus.length && (this.o.providers ?? []).some((p) => p !== 'cpu') ? 0 : (this.o.modelReplicaCores ?? 0),
+      modelReplicaCores: this.onGpus ? 0 : (this.o.modelReplicaCores ?? 0),
       gpus: this.gpus,
       replicas: this.replicas.size,
       startedAt: new Date().toISOString(),
@@ -206,7 +211,7 @@ export class NodeAgent {
 
   private spawn(fn: string, version: string): void {
     const id = `${fn}-${version}-${randomUUID().slice(0, 6)}`;
-    const gpu = this.gpus.length && (this.o.providers ?? []).some((p) => p !== 'cpu') ? this.gpus[this.spawned % this.gpus.length] : undefined;
+    const gpu = this.onGpus ? this.gpus[this.spawned % this.gpus.length] : undefined;
     this.spawned++;
     const spawnedAt = Date.now();
     const perReplica: Record<string, string> = gpu ? { CUDA_VISIBLE_DEVICES: String(gpu.index) } : {};
