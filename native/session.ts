@@ -1,5 +1,7 @@
-// A model session living on a worker thread. Inputs and outputs cross by transfer, not copy.
+// A model's sessions: on worker threads (inputs and outputs cross by transfer, not copy), and
+// one on the replica's own thread for a lone request.
 import { Worker } from 'node:worker_threads';
+import { runSession, sessionOptions } from './ort-session.ts';
 import type { Feeds } from './tensor.ts';
 
 export type ExecutionProvider = 'cpu' | 'cuda' | 'tensorrt';
@@ -90,30 +92,73 @@ class SessionWorker {
 export interface ModelSessionInit extends SessionInit {
   /** On CPU, sessions that may run at once (each on its own thread with `threads`). @default 1 */
   instances?: number;
-  /** On CPU, intra-op threads of the wide session a lone inference may use (0 or ≤ threads: none). */
+  /** On CPU, intra-op threads of the inline session a lone inference may use (0 or ≤ threads: none). */
   wideThreads?: number;
-  /** A session loaded in the background (an extra instance, the wide one) failed to load. */
+  /** The model file's size: a model over INLINE_MAX_BYTES gets no inline session. */
+  bytes?: number;
+  /** A session loaded in the background (an extra instance, the inline one) failed to load. */
   onBackgroundError?: (err: Error) => void;
 }
 
 /**
- * A model's sessions, each on a worker thread: Triton's instance group, plus on CPU a wide one.
- * - `instances` narrow sessions let inferences of concurrent requests run side by side, one
- *   thread each (a single session runs one inference at a time: with two models of unequal cost
- *   in a pipeline, the costlier one alone would hold the replica to one core).
- * - The wide session has `wideThreads` intra-op threads and serves an inference that has the
- *   replica to itself (the caller says so): one request alone runs on every core.
+ * Largest model that gets an inline session. Loading one holds the replica's thread (about
+ * 10 ms per MB measured here: PaddleOCR det 4.7 MB 73 ms, rec 10.8 MB 94 ms), so a bigger model
+ * would stall its replica for more than about half a second.
+ */
+export const INLINE_MAX_BYTES = 64 * 2 ** 20;
+
+/** A session on the replica's own thread: no thread hop, but it holds that thread while it runs. */
+class InlineSession {
+  busy = false;
+
+  private constructor(
+    private readonly session: import('onnxruntime-node').InferenceSession,
+    private readonly Tensor: typeof import('onnxruntime-node').Tensor,
+  ) {}
+
+  /** Holds the calling thread while the model loads (onnxruntime-node loads synchronously). */
+  static async create(path: string, threads: number): Promise<InlineSession> {
+    // Named exports: how tsx and Node hand out this CommonJS module's default differs.
+    const ort = await import('onnxruntime-node');
+    return new InlineSession(await ort.InferenceSession.create(path, sessionOptions(['cpu'], threads)), ort.Tensor);
+  }
+
+  async run(feeds: Feeds): Promise<{ outputs: Feeds; inferMs: number }> {
+    this.busy = true;
+    try {
+      return await runSession(this.session, this.Tensor, feeds);
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  close(): Promise<void> {
+    return this.session.release();
+  }
+}
+
+/**
+ * A model's sessions: Triton's instance group on worker threads, plus on CPU an inline one.
+ * - `instances` narrow sessions, each on a worker thread with `threads` intra-op threads, let
+ *   inferences of concurrent requests run side by side (a single session runs one inference at
+ *   a time: with two models of unequal cost in a pipeline, the costlier one alone would hold the
+ *   replica to one core).
+ * - The inline session has `wideThreads` intra-op threads and runs on the caller's thread (the
+ *   replica's): it serves an inference that has the replica to itself (the caller says so), so a
+ *   lone request runs on every core and skips the two thread hops of a worker (~0.3–0.4 ms each
+ *   on these VMs when the other thread sleeps). It holds the replica's thread while it runs,
+ *   which is why only a lone request may use it.
  * Only the first narrow session is loaded before the replica is ready; the other instances load
- * once it is (grow()), and the wide session when first asked for, so neither adds to a cold
- * start, and a replica under steady load never loads the wide one. Until loaded, their work
- * runs on the first. A wide session that fails to load is not tried again (the model is likely
- * too big for another copy); one whose thread dies is replaced when next asked for.
+ * once it is (grow()). The inline session is only marked wanted when a lone inference first asks
+ * for it; the caller loads it (loadWide()) at a moment its thread is free, since loading holds
+ * that thread too. Until loaded, their work runs on the first narrow session. An inline session
+ * that fails to load is not tried again (the model is likely too big for another copy).
  */
 export class ModelSession {
   private readonly narrow: SessionWorker[];
-  private wide?: SessionWorker;
-  /** 'idle' until first asked for; 'failed' after a failed load (not tried again: likely short of memory). */
-  private wideState: 'idle' | 'loading' | 'loaded' | 'failed' = 'idle';
+  private inline?: InlineSession;
+  /** 'wanted' once a lone inference asked for it; 'failed' after a failed load (not tried again: likely short of memory). */
+  private wideState: 'idle' | 'wanted' | 'loading' | 'loaded' | 'failed' = 'idle';
   private grown = false;
   private closed = false;
 
@@ -144,24 +189,15 @@ export class ModelSession {
     if (this.grown || this.provider !== 'cpu') return;
     this.grown = true;
     for (let i = 1; i < (this.init.instances ?? 1); i++) {
-      this.load(this.init.threads, (w) => {
-        this.narrow.push(w);
-        loaded?.();
-      });
+      SessionWorker.create(plainInit(this.init, this.init.threads, ['cpu'])).then(
+        (w) => {
+          if (this.closed) return void w.close();
+          this.narrow.push(w);
+          loaded?.();
+        },
+        (err: Error) => this.init.onBackgroundError?.(err),
+      );
     }
-  }
-
-  private load(threads: number, keep: (w: SessionWorker) => void, failed?: () => void): void {
-    SessionWorker.create(plainInit(this.init, threads, ['cpu'])).then(
-      (w) => {
-        if (this.closed) void w.close();
-        else keep(w);
-      },
-      (err: Error) => {
-        failed?.();
-        this.init.onBackgroundError?.(err);
-      },
-    );
   }
 
   /** Narrow sessions loaded and alive: how many inferences may run at once. */
@@ -171,36 +207,48 @@ export class ModelSession {
     return n;
   }
 
-  /** Whether the wide session is loaded. */
+  /** Whether this model may have an inline session: on CPU, wider than the narrow ones, and not too big. */
+  private get inlineAllowed(): boolean {
+    return this.provider === 'cpu' && (this.init.wideThreads ?? 0) > this.init.threads && (this.init.bytes ?? 0) <= INLINE_MAX_BYTES;
+  }
+
+  /** Whether the inline session is loaded. */
   get hasWide(): boolean {
-    return this.wide !== undefined && !this.wide.dead;
+    return this.inline !== undefined;
+  }
+
+  /** Whether a lone inference asked for the inline session and it is not loaded yet: call loadWide() when the thread is free. */
+  get wantsWide(): boolean {
+    return this.wideState === 'wanted';
   }
 
   /**
-   * Runs one (already batched) inference; `wide` asks for the wide session, used when it is
-   * loaded and idle (the first ask loads it). The feeds' buffers are transferred: do not reuse them.
+   * Loads the inline session. It holds the calling thread for the load (about 10 ms per MB):
+   * call it when nothing else needs that thread.
+   */
+  async loadWide(): Promise<void> {
+    if (this.wideState !== 'wanted' || this.closed) return;
+    this.wideState = 'loading';
+    try {
+      const inline = await InlineSession.create(this.init.path, this.init.wideThreads!);
+      if (this.closed) return void (await inline.close());
+      this.inline = inline;
+      this.wideState = 'loaded';
+    } catch (err) {
+      this.wideState = 'failed';
+      this.init.onBackgroundError?.(err as Error);
+    }
+  }
+
+  /**
+   * Runs one (already batched) inference; `wide` says it has the replica to itself and may run
+   * on the inline session when that is loaded and free (the first such ask marks it wanted).
+   * The feeds' buffers may be transferred to a worker: do not reuse them.
    */
   async run(feeds: Feeds, wide = false): Promise<{ outputs: Feeds; inferMs: number; wide: boolean }> {
-    if (wide && this.provider === 'cpu' && (this.init.wideThreads ?? 0) > this.init.threads) {
-      const w = this.wide;
-      if (w?.dead) {
-        // Its thread died: load another when next asked (an inference it held failed with it).
-        this.wide = undefined;
-        this.wideState = 'idle';
-      } else if (w && w.busy === 0) {
-        return { ...(await w.run(feeds)), wide: true };
-      }
-      if (this.wideState === 'idle') {
-        this.wideState = 'loading';
-        this.load(
-          this.init.wideThreads!,
-          (loaded) => {
-            this.wide = loaded;
-            this.wideState = 'loaded';
-          },
-          () => (this.wideState = 'failed'),
-        );
-      }
+    if (wide && this.inlineAllowed) {
+      if (this.inline && !this.inline.busy) return { ...(await this.inline.run(feeds)), wide: true };
+      if (this.wideState === 'idle') this.wideState = 'wanted';
     }
     // The least busy live one (all dead: the first, which rejects with why).
     let pick: SessionWorker | undefined;
@@ -210,7 +258,7 @@ export class ModelSession {
 
   async close(): Promise<void> {
     this.closed = true;
-    await Promise.all([...this.narrow.map((w) => w.close()), this.wide?.close()]);
+    await Promise.all([...this.narrow.map((w) => w.close()), this.inline?.close()]);
   }
 }
 

@@ -106,6 +106,8 @@ export class Replica {
   private inferring = 0;
   /** Whether the models' other instances were asked to load. */
   private grown = false;
+  /** An inline session is loading (see maybeLoadWide). */
+  private loadingWide = false;
   private heartbeat?: NodeJS.Timeout;
   private coldStart?: ColdStart;
   private error?: ReplicaRecord['error'];
@@ -190,6 +192,7 @@ export class Replica {
             threads: this.o.threads,
             instances: this.o.instances,
             wideThreads: this.o.wideThreads,
+            bytes: file.bytes,
             onBackgroundError: (err: Error) => this.log.warn({ model: name, err: err.message }, 'could not load an extra session of the model; running with those loaded'),
           }),
         ),
@@ -307,6 +310,28 @@ export class Replica {
     if (running === 1) return;
     this.grown = true;
     for (const m of this.models.values()) m.session.grow(() => m.batcher.poke());
+  }
+
+  /**
+   * Loads a model's inline session (ModelSession.loadWide) once a lone request has asked for
+   * it. The load holds the replica's thread (PaddleOCR det 73 ms, rec 94 ms here), so it starts
+   * only when the replica has just gone idle, a few ms later (its last reply written by then),
+   * one model at a time. A request that arrives during a load waits for it: once per model and
+   * replica.
+   */
+  private maybeLoadWide(): void {
+    if (this.loadingWide || this.state !== 'ready' || this.lanes.live + this.lanes.batch > 0) return;
+    let model: ModelSession | undefined;
+    for (const m of this.models.values()) if (m.session.wantsWide) model ??= m.session;
+    if (!model) return;
+    this.loadingWide = true;
+    setTimeout(() => {
+      const load = this.state === 'ready' ? model.loadWide() : Promise.resolve();
+      void load.finally(() => {
+        this.loadingWide = false;
+        this.maybeLoadWide();
+      });
+    }, LOAD_WIDE_AFTER_MS).unref();
   }
 
   /** Keeps the last 20 starts (and failures) of the function, and announces this one. */
@@ -431,17 +456,16 @@ export class Replica {
   }
 
   /**
-   * One inference. It runs wide (every core) when no other inference runs and its request is
-   * alone: the only live request in the replica (batch lines start no inference while one runs:
-   * live-first.ts), or for a batch line, the only request of either kind. A lone request then
-   * takes the whole machine, while concurrent requests each keep to their thread and fill the
-   * cores side by side. Replicas on one node do not see each other's inferences; two lone
-   * requests in two replicas oversubscribe the cores briefly.
+   * One inference. It runs wide (on every core, on the replica's own thread: ModelSession's
+   * inline session) when no other inference runs and it serves the only live request in the
+   * replica; batch lines start no inference while a live request runs (live-first.ts). Batch
+   * lines never run inline: the inline session holds the replica's thread, and a live request
+   * arriving meanwhile would wait for the whole inference. Replicas on one node do not see each
+   * other's inferences; two lone requests in two replicas oversubscribe the cores briefly.
    */
   private async infer(session: ModelSession, feeds: Feeds, low: boolean): Promise<{ outputs: Feeds; inferMs: number; wide: boolean }> {
-    const alone = low ? this.lanes.live + this.lanes.batch <= 1 : this.lanes.live <= 1;
     // Not during setup and warmup: a replica that never sees a lone request never loads it.
-    const wide = this.state === 'ready' && this.inferring === 0 && alone;
+    const wide = !low && this.state === 'ready' && this.inferring === 0 && this.lanes.live <= 1;
     this.inferring++;
     try {
       return await session.run(feeds, wide);
@@ -500,6 +524,7 @@ export class Replica {
       if (lane === 'live') this.gate.liveEnded();
       if (cancel) this.cancels.delete(data.job!);
       this.maybeGrow();
+      this.maybeLoadWide();
     }
     timing.handlerMs = Math.round((performance.now() - t0) * 100) / 100;
     // A request queued before this replica was ready waited for its cold start.
@@ -654,6 +679,8 @@ function observeGc(): void {
 
 /** How long after it is ready a replica waits before loading its models' other instances. */
 const GROW_AFTER_MS = 1000;
+/** After the replica goes idle, its inline sessions may load (maybeLoadWide). */
+const LOAD_WIDE_AFTER_MS = 5;
 
 /** A request whose replica died this many times is answered 500 instead of run again. */
 const MAX_CRASHES = 2;

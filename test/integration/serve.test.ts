@@ -75,7 +75,8 @@ describe('run', () => {
   });
 
   it('a lone request runs its inferences on every core; the replica reports instances and GC', async () => {
-    // The wide session loads when a lone inference first asks for it; later lone requests use it.
+    // The inline session loads once the replica goes idle after a lone inference asked for it;
+    // later lone requests use it.
     const stats = await eventually(async () => {
       const res = await run('ocr', { image: helloPng });
       assert.equal(res.status, 200);

@@ -1,10 +1,11 @@
-// Model sessions on worker threads, on real onnxruntime: extra instances load after the first,
-// a lone inference may run on the wide session (every core, loaded when first asked for),
-// concurrent ones keep to the narrow ones, and all give the same answer.
+// Model sessions on real onnxruntime: extra instances (worker threads) load after the first, a
+// lone inference may run on the inline session (every core, on the caller's thread, loaded when
+// the caller says after a first ask), concurrent ones keep to the narrow ones, and all give the
+// same answer.
 import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
 import { after, describe, it } from 'node:test';
-import { ModelSession } from '../../native/session.ts';
+import { INLINE_MAX_BYTES, ModelSession } from '../../native/session.ts';
 import type { Feeds } from '../../native/tensor.ts';
 import { eventually } from '../helpers/platform.ts';
 
@@ -19,7 +20,7 @@ const sessions: ModelSession[] = [];
 after(() => Promise.all(sessions.map((s) => s.close())));
 
 describe('model sessions', () => {
-  it('a lone inference runs wide once the wide session is loaded, with the same outputs as narrow', async () => {
+  it('a lone inference runs inline once that session is loaded, with the same outputs as narrow', async () => {
     const s = await ModelSession.create({ path: CLS, providers: ['cpu'], threads: 1, instances: 2, wideThreads: 2 });
     sessions.push(s);
     input = s.inputNames[0];
@@ -30,9 +31,13 @@ describe('model sessions', () => {
     s.grow(() => loaded++);
     await eventually(async () => s.instances === 2, 'the second instance to load');
     assert.equal(loaded, 1);
-    assert.equal(s.hasWide, false, 'the wide session loads only when asked for');
-    assert.equal((await s.run(feeds(), true)).wide, false, 'the first ask runs narrow while the wide session loads');
-    await eventually(async () => s.hasWide, 'the wide session to load');
+    assert.equal(s.wantsWide, false);
+    assert.equal((await s.run(feeds(), true)).wide, false, 'the first ask runs narrow and marks the inline session wanted');
+    assert.equal(s.wantsWide, true);
+    assert.equal(s.hasWide, false, 'it loads only when the caller says (loading holds its thread)');
+    await s.loadWide();
+    assert.equal(s.hasWide, true);
+    assert.equal(s.wantsWide, false);
     const wide = await s.run(feeds(), true);
     const narrow = await s.run(feeds(), false);
     assert.equal(wide.wide, true);
@@ -40,18 +45,19 @@ describe('model sessions', () => {
     const [w, n] = [wide.outputs[s.outputNames[0]].data, narrow.outputs[s.outputNames[0]].data] as Float32Array[];
     assert.equal(w.length, n.length);
     for (let i = 0; i < w.length; i++) assert.ok(Math.abs(w[i] - n[i]) < 1e-4, `output ${i}: ${w[i]} vs ${n[i]}`);
-    // Two at once: the wide session takes one, the other runs narrow rather than wait for it.
+    // Two at once: the inline session takes one, the other runs narrow rather than wait for it.
     const both = await Promise.all([s.run(feeds(), true), s.run(feeds(), true)]);
     assert.deepEqual(both.map((r) => r.wide).sort(), [false, true]);
   });
 
-  it('no wide session when wideThreads is 0 or not above threads', async () => {
-    for (const wideThreads of [0, 1]) {
-      const s = await ModelSession.create({ path: CLS, providers: ['cpu'], threads: 1, wideThreads });
+  it('no inline session when wideThreads is 0 or not above threads, or the model is too big', async () => {
+    for (const o of [{ wideThreads: 0 }, { wideThreads: 1 }, { wideThreads: 2, bytes: INLINE_MAX_BYTES + 1 }]) {
+      const s = await ModelSession.create({ path: CLS, providers: ['cpu'], threads: 1, ...o });
       sessions.push(s);
-      await new Promise((r) => setTimeout(r, 300));
-      assert.equal(s.hasWide, false);
       assert.equal((await s.run(feeds(), true)).wide, false);
+      assert.equal(s.wantsWide, false, JSON.stringify(o));
+      await s.loadWide();
+      assert.equal(s.hasWide, false);
     }
   });
 });
