@@ -47,13 +47,14 @@ export interface LoadResult {
   firstError?: string;
 }
 
-interface Answer {
+export interface Answer {
   status: number;
   timing?: string;
   error?: string;
 }
 
-function send(agent: http.Agent, t: Target, timeoutMs: number): Promise<Answer> {
+/** One request on `agent`; resolves (never rejects) with its status and Server-Timing header. */
+export function send(agent: http.Agent, t: Target, timeoutMs: number): Promise<Answer> {
   return new Promise((resolve) => {
     const req = http.request({ host: '127.0.0.1', port: t.port, method: t.method, path: t.path, headers: t.headers, agent }, (res) => {
       const status = res.statusCode ?? 0;
@@ -86,7 +87,8 @@ async function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> 
 
 const TIMING_ENTRY = /([\w-]+);dur=([\d.]+)/g;
 
-function parseTiming(header: string, sums: Map<string, number[]>): void {
+/** Adds each Server-Timing entry's duration to its list in `sums`. */
+export function parseTiming(header: string, sums: Map<string, number[]>): void {
   for (const m of header.matchAll(TIMING_ENTRY)) {
     const list = sums.get(m[1]) ?? [];
     list.push(Number(m[2]));

@@ -55,24 +55,39 @@ export async function rawPipelines(image: string, w: Window): Promise<RawPipelin
 
 export const bestCls = (points: ClsPoint[]): ClsPoint => points.reduce((a, b) => (b.itemsPerSec > a.itemsPerSec ? b : a));
 
-/** The ocr handler with models calling ORT directly (spinning off, as the platform's sessions). */
-export async function rawPipeline(image: string, w: Window, threads = 1): Promise<RawPipeline> {
+/** The ocr handler with models calling ORT directly (spinning off, as the platform's sessions), loaded once. */
+export interface OpenPipeline {
+  /** One request through the handler; resolves with its output. */
+  run(): Promise<unknown>;
+  close(): Promise<void>;
+}
+
+export async function openRawPipeline(image: string, threads: number): Promise<OpenPipeline> {
   const fn = await loadOcrFunction();
   const [det, rec] = await Promise.all([createSession(MODELS.det, threads), createSession(MODELS.rec, threads)]);
+  const ctx: HandlerContext<'det' | 'rec'> = {
+    models: { det: modelHandle(det), rec: modelHandle(rec) },
+    log: silentLog,
+    requestId: 'bench',
+    signal: new AbortController().signal,
+    fn: { name: fn.name, version: 'bench' },
+  };
+  const input = { image };
+  return {
+    run: () => Promise.resolve(fn.handler(input, ctx)),
+    close: async () => void (await Promise.all([det.release(), rec.release()])),
+  };
+}
+
+/** The raw pipeline in a tight loop, one request after another. */
+export async function rawPipeline(image: string, w: Window, threads = 1): Promise<RawPipeline> {
+  const pipeline = await openRawPipeline(image, threads);
   try {
-    const ctx: HandlerContext<'det' | 'rec'> = {
-      models: { det: modelHandle(det), rec: modelHandle(rec) },
-      log: silentLog,
-      requestId: 'bench',
-      signal: new AbortController().signal,
-      fn: { name: fn.name, version: 'bench' },
-    };
-    const input = { image };
-    const output = await fn.handler(input, ctx);
-    const { durations, seconds } = await timedLoop(() => Promise.resolve(fn.handler(input, ctx)), w);
+    const output = await pipeline.run();
+    const { durations, seconds } = await timedLoop(() => pipeline.run(), w);
     return { threads, requests: durations.length, reqPerSec: durations.length / seconds, latencyMs: latency(durations), output };
   } finally {
-    await Promise.all([det.release(), rec.release()]);
+    await pipeline.close();
   }
 }
 

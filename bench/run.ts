@@ -175,7 +175,7 @@ async function main(): Promise<void> {
     return batchCounters(embers, 'ocr');
   };
 
-  log('ocr c=1: raw in-process and Embers in alternating rounds');
+  log('ocr c=1: raw in-process and Embers taking turns, one request each');
   const paired = await pairedC1(image, embersOcr, window, pipeline.threads);
 
   const ocr: OcrPoint[] = [];
