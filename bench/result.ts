@@ -31,7 +31,7 @@ export interface Ratios {
   embers_vs_raw: number;
   /** Per concurrency ("c1", "c8", …): Embers ocr req/s ÷ naive ocr req/s. */
   embers_vs_naive: Record<string, number>;
-  /** Embers ocr p50 at concurrency 1 − raw pipeline p50, ms, the two taking turns request by request (bench/paired.ts). */
+  /** Embers ocr p50 at concurrency 1 − raw pipeline p50, ms, the two taking turns in short blocks (bench/paired.ts). */
   added_p50_ms_at_c1: number;
   /** Embers echo req/s ÷ naive GET /ping req/s at the same concurrency. */
   echo_vs_ping: number;
@@ -62,7 +62,7 @@ export interface BenchResult {
   /** Recognised text of the test image from each path: they should agree. */
   outputs: { raw: string; embers: string; naive: string; match: boolean };
   ocr: OcrPoint[];
-  /** Raw and Embers at concurrency 1, taking turns request by request: what Embers adds. */
+  /** Raw and Embers at concurrency 1, taking turns in short blocks: what Embers adds. */
   pairedC1: PairedC1;
   overhead: { concurrency: number; echo: Measured; ping: Measured };
   ratios: Ratios;

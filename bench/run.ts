@@ -20,7 +20,7 @@ import { bestCls, machine, PIPELINE_THREADS, rawCls, rawPipelines } from './raw.
 import { formatReport } from './report.ts';
 import { computeRatios, type BenchResult, type ColdOnlyResult, type Measured, type OcrPoint } from './result.ts';
 import { HEARTBEAT_MS, ROOT, batchCounters, batchDelta, startEmbers, startNaive } from './servers.ts';
-import { pairedC1 } from './paired.ts';
+import { BLOCK, pairedC1 } from './paired.ts';
 import { sleep, windowFromEnv } from './stats.ts';
 
 const CONCURRENCIES = [1, 8, 32, 128];
@@ -175,7 +175,7 @@ async function main(): Promise<void> {
     return batchCounters(embers, 'ocr');
   };
 
-  log('ocr c=1: raw in-process and Embers taking turns, one request each');
+  log(`ocr c=1: raw in-process and Embers taking turns, blocks of ${BLOCK} requests`);
   const paired = await pairedC1(image, embersOcr, window, pipeline.threads);
 
   const ocr: OcrPoint[] = [];
