@@ -52,11 +52,19 @@ process.on('SIGINT', () => void stop('SIGINT'));
 // IPC channel closes when the agent dies: do not outlive it.
 process.on('disconnect', () => void stop('agent gone'));
 
+/**
+ * Native modules loaded while in standby, so that a cold start finds them loaded: sharp is left
+ * out of bundles (cli/deploy.ts EXTERNALS) and took 56–75 ms to import here; onnxruntime-node's
+ * library is then mapped once for every model thread, and the inline session needs it here.
+ * A module that is not installed is skipped.
+ */
+const PRELOAD = ['sharp', 'onnxruntime-node'];
+
 const assignment: Assignment =
   env.EMBERS_REPLICA_STANDBY === '1'
     ? await new Promise<Assignment>((resolve) => {
         process.on('message', (m: Assignment) => m?.type === 'assign' && resolve(m));
-        process.send?.({ type: 'standby' });
+        void Promise.all(PRELOAD.map((m) => import(m).catch(() => {}))).then(() => process.send?.({ type: 'standby' }));
       })
     : {
         type: 'assign',
