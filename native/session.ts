@@ -1,6 +1,7 @@
 // A model's sessions: on worker threads (inputs and outputs cross by transfer, not copy), and
 // one on the replica's own thread for a lone request.
 import { Worker } from 'node:worker_threads';
+import type ort from 'onnxruntime-node';
 import { runSession, sessionOptions } from './ort-session.ts';
 import type { Feeds } from './tensor.ts';
 
@@ -112,15 +113,15 @@ class InlineSession {
   busy = false;
 
   private constructor(
-    private readonly session: import('onnxruntime-node').InferenceSession,
-    private readonly Tensor: typeof import('onnxruntime-node').Tensor,
+    private readonly session: ort.InferenceSession,
+    private readonly Tensor: typeof ort.Tensor,
   ) {}
 
   /** Holds the calling thread while the model loads (onnxruntime-node loads synchronously). */
   static async create(path: string, threads: number): Promise<InlineSession> {
     // Named exports: how tsx and Node hand out this CommonJS module's default differs.
-    const ort = await import('onnxruntime-node');
-    return new InlineSession(await ort.InferenceSession.create(path, sessionOptions(['cpu'], threads)), ort.Tensor);
+    const { InferenceSession, Tensor } = await import('onnxruntime-node');
+    return new InlineSession(await InferenceSession.create(path, sessionOptions(['cpu'], threads)), Tensor);
   }
 
   async run(feeds: Feeds): Promise<{ outputs: Feeds; inferMs: number }> {
@@ -157,8 +158,8 @@ class InlineSession {
 export class ModelSession {
   private readonly narrow: SessionWorker[];
   private inline?: InlineSession;
-  /** 'wanted' once a lone inference asked for it; 'failed' after a failed load (not tried again: likely short of memory). */
-  private wideState: 'idle' | 'wanted' | 'loading' | 'loaded' | 'failed' = 'idle';
+  /** 'wanted' once a lone inference asked for it; 'done' once loadWide() ran (a failed load is not tried again: likely short of memory). */
+  private wideState: 'idle' | 'wanted' | 'done' = 'idle';
   private grown = false;
   private closed = false;
 
@@ -228,14 +229,12 @@ export class ModelSession {
    */
   async loadWide(): Promise<void> {
     if (this.wideState !== 'wanted' || this.closed) return;
-    this.wideState = 'loading';
+    this.wideState = 'done';
     try {
       const inline = await InlineSession.create(this.init.path, this.init.wideThreads!);
       if (this.closed) return void (await inline.close());
       this.inline = inline;
-      this.wideState = 'loaded';
     } catch (err) {
-      this.wideState = 'failed';
       this.init.onBackgroundError?.(err as Error);
     }
   }
