@@ -96,7 +96,46 @@ export function parseTiming(header: string, sums: Map<string, number[]>): void {
   }
 }
 
+/** A load run with what it measured, so runs can be pooled (poolRuns). */
+export interface LoadRun {
+  result: LoadResult;
+  samples: number[];
+  timings: Map<string, number[]>;
+}
+
 export async function closedLoop(target: Target, o: LoadOptions): Promise<LoadResult> {
+  return (await closedLoopRun(target, o)).result;
+}
+
+/**
+ * Several runs of one target as one: requests and seconds summed, percentiles over all their
+ * samples, Server-Timing means over all answers.
+ */
+export function poolRuns(runs: readonly LoadRun[]): LoadResult {
+  const results = runs.map((r) => r.result);
+  const sum = (f: (r: LoadResult) => number) => results.reduce((a, r) => a + f(r), 0);
+  const timings = new Map<string, number[]>();
+  for (const r of runs) for (const [k, v] of r.timings) timings.set(k, [...(timings.get(k) ?? []), ...v]);
+  const statuses: Record<string, number> = {};
+  for (const r of results) for (const [k, n] of Object.entries(r.statuses)) statuses[k] = (statuses[k] ?? 0) + n;
+  const requests = sum((r) => r.requests);
+  const seconds = sum((r) => r.seconds);
+  return {
+    concurrency: results[0].concurrency,
+    requests,
+    errors: sum((r) => r.errors),
+    seconds,
+    reqPerSec: seconds > 0 ? requests / seconds : 0,
+    latencyMs: latency(runs.flatMap((r) => r.samples)),
+    serverTiming: timings.size ? Object.fromEntries([...timings].map(([k, v]) => [k, mean(v)])) : undefined,
+    statuses,
+    warmupSeconds: sum((r) => r.warmupSeconds),
+    abandoned: sum((r) => r.abandoned),
+    firstError: results.find((r) => r.firstError)?.firstError,
+  };
+}
+
+export async function closedLoopRun(target: Target, o: LoadOptions): Promise<LoadRun> {
   const { concurrency, window: w } = o;
   const maxWarmupMs = Math.max(o.maxWarmupMs ?? 30_000, w.warmupMs);
   const drainMs = o.drainMs ?? 60_000;
@@ -164,7 +203,7 @@ export async function closedLoop(target: Target, o: LoadOptions): Promise<LoadRe
 
   const seconds = Math.max(0, Math.min(measureEnd, performance.now()) - measureStart) / 1000;
   const serverTiming = timings.size ? Object.fromEntries([...timings].map(([k, v]) => [k, mean(v)])) : undefined;
-  return {
+  const result: LoadResult = {
     concurrency,
     requests: samples.length,
     errors,
@@ -177,4 +216,5 @@ export async function closedLoop(target: Target, o: LoadOptions): Promise<LoadRe
     abandoned,
     firstError,
   };
+  return { result, samples, timings };
 }

@@ -47,7 +47,7 @@ export function formatReport(r: BenchResult): string {
   out.push(`Test image ${r.image.width}×${r.image.height} PNG (${r.image.base64Bytes} B base64) "${r.image.text}" → raw "${r.outputs.raw}", Embers "${r.outputs.embers}", naive "${r.outputs.naive}"${r.outputs.match ? '' : '  ! OUTPUTS DIFFER'}`);
   out.push(`Embers (embers dev) up with ready ocr and echo replicas in ${num(r.embersStartupSeconds, 1)} s`);
 
-  out.push('', 'OCR over HTTP: Embers POST /v1/run/ocr vs naive POST /ocr (onnxruntime default session options); latency ms (client side); batch = Δinferences/Δexecutions det/rec');
+  out.push('', 'OCR over HTTP: Embers POST /v1/run/ocr vs naive POST /ocr (onnxruntime default session options), taking turns Embers, naive, naive, Embers (half the window each, pooled); latency ms (client side); batch = Δinferences/Δexecutions det/rec');
   out.push(
     table(
       ['conc', 'Embers req/s', 'p50', 'p90', 'p99', 'naive req/s', 'p50', 'p90', 'p99', 'Embers÷naive', 'batch det/rec', 'replicas'],
@@ -90,7 +90,7 @@ export function formatReport(r: BenchResult): string {
 
   const { echo, ping, concurrency } = r.overhead;
   const et = echo.serverTiming ?? {};
-  out.push('', `Overhead at concurrency ${concurrency}: Embers POST /v1/run/echo vs naive GET /ping`);
+  out.push('', `Overhead at concurrency ${concurrency}: Embers POST /v1/run/echo vs naive GET /ping, taking turns echo, ping, ping, echo`);
   out.push(
     table(
       ['endpoint', 'req/s', 'p50', 'p90', 'p99', 'server-side means (ms)'],
@@ -118,19 +118,23 @@ export function formatReport(r: BenchResult): string {
   const verdict = (ok: boolean | undefined) => (ok ? 'PASS' : 'MISS');
   const target = (name: keyof typeof TARGETS) => `target ${TARGETS[name].op === '>=' ? '≥' : '≤'} ${TARGETS[name].value.toFixed(2)}`;
   const { ratios, pass } = r;
+  // Each target's runs in the order they ran (a, b, b, a): how far the machine moved meanwhile.
+  const turns = (a: Measured, b: Measured) =>
+    a.runsReqPerSec && b.runsReqPerSec ? `   (req/s by turn: ${num(a.runsReqPerSec[0], 1)}, ${num(b.runsReqPerSec[0], 1)}, ${num(b.runsReqPerSec[1], 1)}, ${num(a.runsReqPerSec[1], 1)})` : '';
   const best = r.ocr.reduce((a, b) => (b.embers.reqPerSec > a.embers.reqPerSec ? b : a));
   out.push('', 'Summary:');
   out.push(
     `  embers_vs_raw        ${num(ratios.embers_vs_raw, 3).padStart(7)}  ${target('embers_vs_raw')}  ${verdict(pass.embers_vs_raw)}   (Embers best ${num(best.embers.reqPerSec, 2)} req/s at c=${best.concurrency} ÷ raw ${num(rp.reqPerSec, 2)} req/s)`,
   );
   for (const [c, v] of Object.entries(ratios.embers_vs_naive)) {
-    out.push(`  embers_vs_naive.${c.padEnd(4)} ${num(v, 3).padStart(7)}  ${target('embers_vs_naive')}  ${verdict(pass[`embers_vs_naive.${c}`])}`);
+    const p = r.ocr.find((x) => `c${x.concurrency}` === c);
+    out.push(`  embers_vs_naive.${c.padEnd(4)} ${num(v, 3).padStart(7)}  ${target('embers_vs_naive')}  ${verdict(pass[`embers_vs_naive.${c}`])}${p ? turns(p.embers, p.naive) : ''}`);
   }
   const pr = r.pairedC1;
   out.push(
     `  added_p50_ms_at_c1   ${num(ratios.added_p50_ms_at_c1, 2).padStart(7)}  ${target('added_p50_ms_at_c1')}  ${verdict(pass.added_p50_ms_at_c1)}   (${pr.blocks} blocks each of ${BLOCK} back-to-back requests, taking turns: raw p50 ${num(pr.rawP50Ms)} → Embers p50 ${num(pr.embersP50Ms)} ms; median block difference ${num(pr.blockDiffP50Ms, 2)} ms; outside the handler ${num(pr.outsideHandlerMs, 2)} ms${pr.errors ? `; ${pr.errors} Embers errors` : ''})`,
   );
-  out.push(`  echo_vs_ping         ${num(ratios.echo_vs_ping, 3).padStart(7)}  ${target('echo_vs_ping')}  ${verdict(pass.echo_vs_ping)}`);
+  out.push(`  echo_vs_ping         ${num(ratios.echo_vs_ping, 3).padStart(7)}  ${target('echo_vs_ping')}  ${verdict(pass.echo_vs_ping)}${turns(echo, ping)}`);
   if (r.coldStart) out.push(coldSummaryLine(r.coldStart));
   out.push(`Took ${num(r.durationSeconds, 0)} s.`);
   return out.join('\n');

@@ -9,6 +9,8 @@ import type { BatchDelta } from './servers.ts';
 /** A load point with the CPU each part used meanwhile (cores busy, warm-up and drain included). */
 export interface Measured extends LoadResult {
   cores: Record<string, number>;
+  /** When pooled from several runs (Embers and naive taking turns): each run's req/s, in order. */
+  runsReqPerSec?: number[];
 }
 
 export interface EmbersOcrPoint extends Measured {

@@ -14,7 +14,7 @@ import { stopAllChildren } from './child.ts';
 import { coldStartSection, coldSummaryLine, formatCold, type ColdStartResult } from './cold.ts';
 import { IMAGE_TEXT, testImage } from './image.ts';
 import { coresByRole, sampleCpu } from './cpu.ts';
-import { closedLoop, type Target } from './load.ts';
+import { closedLoop, closedLoopRun, poolRuns, type LoadRun, type Target } from './load.ts';
 import { ORT_VERSION } from './ort.ts';
 import { bestCls, machine, PIPELINE_THREADS, rawCls, rawPipelines } from './raw.ts';
 import { formatReport } from './report.ts';
@@ -157,11 +157,28 @@ async function main(): Promise<void> {
   };
 
   const groups = [naive.child.pid, embers.child.pid];
-  const measure = async (target: Target, concurrency: number): Promise<Measured> => {
-    const cpu0 = sampleCpu(groups);
-    const t0 = performance.now();
-    const r = await closedLoop(target, { concurrency, window });
-    return { ...r, cores: coresByRole(cpu0, sampleCpu(groups), (performance.now() - t0) / 1000) };
+  /**
+   * `a` and `b` in the order a, b, b, a, each for half the window, pooled per target: a drift
+   * of the machine over the four runs (these VMs drift by up to 2× within minutes) cancels to
+   * first order in a ÷ b, where a then b would put it all on the ratio.
+   */
+  const measurePair = async (a: Target, b: Target, concurrency: number): Promise<[Measured, Measured]> => {
+    const half = { warmupMs: window.warmupMs, measureMs: window.measureMs / 2 };
+    const runs: Record<'a' | 'b', { run: LoadRun; cores: Record<string, number>; seconds: number }[]> = { a: [], b: [] };
+    for (const which of ['a', 'b', 'b', 'a'] as const) {
+      const cpu0 = sampleCpu(groups);
+      const t0 = performance.now();
+      const run = await closedLoopRun(which === 'a' ? a : b, { concurrency, window: half });
+      const seconds = (performance.now() - t0) / 1000;
+      runs[which].push({ run, cores: coresByRole(cpu0, sampleCpu(groups), seconds), seconds });
+    }
+    const pooled = (parts: (typeof runs)['a']): Measured => {
+      const total = parts.reduce((n, p) => n + p.seconds, 0);
+      const cores: Record<string, number> = {};
+      for (const p of parts) for (const [role, n] of Object.entries(p.cores)) cores[role] = (cores[role] ?? 0) + (n * p.seconds) / total;
+      return { ...poolRuns(parts.map((p) => p.run)), cores, runsReqPerSec: parts.map((p) => p.run.result.reqPerSec) };
+    };
+    return [pooled(runs.a), pooled(runs.b)];
   };
 
   const embersOcr: Target = { port: embers.port, method: 'POST', path: '/v1/run/ocr', headers: { ...auth, 'content-type': 'application/json' }, body: ocrBody };
@@ -181,22 +198,16 @@ async function main(): Promise<void> {
   const ocr: OcrPoint[] = [];
   let before = await settledCounters(performance.now());
   for (const concurrency of CONCURRENCIES) {
-    log(`ocr c=${concurrency}: Embers`);
-    const e = await measure(embersOcr, concurrency);
+    log(`ocr c=${concurrency}: Embers, naive, naive, Embers`);
+    const [e, n] = await measurePair(embersOcr, naiveOcr, concurrency);
     const after = await settledCounters(performance.now());
-    log(`ocr c=${concurrency}: Embers ${e.reqPerSec.toFixed(2)} req/s; naive`);
-    const n = await measure(naiveOcr, concurrency);
-    log(`ocr c=${concurrency}: naive ${n.reqPerSec.toFixed(2)} req/s`);
+    log(`ocr c=${concurrency}: Embers ${e.reqPerSec.toFixed(2)} req/s, naive ${n.reqPerSec.toFixed(2)} req/s`);
     ocr.push({ concurrency, embers: { ...e, batch: batchDelta(before, after), replicas: Object.keys(after).length }, naive: n, ratio: e.reqPerSec / n.reqPerSec });
     before = after;
   }
 
-  log(`overhead c=${OVERHEAD_CONCURRENCY}: echo, ping`);
-  const echo = await measure(
-    echoTarget(embers),
-    OVERHEAD_CONCURRENCY,
-  );
-  const ping = await measure({ port: naive.port, method: 'GET', path: '/ping' }, OVERHEAD_CONCURRENCY);
+  log(`overhead c=${OVERHEAD_CONCURRENCY}: echo, ping, ping, echo`);
+  const [echo, ping] = await measurePair(echoTarget(embers), { port: naive.port, method: 'GET', path: '/ping' }, OVERHEAD_CONCURRENCY);
 
   let batches: BatchSection | undefined;
   let batchesError: string | undefined;

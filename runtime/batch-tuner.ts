@@ -6,7 +6,10 @@
 // for batch sizes in powers of two and caps batches at the size with the lowest cost. It measures
 // every smaller size and the next size up, and tries that one again every `exploreEvery`
 // batches, so the cap follows the model and the hardware without a setting (input shapes are not
-// told apart: their costs mix in the averages).
+// told apart: their costs mix in the averages). A size not measured for `staleAfter` batches is
+// forgotten and measured again: costs taken while other instances were loading, or under a load
+// that has since changed, do not keep it out for good (a replica's first recogniser runs cost
+// 233 ms per row against 69–100 later, and size 1 was never tried again).
 // Pure: no clock, no I/O.
 
 export interface BatchTunerOptions {
@@ -19,12 +22,16 @@ export interface BatchTunerOptions {
   exploreEvery?: number;
   /** A larger size must cost this much less per row to be preferred (lower latency wins ties). @default 0.05 */
   margin?: number;
+  /** A size last measured this many batches ago is measured afresh. @default 2 × exploreEvery */
+  staleAfter?: number;
 }
 
 interface Bucket {
   size: number;
   msPerRow: number;
   samples: number;
+  /** The batch count at its last measurement. */
+  last: number;
 }
 
 export class BatchTuner {
@@ -36,14 +43,16 @@ export class BatchTuner {
   private readonly alpha: number;
   private readonly exploreEvery: number;
   private readonly margin: number;
+  private readonly staleAfter: number;
 
   constructor(private readonly o: BatchTunerOptions) {
     this.minSamples = o.minSamples ?? 3;
     this.alpha = o.alpha ?? 0.2;
     this.exploreEvery = o.exploreEvery ?? 64;
     this.margin = o.margin ?? 0.05;
-    for (let s = 1; s < o.maxBatchSize; s *= 2) this.buckets.push({ size: s, msPerRow: 0, samples: 0 });
-    this.buckets.push({ size: o.maxBatchSize, msPerRow: 0, samples: 0 });
+    this.staleAfter = o.staleAfter ?? 2 * this.exploreEvery;
+    for (let s = 1; s < o.maxBatchSize; s *= 2) this.buckets.push({ size: s, msPerRow: 0, samples: 0, last: 0 });
+    this.buckets.push({ size: o.maxBatchSize, msPerRow: 0, samples: 0, last: 0 });
   }
 
   /** Records one execution of `rows` rows that took `ms`; `smallestCall`: the fewest rows one of its calls had. */
@@ -55,8 +64,11 @@ export class BatchTuner {
     const perRow = ms / rows;
     // A plain mean of the first few, then a moving average: one slow first run does not linger.
     b.samples++;
+    b.last = this.batches;
     const w = Math.max(this.alpha, 1 / b.samples);
     b.msPerRow = w * perRow + (1 - w) * b.msPerRow;
+    // Untrusted again, so cap re-measures it (the next sample replaces the old average).
+    for (const x of this.buckets) if (x.samples > 0 && this.batches - x.last > this.staleAfter) x.samples = 0;
   }
 
   /** Most rows the next batch should gather (a single call with more rows still runs alone). */

@@ -410,6 +410,17 @@ describe('BatchTuner', () => {
     assert.equal(caps.at(-1), 1);
   });
 
+  it('measures a size again once its cost is stale (a slow start does not rule it out for good)', () => {
+    const t = new BatchTuner({ maxBatchSize: 4, exploreEvery: 16 });
+    // The first single-row runs were slow (other instances loading); later, one row costs 10 ms
+    // alone and 12 ms per row in pairs.
+    for (let i = 0; i < 3; i++) t.observe(1, 50);
+    const caps = drive(t, (rows) => (rows === 1 ? 10 : 12), 200);
+    assert.equal(caps.slice(0, 10).includes(1), false, 'size 1 looks dear at first');
+    assert.equal(caps.at(-1), 1, JSON.stringify(caps));
+    assert.equal(t.snapshot()['1'].msPerRow, 10);
+  });
+
   it('caps what the batcher gathers under load', async () => {
     // An executor that reports 10 ms per row alone and 20 per row in company.
     const sizes: number[] = [];
