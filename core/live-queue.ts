@@ -11,6 +11,7 @@
 import type { Redis } from 'ioredis';
 import type { RunJobData } from './contracts.ts';
 import { evalScript } from './redis.ts';
+import { tenantKeys } from './tenants.ts';
 import { hourKey, recordArgs, RECORD_FIELDS, RECORDS_MAX, USAGE_LUA, usageKeys, type UsageRecord } from './usage.ts';
 
 /** The stream of a function's live requests. */
@@ -90,6 +91,23 @@ export async function finishLiveEntries(redis: Redis, fn: string, entries: { id:
 
 /** Stream entries carry one field, `d`: the job data as JSON. */
 const encodeLiveJob = (data: RunJobData): string => JSON.stringify(data);
+
+/** LiveQueue.add found the caller's API key revoked or gone: nothing was queued. */
+export class KeyRejectedError extends Error {
+  constructor(
+    readonly keyHash: string,
+    readonly reason: 'revoked' | 'unknown',
+  ) {
+    super(`API key ${reason}`);
+  }
+}
+
+/** XADD if the API key (KEYS[1] field ARGV[1]) exists and is not revoked; 0: no such key, 1: revoked. */
+const ADD_IF_KEY = `
+local key = redis.call('HGET', KEYS[1], ARGV[1])
+if not key then return 0 end
+if cjson.decode(key).revokedAt then return 1 end
+return redis.call('XADD', KEYS[2], '*', 'd', ARGV[2])`;
 export const decodeLiveJob = (fields: string[]): RunJobData | undefined => {
   const i = fields.indexOf('d');
   return i >= 0 ? (JSON.parse(fields[i + 1]) as RunJobData) : undefined;
@@ -102,12 +120,20 @@ export class LiveQueue {
   constructor(private readonly redis: Redis) {}
 
   /** Queues the request; returns its entry id (for `remove`). */
-  async add(fn: string, data: RunJobData): Promise<string> {
+  /**
+   * Queues a request; resolves with its entry id. With `keyHash` (the caller's API key, as the
+   * gateway cached it), the request is only queued if that key is still there and not revoked,
+   * checked in the same call: otherwise it throws KeyRejectedError and queues nothing.
+   */
+  async add(fn: string, data: RunJobData, keyHash?: string): Promise<string> {
     if (!this.grouped.has(fn)) {
       await ensureLiveGroup(this.redis, fn);
       this.grouped.add(fn);
     }
-    return (await this.redis.xadd(liveStream(fn), '*', 'd', encodeLiveJob(data))) as string;
+    if (keyHash === undefined) return (await this.redis.xadd(liveStream(fn), '*', 'd', encodeLiveJob(data))) as string;
+    const r = (await evalScript(this.redis, ADD_IF_KEY, 2, tenantKeys.keysByHash, liveStream(fn), keyHash, encodeLiveJob(data))) as string | number;
+    if (r === 0 || r === 1) throw new KeyRejectedError(keyHash, r === 1 ? 'revoked' : 'unknown');
+    return r as string;
   }
 
   /** Deletes the entry: a replica that has not read it never will; one that has, finishes it anyway. */

@@ -18,6 +18,11 @@ export interface AuthContext {
   admin: boolean;
   /** Per-key quotas (absent: unlimited). */
   limits?: KeyLimits;
+  /**
+   * Set when the key came from the gateway's cache: the sha256 (hex) the request's enqueue must
+   * find live in Redis (LiveQueue.add), so a revocation holds on the next request all the same.
+   */
+  verifyHash?: string;
 }
 
 export interface KeyLimits {

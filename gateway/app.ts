@@ -11,6 +11,7 @@ import type { Registry } from '../core/registry.ts';
 import type { AuthContext, TenantStore } from '../core/tenants.ts';
 import type { ObjectStore } from '../core/s3.ts';
 import type { FunctionsCache } from './functions-cache.ts';
+import type { KeyCache } from './key-cache.ts';
 import type { Metrics } from './metrics.ts';
 import type { ReplyHub } from './replies.ts';
 import { authenticate } from './middleware/auth.ts';
@@ -34,6 +35,8 @@ export interface GatewayDeps {
   store: ObjectStore;
   registry: Registry;
   tenants: TenantStore;
+  /** Live keys this gateway resolved, for runs (whose enqueue re-checks them). */
+  keys: KeyCache;
   /** EMBERS_ADMIN_KEY; without one, no caller is admin. */
   adminKey?: string;
   functions: FunctionsCache;
@@ -92,7 +95,7 @@ export function createApp(deps: GatewayDeps) {
     return c.text(await deps.metrics.registry.metrics(), 200, { 'content-type': deps.metrics.registry.contentType });
   });
 
-  app.use('/v1/*', authenticate(deps.tenants, deps.adminKey));
+  app.use('/v1/*', authenticate(deps.tenants, deps.adminKey, deps.keys));
   app.route('/v1/functions', functionRoutes(deps));
   app.route('/v1/models', modelRoutes(deps));
   app.route('/v1/run', runRoutes(deps));

@@ -19,6 +19,7 @@ import { createApp } from './app.ts';
 import { FunctionsCache } from './functions-cache.ts';
 import { createMetrics } from './metrics.ts';
 import { ReplyHub } from './replies.ts';
+import { KeyCache } from './key-cache.ts';
 import { startWebhookWorker } from './webhooks.ts';
 import { QueueDepth } from './quotas.ts';
 import type { Pricing } from '../core/usage.ts';
@@ -109,6 +110,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     store: o.store,
     registry,
     tenants,
+    keys: new KeyCache(tenants),
     adminKey: o.adminKey,
     functions,
     replies,

@@ -8,8 +8,9 @@ import { describeErrors } from '../../core/validate.ts';
 import { ApiError, readJson } from '../errors.ts';
 import { acquireSlot, checkRate } from '../quotas.ts';
 import type { GatewayEnv, GatewayDeps } from '../app.ts';
-import { canAccess } from '../../core/tenants.ts';
-import { requireScope } from '../middleware/auth.ts';
+import { canAccess, type AuthContext } from '../../core/tenants.ts';
+import { KeyRejectedError } from '../../core/live-queue.ts';
+import { invalidKey, requireScope, revokedKey } from '../middleware/auth.ts';
 
 /** Waiting past the deadline by this much lets a reply that is on its way arrive. */
 const REPLY_GRACE_MS = 2_000;
@@ -41,7 +42,7 @@ export function runRoutes(deps: GatewayDeps) {
       await deps.queueDepth.check(name, fn.manifest.maxQueueLength ?? 10_000);
       const bill = { t: fn.tenant, k: auth.keyId, bin: Number(c.req.header('content-length') ?? 0) || 0 };
       if (/\brespond-async\b/i.test(c.req.header('prefer') ?? '')) {
-        const job = await enqueueAsync(deps, name, { rid, input, enq, ...bill }, auth.keyId, webhookOf(c.req.query('webhook') ?? c.req.header('embers-webhook')));
+        const job = await enqueueAsync(deps, name, { rid, input, enq, ...bill }, auth, webhookOf(c.req.query('webhook') ?? c.req.header('embers-webhook')));
         const url = `${new URL(c.req.url).origin}/v1/jobs/${job}`;
         c.header('location', url);
         c.header('preference-applied', 'respond-async');
@@ -56,11 +57,12 @@ export function runRoutes(deps: GatewayDeps) {
       let entry: string | undefined;
       let reply;
       try {
-        entry = await live.add(name, data);
+        entry = await live.add(name, data, auth.verifyHash);
         deps.wake(name);
         reply = await wait;
       } catch (err) {
         replies.cancel(rid);
+        if (err instanceof KeyRejectedError) throw keyRejected(deps, err, auth.keyId);
         throw new ApiError(503, 'unavailable', `could not queue the request (Redis unreachable?): ${(err as Error).message}; retry shortly`);
       } finally {
         metrics.inflight.dec();
@@ -89,17 +91,24 @@ export function runRoutes(deps: GatewayDeps) {
 }
 
 /** Queues an async run: its record first (so GET never misses it), then the job itself. */
-async function enqueueAsync(deps: GatewayDeps, name: string, data: RunJobData, key: string, webhook: string | undefined): Promise<string> {
+async function enqueueAsync(deps: GatewayDeps, name: string, data: RunJobData, auth: AuthContext, webhook: string | undefined): Promise<string> {
   const id = JobStore.newId();
   try {
-    await deps.jobs.create({ id, fn: name, tenant: data.t!, key, webhook });
-    await deps.live.add(name, { ...data, job: id });
+    await deps.jobs.create({ id, fn: name, tenant: data.t!, key: auth.keyId, webhook });
+    await deps.live.add(name, { ...data, job: id }, auth.verifyHash);
   } catch (err) {
     await deps.redis.del(keys.job(id)).catch(() => 0);
+    if (err instanceof KeyRejectedError) throw keyRejected(deps, err, auth.keyId);
     throw new ApiError(503, 'unavailable', `could not queue the request (Redis unreachable?): ${(err as Error).message}; retry shortly`);
   }
   deps.wake(name);
   return id;
+}
+
+/** The key the gateway had cached was revoked (or removed) since: forget it, answer 401. */
+function keyRejected(deps: GatewayDeps, err: KeyRejectedError, keyId: string): ApiError {
+  deps.keys.forget(err.keyHash);
+  return err.reason === 'revoked' ? revokedKey(keyId) : invalidKey();
 }
 
 /** A webhook must be an absolute http(s) URL. */

@@ -178,13 +178,30 @@ describe('tenants and keys', () => {
         queueTimeoutMs: 10_000,
       });
       const key = await createKey(a, { name: 'short-lived' });
-      const viaSecond = () => fetch(`${second!.url}/v1/functions`, { headers: { authorization: `Bearer ${key.key}` } });
+      const viaSecond = (route = '/v1/functions', init: RequestInit = {}) =>
+        fetch(`${second!.url}${route}`, { ...init, headers: { authorization: `Bearer ${key.key}`, 'content-type': 'application/json', ...init.headers } });
       assert.equal((await viaSecond()).status, 200);
+      // Runs take the key from each gateway's cache: warm both, sync and async.
+      for (const run of [viaSecond, as(key.key)]) {
+        assert.deepEqual(await json(run('/v1/run/echo', post({ warm: 1 })), 200), { warm: 1 });
+        await json(run('/v1/run/echo', { method: 'POST', body: '{}', headers: { prefer: 'respond-async' } }), 202);
+      }
+      // The stream's last id moves with every XADD, deleted entries included.
+      const lastAdded = async () => {
+        const info = (await p.redis().xinfo('STREAM', 'embers:stream:echo')) as unknown[];
+        return info[info.indexOf('last-generated-id') + 1];
+      };
+      const addedBefore = await lastAdded();
       await json(admin(`/v1/tenants/${a}/keys/${key.id}`, { method: 'DELETE' }), 200);
       const res = await json<{ error: { code: string; message: string } }>(viaSecond(), 401);
       assert.equal(res.error.code, 'unauthorized');
       assert.match(res.error.message, /this key was revoked/);
-      await json(as(key.key)('/v1/run/echo', post({})), 401);
+      // The cached key still routes the request, but its enqueue finds it revoked: nothing is queued.
+      for (const run of [viaSecond, as(key.key)]) {
+        assert.match((await json<{ error: { message: string } }>(run('/v1/run/echo', post({})), 401)).error.message, /this key was revoked/);
+        assert.match((await json<{ error: { message: string } }>(run('/v1/run/echo', { method: 'POST', body: '{}', headers: { prefer: 'respond-async' } }), 401)).error.message, /this key was revoked/);
+      }
+      assert.equal(await lastAdded(), addedBefore, 'a revoked key queued a request');
       const { keys } = await json<{ keys: { id: string; revokedAt?: string }[] }>(admin(`/v1/tenants/${a}/keys`), 200);
       assert.ok(keys.find((k) => k.id === key.id)?.revokedAt);
     } finally {
