@@ -1,6 +1,6 @@
 // Tenants and their API keys, kept in Redis. A secret is never stored: a key is found by the
-// sha256 of its secret, so resolving a bearer key on each request is one HGET, and a revoked key
-// stops working on every gateway at once.
+// sha256 of its secret, so resolving a bearer key is one HGET (a run's is folded into its enqueue:
+// LiveQueue.add), and a revoked key stops working on every gateway at once.
 import { createHash, randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
