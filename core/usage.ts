@@ -97,7 +97,10 @@ export function recordArgs(r: UsageRecord): string[] {
 }
 
 /** The hourly roll-up key a record is added to. */
-export const hourKey = (r: UsageRecord) => usageKeys.hour(r.tenant, hourOf(new Date(r.at)));
+export const hourKey = (r: UsageRecord) => usageKeys.hour(r.tenant, ISO_UTC.test(r.at) ? r.at.slice(0, 13).replace(/[-T]/g, '') : hourOf(new Date(r.at)));
+
+/** What toISOString writes (a UTC time): its hour is in its first 13 characters, no Date needed. */
+const ISO_UTC = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/;
 
 /**
  * Records of one tick, each kept only if its id is new (SET NX on a seen key). Live requests do

@@ -55,10 +55,15 @@ export function notFound(c: Context) {
 
 /** Parses a JSON body, answering 400 with the parser's reason instead of a 500. */
 export async function readJson(c: Context): Promise<unknown> {
+  return (await readJsonText(c)).value;
+}
+
+/** readJson, with the text it parsed (a run queues that text as it is: LiveQueue.add). */
+export async function readJsonText(c: Context): Promise<{ value: unknown; text: string }> {
   const text = await c.req.text();
   if (text.trim() === '') throw new ApiError(400, 'invalid_json', 'request body is empty; send a JSON object');
   try {
-    return JSON.parse(text);
+    return { value: JSON.parse(text), text };
   } catch (err) {
     throw new ApiError(400, 'invalid_json', `request body is not valid JSON: ${(err as Error).message}`);
   }

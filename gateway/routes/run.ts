@@ -5,7 +5,7 @@ import { limitBody } from '../middleware/body-limit.ts';
 import { FUNCTION_NAME, keys, type ColdStartPhases, type RunJobData } from '../../core/contracts.ts';
 import { JobStore } from '../../core/jobs.ts';
 import { describeErrors } from '../../core/validate.ts';
-import { ApiError, readJson } from '../errors.ts';
+import { ApiError, readJsonText } from '../errors.ts';
 import { acquireSlot, checkRate } from '../quotas.ts';
 import type { GatewayEnv, GatewayDeps } from '../app.ts';
 import { canAccess, type AuthContext } from '../../core/tenants.ts';
@@ -32,7 +32,7 @@ export function runRoutes(deps: GatewayDeps) {
       requireScope(c, 'run');
       const failure = functions.startFailure(name);
       if (failure) throw new ApiError(503, 'replica_start_failed', `${name} cannot start right now: ${failure.phase} failed: ${failure.message}`);
-      const input = await readJson(c);
+      const { value: input, text: inputJson } = await readJsonText(c);
       if (!fn.validate(input)) {
         throw new ApiError(400, 'invalid_input', `input does not match the schema of ${name}: ${describeErrors(fn.validate)}`, fn.validate.errors);
       }
@@ -42,7 +42,7 @@ export function runRoutes(deps: GatewayDeps) {
       await deps.queueDepth.check(name, fn.manifest.maxQueueLength ?? 10_000);
       const bill = { t: fn.tenant, k: auth.keyId, bin: Number(c.req.header('content-length') ?? 0) || 0 };
       if (/\brespond-async\b/i.test(c.req.header('prefer') ?? '')) {
-        const job = await enqueueAsync(deps, name, { rid, input, enq, ...bill }, auth, webhookOf(c.req.query('webhook') ?? c.req.header('embers-webhook')));
+        const job = await enqueueAsync(deps, name, { rid, input, enq, ...bill }, inputJson, auth, webhookOf(c.req.query('webhook') ?? c.req.header('embers-webhook')));
         const url = `${new URL(c.req.url).origin}/v1/jobs/${job}`;
         c.header('location', url);
         c.header('preference-applied', 'respond-async');
@@ -57,7 +57,7 @@ export function runRoutes(deps: GatewayDeps) {
       let entry: string | undefined;
       let reply;
       try {
-        entry = await live.add(name, data, auth.verifyHash);
+        entry = await live.add(name, data, { keyHash: auth.verifyHash, inputJson });
         deps.wake(name);
         reply = await wait;
       } catch (err) {
@@ -91,11 +91,11 @@ export function runRoutes(deps: GatewayDeps) {
 }
 
 /** Queues an async run: its record first (so GET never misses it), then the job itself. */
-async function enqueueAsync(deps: GatewayDeps, name: string, data: RunJobData, auth: AuthContext, webhook: string | undefined): Promise<string> {
+async function enqueueAsync(deps: GatewayDeps, name: string, data: RunJobData, inputJson: string, auth: AuthContext, webhook: string | undefined): Promise<string> {
   const id = JobStore.newId();
   try {
     await deps.jobs.create({ id, fn: name, tenant: data.t!, key: auth.keyId, webhook });
-    await deps.live.add(name, { ...data, job: id }, auth.verifyHash);
+    await deps.live.add(name, { ...data, job: id }, { keyHash: auth.verifyHash, inputJson });
   } catch (err) {
     await deps.redis.del(keys.job(id)).catch(() => 0);
     if (err instanceof KeyRejectedError) throw keyRejected(deps, err, auth.keyId);
