@@ -213,6 +213,30 @@ export function decodeReply(message: string): { header: ReplyHeader; body: strin
   return { header: JSON.parse(message.slice(0, nl)) as ReplyHeader, body: message.slice(nl + 1) };
 }
 
+/**
+ * Several replies for one gateway in one message (one PUBLISH, one message for the gateway to
+ * read): `*<length>,<length>,…\n` then the replies (encodeReply) back to back. Lengths are in
+ * UTF-16 code units, as JavaScript counts them on both sides. A single reply stays as it is
+ * (it starts with its header's `{`).
+ */
+export function encodeReplies(messages: string[]): string {
+  return messages.length === 1 ? messages[0] : `*${messages.map((m) => m.length).join(',')}\n${messages.join('')}`;
+}
+
+/** The replies of a message from encodeReplies (or a single reply). */
+export function decodeReplies(message: string): { header: ReplyHeader; body: string }[] {
+  if (message[0] !== '*') return [decodeReply(message)];
+  const nl = message.indexOf('\n');
+  const out: { header: ReplyHeader; body: string }[] = [];
+  let at = nl + 1;
+  for (const n of message.slice(1, nl).split(',')) {
+    const len = Number(n);
+    out.push(decodeReply(message.slice(at, at + len)));
+    at += len;
+  }
+  return out;
+}
+
 export function errorBody(code: string, message: string, details?: unknown): ErrorBody {
   return { error: { code, message, ...(details === undefined ? {} : { details }) } };
 }

@@ -9,7 +9,7 @@
 // Acknowledged entries are deleted, so the stream's length is what waits plus what runs, and
 // its length less the group's pending count is what waits.
 import type { Redis } from 'ioredis';
-import type { RunJobData } from './contracts.ts';
+import { encodeReplies, type RunJobData } from './contracts.ts';
 import { evalScript } from './redis.ts';
 import { tenantKeys } from './tenants.ts';
 import { hourKey, recordArgs, RECORD_FIELDS, RECORDS_MAX, USAGE_LUA, usageKeys, type UsageRecord } from './usage.ts';
@@ -51,7 +51,8 @@ export interface LiveOutcome {
  * the entry is deleted. The acknowledgement is the usage dedupe: a request run twice (taken over
  * from a replica that went silent, which then finished too) is metered by whichever finished
  * first. The reply goes out either way: a gateway takes the first reply and drops any other, and
- * one whose stream was lost with Redis's data still gets its answer.
+ * one whose stream was lost with Redis's data still gets its answer. Replies to one gateway go
+ * out as one message (encodeReplies), carried by the first of its entries.
  * KEYS: stream, records stream, tenants set, then an hour key per entry (the stream when none).
  * ARGV: group, records cap, then per entry: id, channel, message, RECORD_FIELDS (empty: no record).
  */
@@ -81,9 +82,21 @@ export async function finishLiveEntries(redis: Redis, fn: string, entries: { id:
   const stream = liveStream(fn);
   const keys = [stream, usageKeys.records, usageKeys.tenants];
   const args: string[] = [LIVE_GROUP, String(RECORDS_MAX)];
+  // Replies to one gateway leave in one message, carried by the first of its entries.
+  const byChannel = new Map<string, string[]>();
+  for (const { outcome } of entries) {
+    if (!outcome?.reply) continue;
+    const { channel, message } = outcome.reply;
+    const list = byChannel.get(channel);
+    if (list) list.push(message);
+    else byChannel.set(channel, [message]);
+  }
   for (const { id, outcome } of entries) {
     keys.push(outcome?.usage ? hourKey(outcome.usage) : stream);
-    args.push(id, outcome?.reply?.channel ?? '', outcome?.reply?.message ?? '', ...(outcome?.usage ? recordArgs(outcome.usage) : NO_RECORD));
+    const channel = outcome?.reply?.channel;
+    const messages = channel === undefined ? undefined : byChannel.get(channel);
+    if (channel !== undefined) byChannel.delete(channel);
+    args.push(id, messages ? channel! : '', messages ? encodeReplies(messages) : '', ...(outcome?.usage ? recordArgs(outcome.usage) : NO_RECORD));
   }
   const acked = (await evalScript(redis, FINISH, keys.length, ...keys, ...args)) as number[];
   return acked.map((n) => n === 1);

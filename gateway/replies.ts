@@ -1,7 +1,8 @@
 // Replies come back on one Redis channel per gateway process (not one connection per
-// function, and never through BullMQ's events stream, which drops completions once trimmed).
+// function, and never through BullMQ's events stream, which drops completions once trimmed);
+// a replica sends the replies of one tick for this gateway as one message (encodeReplies).
 import type { Redis } from 'ioredis';
-import { decodeReply, keys, type ReplyHeader } from '../core/contracts.ts';
+import { decodeReplies, keys, type ReplyHeader } from '../core/contracts.ts';
 
 export interface Reply {
   header: ReplyHeader;
@@ -27,11 +28,12 @@ export class ReplyHub {
     });
     sub.on('message', (channel: string, message: string) => {
       if (channel !== this.channel) return this.onOther(channel, message);
-      const reply = decodeReply(message);
-      const resolve = this.waiting.get(reply.header.rid);
-      if (resolve) {
-        this.waiting.delete(reply.header.rid);
-        resolve(reply);
+      for (const reply of decodeReplies(message)) {
+        const resolve = this.waiting.get(reply.header.rid);
+        if (resolve) {
+          this.waiting.delete(reply.header.rid);
+          resolve(reply);
+        }
       }
     });
   }

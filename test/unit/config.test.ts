@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import os from 'node:os';
 import { ConfigError, loadConfig, ortInstances } from '../../core/config.ts';
 import { concatFeeds, splitOutputs, tensor } from '../../native/tensor.ts';
-import { decodeReply, encodeReply, FUNCTION_NAME } from '../../core/contracts.ts';
+import { decodeReplies, decodeReply, encodeReplies, encodeReply, FUNCTION_NAME } from '../../core/contracts.ts';
 import { resolveModelFile } from '../../cli/deploy.ts';
 import { ROOT } from '../helpers/platform.ts';
 import path from 'node:path';
@@ -44,6 +44,18 @@ describe('contracts', () => {
     const { header, body } = decodeReply(msg);
     assert.equal(header.rid, 'r1');
     assert.deepEqual(JSON.parse(body), { a: 'line\nbreak' });
+  });
+
+  it('several replies for one gateway travel as one message and come apart again', () => {
+    const h = (rid: string) => ({ rid, status: 200, replica: 'x', timing: { queueMs: 1, handlerMs: 2, inferMs: 3, batchMs: 0 } });
+    const bodies = ['{"a":1}', '{"s":"é 😀 \\u0000 *3,4"}', 'raw\nnewline, not JSON', '""', '{"lines":["*","\\n"]}'];
+    const messages = bodies.map((b, i) => encodeReply(h(`r${i}`), b));
+    const one = encodeReplies(messages);
+    assert.ok(one.startsWith('*'));
+    assert.deepEqual(decodeReplies(one), bodies.map((body, i) => ({ header: h(`r${i}`), body })));
+    // A lone reply is sent as it is.
+    assert.equal(encodeReplies([messages[1]]), messages[1]);
+    assert.deepEqual(decodeReplies(messages[1]), [{ header: h('r1'), body: bodies[1] }]);
   });
 });
 
