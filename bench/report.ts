@@ -20,7 +20,9 @@ export function formatReport(r: BenchResult): string {
   const m = r.machine;
   out.push(`Embers benchmark — ${r.date} — ${m.cpuModel}, ${m.cores} cores, node ${m.node}, onnxruntime-node ${m.ortVersion}, ${r.git.commit.slice(0, 7)}${r.git.dirtyFiles ? ` (+${r.git.dirtyFiles} changed files)` : ''}`);
   out.push(`Load average at start: ${m.loadAvgAtStart.join(', ')} (other work on the machine skews every figure).`);
-  out.push(`Each point: ≥${r.window.warmupSeconds} s warm-up (until every worker has an answer), ${r.window.measureSeconds} s measured.`);
+  out.push(
+    `Each point: ≥${r.window.warmupSeconds} s warm-up (until every worker has an answer), ${r.window.measureSeconds} s measured; where two targets take turns (a, b, b, a), each turn has its own warm-up and ${r.window.measureSeconds / 2} s measured.`,
+  );
 
   out.push('', 'Raw limit, cls model alone (x [N,3,48,192]), items/s (p50 ms per batch):');
   const batches = [...new Set(r.raw.cls.map((p) => p.batch))];

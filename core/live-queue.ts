@@ -52,23 +52,26 @@ export interface LiveOutcome {
  * from a replica that went silent, which then finished too) is metered by whichever finished
  * first. The reply goes out either way: a gateway takes the first reply and drops any other, and
  * one whose stream was lost with Redis's data still gets its answer. Replies to one gateway go
- * out as one message (encodeReplies), carried by the first of its entries.
+ * out as one message (encodeReplies), carried by the first of its entries, and every reply is
+ * published last: a call that fails part way (Redis out of memory) answers nobody, and the
+ * entries it did not finish run again.
  * KEYS: stream, records stream, tenants set, then an hour key per entry (the stream when none).
  * ARGV: group, records cap, then per entry: id, channel, message, RECORD_FIELDS (empty: no record).
  */
 const FINISH = `${USAGE_LUA}
 local stride = 3 + ${RECORD_FIELDS}
-local out = {}
+local out, replies = {}, {}
 for i = 1, #KEYS - 3 do
   local a = 2 + (i - 1) * stride
   local id = ARGV[a + 1]
   local ok, acked = pcall(redis.call, 'XACK', KEYS[1], ARGV[1], id)
   out[i] = (ok and acked == 1) and 1 or 0
   if out[i] == 1 and ARGV[a + 4] ~= '' then add_record(KEYS[2], ARGV[2], KEYS[3 + i], a + 3) end
-  if ARGV[a + 2] ~= '' then redis.call('PUBLISH', ARGV[a + 2], ARGV[a + 3]) end
+  if ARGV[a + 2] ~= '' then replies[#replies + 1] = a end
   redis.call('XDEL', KEYS[1], id)
 end
 roll_up(KEYS[3])
+for _, a in ipairs(replies) do redis.call('PUBLISH', ARGV[a + 2], ARGV[a + 3]) end
 return out`;
 
 const NO_RECORD: string[] = new Array<string>(RECORD_FIELDS).fill('');
@@ -109,8 +112,9 @@ export async function finishLiveEntries(redis: Redis, fn: string, entries: { id:
  */
 export function encodeLiveJob(data: RunJobData, inputJson?: string): string {
   if (inputJson === undefined) return JSON.stringify(data);
-  // JSON.stringify leaves out undefined members.
-  return `${JSON.stringify({ ...data, input: undefined }).slice(0, -1)},"input":${inputJson}}`;
+  // JSON.stringify leaves out undefined members; padding around the body is not worth keeping.
+  const rest = JSON.stringify({ ...data, input: undefined });
+  return `${rest.length > 2 ? `${rest.slice(0, -1)},` : '{'}"input":${inputJson.trim()}}`;
 }
 
 /** LiveQueue.add found the caller's API key revoked or gone: nothing was queued. */

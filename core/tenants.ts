@@ -19,8 +19,8 @@ export interface AuthContext {
   /** Per-key quotas (absent: unlimited). */
   limits?: KeyLimits;
   /**
-   * Set when the key came from the gateway's cache: the sha256 (hex) the request's enqueue must
-   * find live in Redis (LiveQueue.add), so a revocation holds on the next request all the same.
+   * Set for runs: the key's sha256 (hex), which the request's enqueue must find live in Redis
+   * (LiveQueue.add), so a revocation holds even when the gateway took the key from its cache.
    */
   verifyHash?: string;
 }

@@ -19,6 +19,8 @@ export class ReplyHub {
     private readonly sub: Redis,
     gatewayId: string,
     private readonly onOther: (channel: string, message: string) => void = () => {},
+    /** A message that could not be read (it is dropped). */
+    onBadMessage: (channel: string, err: Error) => void = () => {},
   ) {
     this.channel = keys.replyChannel(gatewayId);
     // A reply published while this gateway is not subscribed is lost: know when that can happen.
@@ -27,13 +29,18 @@ export class ReplyHub {
       if (this.channels.length) this.subscribe().catch(() => {});
     });
     sub.on('message', (channel: string, message: string) => {
-      if (channel !== this.channel) return this.onOther(channel, message);
-      for (const reply of decodeReplies(message)) {
-        const resolve = this.waiting.get(reply.header.rid);
-        if (resolve) {
-          this.waiting.delete(reply.header.rid);
-          resolve(reply);
+      // Thrown here, an error would reach ioredis's socket handler and take the gateway down.
+      try {
+        if (channel !== this.channel) return this.onOther(channel, message);
+        for (const reply of decodeReplies(message)) {
+          const resolve = this.waiting.get(reply.header.rid);
+          if (resolve) {
+            this.waiting.delete(reply.header.rid);
+            resolve(reply);
+          }
         }
+      } catch (err) {
+        onBadMessage(channel, err as Error);
       }
     });
   }

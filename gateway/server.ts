@@ -91,7 +91,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
       functions.replicaEvent(event.name, event.state, event.error);
       if (event.coldStart) metrics.observeColdStart(event.name, event.coldStart);
     }
-  });
+  }, (channel, err) => log.warn({ channel, err: err.message }, 'dropped a message that could not be read'));
   await replies.start(keys.registryChannel);
 
   const live = new LiveQueue(redis);

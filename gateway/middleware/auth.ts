@@ -11,8 +11,9 @@ const RUN_PATH = '/v1/run/';
 /**
  * Bearer-key auth for /v1: sets `c.get('auth')`. The admin key is compared in constant time; any
  * other key is looked up in Redis by its sha256, so a revocation holds at once on every gateway.
- * A run takes a live key from `cache` instead and leaves the check to its enqueue (`verifyHash`):
- * the same guarantee, one Redis round trip fewer.
+ * A run takes a live key from `cache` instead (looking it up only on a miss) and every run's
+ * enqueue checks the key again in the same call (`verifyHash`): a key revoked while its request
+ * was on its way, cached or not, queues nothing.
  */
 export function authenticate(tenants: TenantStore, adminKey?: string, cache?: KeyCache): MiddlewareHandler<GatewayEnv> {
   // Digests make the comparison constant-time whatever the lengths.
@@ -35,7 +36,7 @@ export function authenticate(tenants: TenantStore, adminKey?: string, cache?: Ke
     const key = hit ?? (run ? await cache.resolve(hash) : await tenants.resolveHash(hash));
     if (!key) throw invalidKey();
     if (key.revokedAt) throw revokedKey(key.id, key.revokedAt);
-    c.set('auth', { tenant: key.tenant, keyId: key.id, scopes: key.scopes, admin: false, ...(key.limits ? { limits: key.limits } : {}), ...(hit ? { verifyHash: hash } : {}) });
+    c.set('auth', { tenant: key.tenant, keyId: key.id, scopes: key.scopes, admin: false, ...(key.limits ? { limits: key.limits } : {}), ...(run ? { verifyHash: hash } : {}) });
     await next();
   };
 }

@@ -421,6 +421,15 @@ describe('BatchTuner', () => {
     assert.equal(t.snapshot()['1'].msPerRow, 10);
   });
 
+  it('re-measures the sizes next to the cap one batch at a time (a GPU at its largest size loses little)', () => {
+    const t = new BatchTuner({ maxBatchSize: 32, exploreEvery: 64 });
+    for (let i = 0; i < 3; i++) t.observe(1, 5);
+    const caps = drive(t, (rows) => 5 / Math.sqrt(rows), 2_000, 32);
+    const late = caps.slice(1_000);
+    assert.equal(late.filter((c) => c !== 32).length, late.filter((_, i) => (1_000 + i) % 64 === 0).length, 'one batch in 64 off the cap');
+    assert.ok(late.every((c) => c === 32 || c === 16), JSON.stringify([...new Set(late)]));
+  });
+
   it('caps what the batcher gathers under load', async () => {
     // An executor that reports 10 ms per row alone and 20 per row in company.
     const sizes: number[] = [];
