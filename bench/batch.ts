@@ -41,6 +41,8 @@ export interface LiveUnderBatch {
 }
 
 const SPORADIC_THINK_MS = 250;
+/** Windows the live p99 with and without a batch is measured over (the target's point). */
+const LIVE_P99_WINDOWS = 3;
 
 export const ECHO_BATCH_LINES = Number(process.env.BENCH_ECHO_BATCH_LINES ?? 100_000);
 
@@ -99,11 +101,11 @@ export async function batchSection(o: {
   const target: Target = { port: o.port, method: 'POST', path: '/v1/run/ocr', headers: { authorization: `Bearer ${o.apiKey}`, 'content-type': 'application/json' }, body: o.ocrBody };
   // Live ocr at c=1 without a batch, then under a batch that outlasts the measurement: started,
   // given time to fill its queue, then measured under. Back to back, then with a pause after each answer.
-  const underBatch = async (thinkMs: number): Promise<LiveUnderBatch> => {
+  const underBatch = async (thinkMs: number, window: Window): Promise<LiveUnderBatch> => {
     const what = thinkMs ? `c=1 with ${thinkMs} ms between requests` : 'c=1';
     o.log(`live ocr ${what} without a batch`);
-    const without = await closedLoop(target, { concurrency: 1, window: o.window, thinkMs });
-    const lines = Math.round(o.rawOcrReqPerSec * ((o.window.warmupMs + o.window.measureMs) / 1000 + 30));
+    const without = await closedLoop(target, { concurrency: 1, window, thinkMs });
+    const lines = Math.round(o.rawOcrReqPerSec * ((window.warmupMs + window.measureMs) / 1000 + 30));
     const big = (await api('POST', '/v1/batches?function=ocr', Array.from({ length: lines }, (_, i) => line(i)).join('\n'))) as BatchView;
     let running = big;
     while (running.status === 'validating' || running.request_counts.completed < 5) {
@@ -112,7 +114,7 @@ export async function batchSection(o: {
     }
     const doneBefore = running.request_counts.completed;
     o.log(`live ocr ${what} with a ${lines}-line ocr batch running`);
-    const withBatch = await closedLoop(target, { concurrency: 1, window: o.window, thinkMs });
+    const withBatch = await closedLoop(target, { concurrency: 1, window, thinkMs });
     const after = (await api('GET', `/v1/batches/${big.id}`)) as BatchView;
     await api('POST', `/v1/batches/${big.id}/cancel`);
     if (after.status !== 'in_progress') o.log(`warning: the batch was ${after.status} by the end of the live measurement`);
@@ -126,8 +128,9 @@ export async function batchSection(o: {
       batchLinesDuring: after.request_counts.completed - doneBefore,
     };
   };
-  const live = await underBatch(0);
-  const sporadic = { ...(await underBatch(SPORADIC_THINK_MS)), thinkMs: SPORADIC_THINK_MS };
+  // The target's point is measured over 3 windows: a p99 of one window's ~75 answers is its worst one.
+  const live = await underBatch(0, { ...o.window, measureMs: o.window.measureMs * LIVE_P99_WINDOWS });
+  const sporadic = { ...(await underBatch(SPORADIC_THINK_MS, o.window)), thinkMs: SPORADIC_THINK_MS };
 
   return {
     echo,
@@ -148,7 +151,7 @@ export function formatBatch(b: BatchSection): string {
     'Bulk batches (same Embers, after the live points):',
     `  echo  ${b.echo.lines} lines: ${b.echo.itemsPerSec.toFixed(0)} items/s (${b.echo.seconds.toFixed(1)} s running, ${b.echo.endToEndSeconds.toFixed(1)} s end to end); ÷ live echo req/s = ${r.echo_batch_vs_live.toFixed(2)}`,
     `  ocr   ${b.ocr.lines} lines: ${b.ocr.itemsPerSec.toFixed(2)} items/s (${b.ocr.seconds.toFixed(1)} s); ÷ raw pipeline = ${r.ocr_batch_vs_raw.toFixed(2)} (target ≥ 0.90: ${r.ocr_batch_vs_raw >= 0.9 ? 'PASS' : 'MISS'})`,
-    `  live ocr c=1: p50 ${b.live.p50WithoutMs.toFixed(1)} → ${b.live.p50WithMs.toFixed(1)} ms, p99 ${b.live.p99WithoutMs.toFixed(1)} → ${b.live.p99WithMs.toFixed(1)} ms with a batch running (${b.live.batchLinesDuring} batch lines done meanwhile); p99 ×${r.live_p99_with_batch.toFixed(2)} (target ≤ 1.20: ${r.live_p99_with_batch <= 1.2 ? 'PASS' : 'MISS'})`,
+    `  live ocr c=1: p50 ${b.live.p50WithoutMs.toFixed(1)} → ${b.live.p50WithMs.toFixed(1)} ms, p99 ${b.live.p99WithoutMs.toFixed(1)} → ${b.live.p99WithMs.toFixed(1)} ms with a batch running (${b.live.requests} answers; ${b.live.batchLinesDuring} batch lines done meanwhile); p99 ×${r.live_p99_with_batch.toFixed(2)} (target ≤ 1.20: ${r.live_p99_with_batch <= 1.2 ? 'PASS' : 'MISS'})`,
     `  live ocr c=1, ${b.sporadic.thinkMs} ms between requests: p50 ${b.sporadic.p50WithoutMs.toFixed(1)} → ${b.sporadic.p50WithMs.toFixed(1)} ms, p99 ${b.sporadic.p99WithoutMs.toFixed(1)} → ${b.sporadic.p99WithMs.toFixed(1)} ms with a batch running (${b.sporadic.batchLinesDuring} batch lines done meanwhile; the batch runs in the gaps, and a live request may wait for one batch inference)`,
   ].join('\n');
 }
