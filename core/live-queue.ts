@@ -52,26 +52,26 @@ export interface LiveOutcome {
  * from a replica that went silent, which then finished too) is metered by whichever finished
  * first. The reply goes out either way: a gateway takes the first reply and drops any other, and
  * one whose stream was lost with Redis's data still gets its answer. Replies to one gateway go
- * out as one message (encodeReplies), carried by the first of its entries, and every reply is
- * published last: a call that fails part way (Redis out of memory) answers nobody, and the
- * entries it did not finish run again.
+ * out as one message (encodeReplies), published last: a call that fails part way (Redis out of
+ * memory) answers nobody, and the entries it did not finish run again.
  * KEYS: stream, records stream, tenants set, then an hour key per entry (the stream when none).
- * ARGV: group, records cap, then per entry: id, channel, message, RECORD_FIELDS (empty: no record).
+ * ARGV: group, records cap, then per entry: id, RECORD_FIELDS (empty: no record); then per
+ * gateway: channel, message.
  */
 const FINISH = `${USAGE_LUA}
-local stride = 3 + ${RECORD_FIELDS}
-local out, replies = {}, {}
-for i = 1, #KEYS - 3 do
+local stride = 1 + ${RECORD_FIELDS}
+local n = #KEYS - 3
+local out = {}
+for i = 1, n do
   local a = 2 + (i - 1) * stride
   local id = ARGV[a + 1]
   local ok, acked = pcall(redis.call, 'XACK', KEYS[1], ARGV[1], id)
   out[i] = (ok and acked == 1) and 1 or 0
-  if out[i] == 1 and ARGV[a + 4] ~= '' then add_record(KEYS[2], ARGV[2], KEYS[3 + i], a + 3) end
-  if ARGV[a + 2] ~= '' then replies[#replies + 1] = a end
+  if out[i] == 1 and ARGV[a + 2] ~= '' then add_record(KEYS[2], ARGV[2], KEYS[3 + i], a + 1) end
   redis.call('XDEL', KEYS[1], id)
 end
 roll_up(KEYS[3])
-for _, a in ipairs(replies) do redis.call('PUBLISH', ARGV[a + 2], ARGV[a + 3]) end
+for j = 3 + n * stride, #ARGV, 2 do redis.call('PUBLISH', ARGV[j], ARGV[j + 1]) end
 return out`;
 
 const NO_RECORD: string[] = new Array<string>(RECORD_FIELDS).fill('');
@@ -85,22 +85,18 @@ export async function finishLiveEntries(redis: Redis, fn: string, entries: { id:
   const stream = liveStream(fn);
   const keys = [stream, usageKeys.records, usageKeys.tenants];
   const args: string[] = [LIVE_GROUP, String(RECORDS_MAX)];
-  // Replies to one gateway leave in one message, carried by the first of its entries.
+  // Replies to one gateway leave in one message.
   const byChannel = new Map<string, string[]>();
-  for (const { outcome } of entries) {
+  for (const { id, outcome } of entries) {
+    keys.push(outcome?.usage ? hourKey(outcome.usage) : stream);
+    args.push(id, ...(outcome?.usage ? recordArgs(outcome.usage) : NO_RECORD));
     if (!outcome?.reply) continue;
     const { channel, message } = outcome.reply;
     const list = byChannel.get(channel);
     if (list) list.push(message);
     else byChannel.set(channel, [message]);
   }
-  for (const { id, outcome } of entries) {
-    keys.push(outcome?.usage ? hourKey(outcome.usage) : stream);
-    const channel = outcome?.reply?.channel;
-    const messages = channel === undefined ? undefined : byChannel.get(channel);
-    if (channel !== undefined) byChannel.delete(channel);
-    args.push(id, messages ? channel! : '', messages ? encodeReplies(messages) : '', ...(outcome?.usage ? recordArgs(outcome.usage) : NO_RECORD));
-  }
+  for (const [channel, messages] of byChannel) args.push(channel, encodeReplies(messages));
   const acked = (await evalScript(redis, FINISH, keys.length, ...keys, ...args)) as number[];
   return acked.map((n) => n === 1);
 }
