@@ -1,7 +1,8 @@
 // The naive baseline: a plain Hono server running the ocr handler on its own ORT sessions,
 // each request as it arrives (no queue, no batching, no worker threads), with onnxruntime's
 // default session options (intra-op threads = cores, spinning on), as a user would write it.
-// NAIVE_ORT_THREADS=N sets N threads with spinning off, as the platform's sessions.
+// NAIVE_ORT_THREADS=N sets N threads with spinning off, as the platform's sessions (the bench's
+// plain-HTTP floor at c = 1 runs one so). /ocr answers carry `server-timing: handler;dur=<ms>`.
 //   POST /ocr  { image }  → the handler's output
 //   GET  /ping            → { ok: true }
 // Prints `listening <port>` once it serves (port 0 = any free port: NAIVE_PORT).
@@ -23,7 +24,10 @@ let nextId = 1;
 const app = new Hono();
 app.get('/ping', (c) => c.json({ ok: true }));
 app.post('/ocr', async (c) => {
-  const parsed = fn.input.safeParse(await c.req.json().catch(() => undefined));
+  const body: unknown = await c.req.json().catch(() => undefined);
+  // From the parsed body to the handler's output, as a replica's handler timing.
+  const t0 = performance.now();
+  const parsed = fn.input.safeParse(body);
   if (!parsed.success) return c.json({ error: { code: 'invalid_input', message: parsed.error.message } }, 400);
   const ctx: HandlerContext<'det' | 'rec'> = {
     models,
@@ -33,7 +37,9 @@ app.post('/ocr', async (c) => {
     fn: { name: fn.name, version: 'naive' },
   };
   try {
-    return c.json(await fn.handler(parsed.data, ctx));
+    const out = await fn.handler(parsed.data, ctx);
+    c.header('server-timing', `handler;dur=${(performance.now() - t0).toFixed(2)}`);
+    return c.json(out);
   } catch (err) {
     if (err instanceof HandlerError) return c.json({ error: { code: err.code, message: err.message } }, err.status);
     return c.json({ error: { code: 'handler_error', message: (err as Error).message } }, 500);

@@ -1,11 +1,16 @@
 // What Embers adds at concurrency 1, with the machine's drift cancelled: the raw pipeline (in
-// this process) and Embers over HTTP take turns in short blocks of back-to-back requests, so
-// both meet the machine in the same state. On these machines the raw pipeline's p50 moved
-// between 51 and 84 ms from one 4-second window to the next, so figures taken in separate
-// windows (even alternating ones) said little about a gap of a few ms. The first request of
-// each block is left out: it follows the other side's block, ~0.5 s in which this side's
-// processes slept (after ~70 ms idle each process hop costs ~0.3 ms more on these VMs: `echo`
-// at c = 1 measured p50 1.2 ms back to back, 3.9–4.5 ms with 60 ms between requests).
+// this process), Embers over HTTP and a plain HTTP server running the same handler on the same
+// sessions as raw take turns in short blocks of back-to-back requests, so all three meet the
+// machine in the same state. On these machines the raw pipeline's p50 moved between 51 and 84 ms
+// from one 4-second window to the next, so figures taken in separate windows (even alternating
+// ones) said little about a gap of a few ms. The first request of each block is left out: it
+// follows the other sides' blocks, ~1 s in which this side's processes slept (after ~70 ms idle
+// each process hop costs ~0.3 ms more on these VMs: `echo` at c = 1 measured p50 1.2 ms back to
+// back, 3.9–4.5 ms with 60 ms between requests).
+// The plain server is the floor for anything answering over HTTP: raw has no HTTP at all, and
+// every request, even back to back, follows ~50 ms of inference in which the client and the
+// server's event loop slept (a trace measured 0.47 ms from the client's send to the plain
+// server's route and 0.74 ms from its answer to the client's receipt).
 import http from 'node:http';
 import { parseTiming, send, type ServerTiming, type Target } from './load.ts';
 import { openRawPipeline } from './raw.ts';
@@ -13,6 +18,21 @@ import { latency, mean, type Window } from './stats.ts';
 
 /** Requests per block, the first of which is not counted. */
 export const BLOCK = 8;
+
+/** One HTTP side of the turns. */
+export interface PairedSide {
+  p50Ms: number;
+  /** This side's p50 − raw p50 over the interleaved requests (ms). */
+  addedP50Ms: number;
+  /** Median over blocks of this side's block p50 − the raw block p50 before it (ms). */
+  blockDiffP50Ms: number;
+  /** Means of the Server-Timing entries (ms): Embers' queue, batch, infer, handler, total; the plain server's handler. */
+  timing: ServerTiming;
+  /** Client mean − handler mean: HTTP (and for Embers the gateway, queue and reply), ms. */
+  outsideHandlerMs: number;
+  /** Requests that failed (left out of the figures). */
+  errors: number;
+}
 
 export interface PairedC1 {
   /** Blocks each side ran (BLOCK - 1 requests counted per block). */
@@ -29,68 +49,102 @@ export interface PairedC1 {
   outsideHandlerMs: number;
   /** Embers requests that failed (left out of the figures). */
   errors: number;
+  /** The plain HTTP server (the naive server on the platform's session settings), when it took turns too. */
+  plain?: PairedSide;
+  /** Embers p50 − the plain server's p50 (ms): what the queue adds over answering over HTTP. */
+  embersOverPlainP50Ms?: number;
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
-/** Warms up for window.warmupMs, then measures blocks for 3 × window.measureMs (at least 12 s). */
-export async function pairedC1(image: string, embers: Target, window: Window, threads: number): Promise<PairedC1> {
-  const raw = await openRawPipeline(image, threads);
-  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
-  const target = { ...embers, headers: { ...embers.headers, ...(embers.body ? { 'content-length': String(embers.body.length) } : {}) } };
-  const rawMs: number[] = [];
-  const embersMs: number[] = [];
-  const diffs: number[] = [];
-  const timings = new Map<string, number[]>();
-  let blocks = 0;
-  let errors = 0;
-  let firstError: string | undefined;
-  const block = async (keep: boolean) => {
-    const r: number[] = [];
+/** Collects one HTTP side's blocks. */
+class HttpSide {
+  readonly ms: number[] = [];
+  readonly diffs: number[] = [];
+  readonly timings = new Map<string, number[]>();
+  errors = 0;
+  firstError?: string;
+  private readonly agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  private readonly target: Target;
+
+  constructor(target: Target) {
+    this.target = { ...target, headers: { ...target.headers, ...(target.body ? { 'content-length': String(target.body.length) } : {}) } };
+  }
+
+  /** A block of BLOCK requests; when kept, its figures count against the raw block `rawBlock`. */
+  async block(keep: boolean, rawBlock: number[]): Promise<void> {
     const e: number[] = [];
+    for (let i = 0; i < BLOCK; i++) {
+      const t0 = performance.now();
+      const a = await send(this.agent, this.target, 60_000);
+      const ms = performance.now() - t0;
+      if (a.status < 200 || a.status >= 300) {
+        if (keep) this.errors++;
+        this.firstError ??= a.error;
+      } else if (i > 0) {
+        e.push(ms);
+        if (keep && a.timing) parseTiming(a.timing, this.timings);
+      }
+    }
+    if (!keep || !e.length) return;
+    this.ms.push(...e);
+    this.diffs.push(median(e) - median(rawBlock));
+  }
+
+  result(rawP50: number): PairedSide {
+    const timing = Object.fromEntries([...this.timings].map(([k, v]) => [k, mean(v)]));
+    const l = latency(this.ms);
+    return { p50Ms: l.p50, addedP50Ms: l.p50 - rawP50, blockDiffP50Ms: median(this.diffs), timing, outsideHandlerMs: l.mean - (timing.handler ?? Number.NaN), errors: this.errors };
+  }
+
+  close(): void {
+    this.agent.destroy();
+  }
+}
+
+/** Warms up for window.warmupMs, then measures rounds of blocks for 4 × window.measureMs (at least 20 s). */
+export async function pairedC1(image: string, embers: Target, window: Window, threads: number, plain?: Target): Promise<PairedC1> {
+  const raw = await openRawPipeline(image, threads);
+  const sides = { embers: new HttpSide(embers), plain: plain ? new HttpSide(plain) : undefined };
+  const rawMs: number[] = [];
+  let blocks = 0;
+  const round = async (keep: boolean) => {
+    const r: number[] = [];
     for (let i = 0; i < BLOCK; i++) {
       const t0 = performance.now();
       await raw.run();
       if (i > 0) r.push(performance.now() - t0);
     }
-    for (let i = 0; i < BLOCK; i++) {
-      const t0 = performance.now();
-      const a = await send(agent, target, 60_000);
-      const ms = performance.now() - t0;
-      if (a.status < 200 || a.status >= 300) {
-        if (keep) errors++;
-        firstError ??= a.error;
-      } else if (i > 0) {
-        e.push(ms);
-        if (keep && a.timing) parseTiming(a.timing, timings);
-      }
-    }
-    if (!keep || !e.length) return;
+    const before = sides.embers.ms.length;
+    await sides.embers.block(keep, r);
+    await sides.plain?.block(keep, r);
+    if (!keep || sides.embers.ms.length === before) return;
     blocks++;
     rawMs.push(...r);
-    embersMs.push(...e);
-    diffs.push(median(e) - median(r));
   };
   try {
     const warmEnd = performance.now() + window.warmupMs;
-    while (performance.now() < warmEnd) await block(false);
-    const end = performance.now() + Math.max(12_000, 3 * window.measureMs);
-    while (performance.now() < end) await block(true);
+    while (performance.now() < warmEnd) await round(false);
+    const end = performance.now() + Math.max(20_000, 4 * window.measureMs);
+    while (performance.now() < end) await round(true);
   } finally {
-    agent.destroy();
+    sides.embers.close();
+    sides.plain?.close();
     await raw.close();
   }
-  if (!embersMs.length) throw new Error(`every Embers request at c=1 failed: ${firstError}`);
-  const embersTiming = Object.fromEntries([...timings].map(([k, v]) => [k, mean(v)]));
-  const [r, e] = [latency(rawMs), latency(embersMs)];
+  if (!sides.embers.ms.length) throw new Error(`every Embers request at c=1 failed: ${sides.embers.firstError}`);
+  const r = latency(rawMs);
+  const e = sides.embers.result(r.p50);
+  const p = sides.plain?.ms.length ? sides.plain.result(r.p50) : undefined;
   return {
     blocks,
     rawP50Ms: r.p50,
-    embersP50Ms: e.p50,
-    addedP50Ms: e.p50 - r.p50,
-    blockDiffP50Ms: median(diffs),
-    embersTiming,
-    outsideHandlerMs: e.mean - (embersTiming.handler ?? Number.NaN),
-    errors,
+    embersP50Ms: e.p50Ms,
+    addedP50Ms: e.addedP50Ms,
+    blockDiffP50Ms: e.blockDiffP50Ms,
+    embersTiming: e.timing,
+    outsideHandlerMs: e.outsideHandlerMs,
+    errors: e.errors,
+    ...(p ? { plain: p, embersOverPlainP50Ms: e.p50Ms - p.p50Ms } : {}),
   };
 }

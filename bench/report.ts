@@ -136,6 +136,11 @@ export function formatReport(r: BenchResult): string {
   out.push(
     `  added_p50_ms_at_c1   ${num(ratios.added_p50_ms_at_c1, 2).padStart(7)}  ${target('added_p50_ms_at_c1')}  ${verdict(pass.added_p50_ms_at_c1)}   (${pr.blocks} blocks each of ${BLOCK} back-to-back requests, taking turns: raw p50 ${num(pr.rawP50Ms)} → Embers p50 ${num(pr.embersP50Ms)} ms; median block difference ${num(pr.blockDiffP50Ms, 2)} ms; outside the handler ${num(pr.outsideHandlerMs, 2)} ms${pr.errors ? `; ${pr.errors} Embers errors` : ''})`,
   );
+  if (pr.plain) {
+    out.push(
+      `  floor: a plain Hono server running the same handler on raw's sessions, taking the same turns: p50 ${num(pr.plain.p50Ms)} ms, ${num(pr.plain.addedP50Ms, 2)} ms over raw (outside its handler ${num(pr.plain.outsideHandlerMs, 2)} ms${pr.plain.errors ? `; ${pr.plain.errors} errors` : ''}); Embers over it ${num(pr.embersOverPlainP50Ms!, 2)} ms`,
+    );
+  }
   out.push(`  echo_vs_ping         ${num(ratios.echo_vs_ping, 3).padStart(7)}  ${target('echo_vs_ping')}  ${verdict(pass.echo_vs_ping)}${turns(echo, ping)}`);
   if (r.coldStart) out.push(coldSummaryLine(r.coldStart));
   out.push(`Took ${num(r.durationSeconds, 0)} s.`);

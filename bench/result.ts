@@ -35,6 +35,10 @@ export interface Ratios {
   embers_vs_naive: Record<string, number>;
   /** Embers ocr p50 at concurrency 1 − raw pipeline p50, ms, the two taking turns in short blocks (bench/paired.ts). */
   added_p50_ms_at_c1: number;
+  /** The same for a plain Hono server running the handler on raw's sessions (no target: the floor over HTTP). */
+  plain_http_added_p50_ms_at_c1?: number;
+  /** Embers p50 − the plain server's p50 at c = 1, ms (no target: what the queue adds over answering over HTTP). */
+  embers_over_plain_http_p50_ms_at_c1?: number;
   /** Embers echo req/s ÷ naive GET /ping req/s at the same concurrency. */
   echo_vs_ping: number;
 }
@@ -64,7 +68,7 @@ export interface BenchResult {
   /** Recognised text of the test image from each path: they should agree. */
   outputs: { raw: string; embers: string; naive: string; match: boolean };
   ocr: OcrPoint[];
-  /** Raw and Embers at concurrency 1, taking turns in short blocks: what Embers adds. */
+  /** Raw, Embers and a plain HTTP server at concurrency 1, taking turns in short blocks: what Embers adds. */
   pairedC1: PairedC1;
   overhead: { concurrency: number; echo: Measured; ping: Measured };
   ratios: Ratios;
@@ -93,6 +97,7 @@ export function computeRatios(ocr: OcrPoint[], raw: Pick<RawPipeline, 'reqPerSec
     embers_vs_raw: best / raw.reqPerSec,
     embers_vs_naive: Object.fromEntries(ocr.map((p) => [`c${p.concurrency}`, p.ratio])),
     added_p50_ms_at_c1: paired.addedP50Ms,
+    ...(paired.plain ? { plain_http_added_p50_ms_at_c1: paired.plain.addedP50Ms, embers_over_plain_http_p50_ms_at_c1: paired.embersOverPlainP50Ms } : {}),
     echo_vs_ping: echo.reqPerSec / ping.reqPerSec,
   };
   const pass: Record<string, boolean> = {

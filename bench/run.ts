@@ -192,8 +192,15 @@ async function main(): Promise<void> {
     return batchCounters(embers, 'ocr');
   };
 
-  log(`ocr c=1: raw in-process and Embers taking turns, blocks of ${BLOCK} requests`);
-  const paired = await pairedC1(image, embersOcr, window, pipeline.threads);
+  log(`ocr c=1: raw in-process, Embers and a plain HTTP server on raw's sessions (${pipeline.threads} threads) taking turns, blocks of ${BLOCK} requests`);
+  const plain = await startNaive({ threads: pipeline.threads });
+  let paired;
+  try {
+    const plainOcr: Target = { ...naiveOcr, port: plain.port };
+    paired = await pairedC1(image, embersOcr, window, pipeline.threads, plainOcr);
+  } finally {
+    await plain.stop();
+  }
 
   const ocr: OcrPoint[] = [];
   let before = await settledCounters(performance.now());

@@ -195,8 +195,11 @@ export interface NaiveServer {
   stop(): Promise<void>;
 }
 
-export async function startNaive(timeoutMs = 60_000): Promise<NaiveServer> {
-  const child = startChild('naive server', ['--import', 'tsx', 'bench/naive-server.ts'], { cwd: ROOT, env: cleanEnv({ NAIVE_PORT: '0' }) });
+/** The naive server; with `threads`, its sessions take the platform's settings (that many intra-op threads, spinning off). */
+export async function startNaive(o: { threads?: number; timeoutMs?: number } = {}): Promise<NaiveServer> {
+  const timeoutMs = o.timeoutMs ?? 60_000;
+  const env = cleanEnv({ NAIVE_PORT: '0', ...(o.threads ? { NAIVE_ORT_THREADS: String(o.threads) } : {}) });
+  const child = startChild(o.threads ? 'plain server' : 'naive server', ['--import', 'tsx', 'bench/naive-server.ts'], { cwd: ROOT, env });
   try {
     const port = Number((await child.waitFor(/listening (\d+)/, timeoutMs))[1]);
     return { port, child, stop: () => child.stop() };
