@@ -10,7 +10,8 @@
 // The plain server is the floor for anything answering over HTTP: raw has no HTTP at all, and
 // every request, even back to back, follows ~50 ms of inference in which the client and the
 // server's event loop slept (a trace measured 0.47 ms from the client's send to the plain
-// server's route and 0.74 ms from its answer to the client's receipt).
+// server's route and 0.74 ms from its answer to the client's receipt). Compare the sides'
+// outside-handler times: the plain server's handler is not Embers' (see embersOverPlainP50Ms).
 import http from 'node:http';
 import { parseTiming, send, type ServerTiming, type Target } from './load.ts';
 import { openRawPipeline } from './raw.ts';
@@ -51,7 +52,11 @@ export interface PairedC1 {
   errors: number;
   /** The plain HTTP server (the naive server on the platform's session settings), when it took turns too. */
   plain?: PairedSide;
-  /** Embers p50 − the plain server's p50 (ms): what the queue adds over answering over HTTP. */
+  /**
+   * Embers p50 − the plain server's p50 (ms). Their handlers differ in more than the queue (the
+   * plain server runs with node's default heap, the replica with a 64 MB one: GC per request
+   * differs by ms), so what the queue path adds is better read from the outside-handler times.
+   */
   embersOverPlainP50Ms?: number;
 }
 

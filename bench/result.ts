@@ -37,8 +37,10 @@ export interface Ratios {
   added_p50_ms_at_c1: number;
   /** The same for a plain Hono server running the handler on raw's sessions (no target: the floor over HTTP). */
   plain_http_added_p50_ms_at_c1?: number;
-  /** Embers p50 − the plain server's p50 at c = 1, ms (no target: what the queue adds over answering over HTTP). */
-  embers_over_plain_http_p50_ms_at_c1?: number;
+  /** The plain server's client mean − handler mean at c = 1, ms: HTTP alone (no target). */
+  plain_http_outside_handler_ms_at_c1?: number;
+  /** Embers' client mean − handler mean at c = 1, less the plain server's, ms: what the queue path adds over answering over HTTP (no target). */
+  embers_outside_handler_over_plain_http_ms_at_c1?: number;
   /** Embers echo req/s ÷ naive GET /ping req/s at the same concurrency. */
   echo_vs_ping: number;
 }
@@ -97,7 +99,13 @@ export function computeRatios(ocr: OcrPoint[], raw: Pick<RawPipeline, 'reqPerSec
     embers_vs_raw: best / raw.reqPerSec,
     embers_vs_naive: Object.fromEntries(ocr.map((p) => [`c${p.concurrency}`, p.ratio])),
     added_p50_ms_at_c1: paired.addedP50Ms,
-    ...(paired.plain ? { plain_http_added_p50_ms_at_c1: paired.plain.addedP50Ms, embers_over_plain_http_p50_ms_at_c1: paired.embersOverPlainP50Ms } : {}),
+    ...(paired.plain
+      ? {
+          plain_http_added_p50_ms_at_c1: paired.plain.addedP50Ms,
+          plain_http_outside_handler_ms_at_c1: paired.plain.outsideHandlerMs,
+          embers_outside_handler_over_plain_http_ms_at_c1: paired.outsideHandlerMs - paired.plain.outsideHandlerMs,
+        }
+      : {}),
     echo_vs_ping: echo.reqPerSec / ping.reqPerSec,
   };
   const pass: Record<string, boolean> = {
