@@ -1,7 +1,7 @@
 // What Embers adds at concurrency 1, with the machine's drift cancelled: the raw pipeline (in
-// this process), Embers over HTTP and a plain HTTP server running the same handler on the same
-// sessions as raw take turns in short blocks of back-to-back requests, so all three meet the
-// machine in the same state. On these machines the raw pipeline's p50 moved between 51 and 84 ms
+// this process), Embers over HTTP and a plain HTTP server running the same handler with raw's
+// session settings take turns in short blocks of back-to-back requests (raw first, then Embers
+// and the plain server in alternating order), so all three meet the machine in the same state. On these machines the raw pipeline's p50 moved between 51 and 84 ms
 // from one 4-second window to the next, so figures taken in separate windows (even alternating
 // ones) said little about a gap of a few ms. The first request of each block is left out: it
 // follows the other sides' blocks, ~1 s in which this side's processes slept (after ~70 ms idle
@@ -22,6 +22,8 @@ export const BLOCK = 8;
 
 /** One HTTP side of the turns. */
 export interface PairedSide {
+  /** Blocks with at least one answer (BLOCK - 1 requests counted per block). */
+  blocks: number;
   p50Ms: number;
   /** This side's p50 − raw p50 over the interleaved requests (ms). */
   addedP50Ms: number;
@@ -33,6 +35,7 @@ export interface PairedSide {
   outsideHandlerMs: number;
   /** Requests that failed (left out of the figures). */
   errors: number;
+  firstError?: string;
 }
 
 export interface PairedC1 {
@@ -50,7 +53,7 @@ export interface PairedC1 {
   outsideHandlerMs: number;
   /** Embers requests that failed (left out of the figures). */
   errors: number;
-  /** The plain HTTP server (the naive server on the platform's session settings), when it took turns too. */
+  /** The plain HTTP server (the naive server with raw's session settings), when it took turns too. */
   plain?: PairedSide;
   /**
    * Embers p50 − the plain server's p50 (ms). Their handlers differ in more than the queue (the
@@ -65,6 +68,9 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 /** Collects one HTTP side's blocks. */
 class HttpSide {
   readonly ms: number[] = [];
+  /** The raw requests of the rounds this side counted. */
+  readonly rawMs: number[] = [];
+  blocks = 0;
   readonly diffs: number[] = [];
   readonly timings = new Map<string, number[]>();
   errors = 0;
@@ -76,7 +82,7 @@ class HttpSide {
     this.target = { ...target, headers: { ...target.headers, ...(target.body ? { 'content-length': String(target.body.length) } : {}) } };
   }
 
-  /** A block of BLOCK requests; when kept, its figures count against the raw block `rawBlock`. */
+  /** A block of BLOCK requests; when kept (and answered), its figures count against the raw block `rawBlock`. */
   async block(keep: boolean, rawBlock: number[]): Promise<void> {
     const e: number[] = [];
     for (let i = 0; i < BLOCK; i++) {
@@ -92,14 +98,29 @@ class HttpSide {
       }
     }
     if (!keep || !e.length) return;
+    this.blocks++;
     this.ms.push(...e);
+    this.rawMs.push(...rawBlock);
     this.diffs.push(median(e) - median(rawBlock));
   }
 
-  result(rawP50: number): PairedSide {
+  /** Against the raw requests of the rounds it counted; undefined when nothing was answered. */
+  result(): (PairedSide & { rawP50Ms: number }) | undefined {
+    if (!this.ms.length) return undefined;
     const timing = Object.fromEntries([...this.timings].map(([k, v]) => [k, mean(v)]));
     const l = latency(this.ms);
-    return { p50Ms: l.p50, addedP50Ms: l.p50 - rawP50, blockDiffP50Ms: median(this.diffs), timing, outsideHandlerMs: l.mean - (timing.handler ?? Number.NaN), errors: this.errors };
+    const rawP50Ms = latency(this.rawMs).p50;
+    return {
+      blocks: this.blocks,
+      rawP50Ms,
+      p50Ms: l.p50,
+      addedP50Ms: l.p50 - rawP50Ms,
+      blockDiffP50Ms: median(this.diffs),
+      timing,
+      outsideHandlerMs: l.mean - (timing.handler ?? Number.NaN),
+      errors: this.errors,
+      ...(this.firstError ? { firstError: this.firstError } : {}),
+    };
   }
 
   close(): void {
@@ -111,8 +132,7 @@ class HttpSide {
 export async function pairedC1(image: string, embers: Target, window: Window, threads: number, plain?: Target): Promise<PairedC1> {
   const raw = await openRawPipeline(image, threads);
   const sides = { embers: new HttpSide(embers), plain: plain ? new HttpSide(plain) : undefined };
-  const rawMs: number[] = [];
-  let blocks = 0;
+  let rounds = 0;
   const round = async (keep: boolean) => {
     const r: number[] = [];
     for (let i = 0; i < BLOCK; i++) {
@@ -120,12 +140,9 @@ export async function pairedC1(image: string, embers: Target, window: Window, th
       await raw.run();
       if (i > 0) r.push(performance.now() - t0);
     }
-    const before = sides.embers.ms.length;
-    await sides.embers.block(keep, r);
-    await sides.plain?.block(keep, r);
-    if (!keep || sides.embers.ms.length === before) return;
-    blocks++;
-    rawMs.push(...r);
+    // Neither HTTP side always comes straight after raw's block.
+    const order = rounds++ % 2 === 0 ? [sides.embers, sides.plain] : [sides.plain, sides.embers];
+    for (const side of order) await side?.block(keep, r);
   };
   try {
     const warmEnd = performance.now() + window.warmupMs;
@@ -137,19 +154,24 @@ export async function pairedC1(image: string, embers: Target, window: Window, th
     sides.plain?.close();
     await raw.close();
   }
-  if (!sides.embers.ms.length) throw new Error(`every Embers request at c=1 failed: ${sides.embers.firstError}`);
-  const r = latency(rawMs);
-  const e = sides.embers.result(r.p50);
-  const p = sides.plain?.ms.length ? sides.plain.result(r.p50) : undefined;
+  const e = sides.embers.result();
+  if (!e) throw new Error(`every Embers request at c=1 failed: ${sides.embers.firstError}`);
+  // A plain server that answered nothing still reports its errors.
+  const p = sides.plain ? (sides.plain.result() ?? { blocks: 0, p50Ms: NaN, addedP50Ms: NaN, blockDiffP50Ms: NaN, timing: {}, outsideHandlerMs: NaN, errors: sides.plain.errors, firstError: sides.plain.firstError }) : undefined;
   return {
-    blocks,
-    rawP50Ms: r.p50,
+    blocks: e.blocks,
+    rawP50Ms: e.rawP50Ms,
     embersP50Ms: e.p50Ms,
     addedP50Ms: e.addedP50Ms,
     blockDiffP50Ms: e.blockDiffP50Ms,
     embersTiming: e.timing,
     outsideHandlerMs: e.outsideHandlerMs,
     errors: e.errors,
-    ...(p ? { plain: p, embersOverPlainP50Ms: e.p50Ms - p.p50Ms } : {}),
+    ...(p ? { plain: withoutRaw(p), embersOverPlainP50Ms: e.p50Ms - p.p50Ms } : {}),
   };
 }
+
+const withoutRaw = (side: PairedSide & { rawP50Ms?: number }): PairedSide => {
+  const { rawP50Ms: _raw, ...rest } = side;
+  return rest;
+};

@@ -137,8 +137,11 @@ export function formatReport(r: BenchResult): string {
     `  added_p50_ms_at_c1   ${num(ratios.added_p50_ms_at_c1, 2).padStart(7)}  ${target('added_p50_ms_at_c1')}  ${verdict(pass.added_p50_ms_at_c1)}   (${pr.blocks} blocks each of ${BLOCK} back-to-back requests, taking turns: raw p50 ${num(pr.rawP50Ms)} → Embers p50 ${num(pr.embersP50Ms)} ms; median block difference ${num(pr.blockDiffP50Ms, 2)} ms; outside the handler ${num(pr.outsideHandlerMs, 2)} ms${pr.errors ? `; ${pr.errors} Embers errors` : ''})`,
   );
   if (pr.plain) {
+    const pl = pr.plain;
     out.push(
-      `  floor: a plain Hono server running the same handler on raw's sessions, taking the same turns: outside its handler ${num(pr.plain.outsideHandlerMs, 2)} ms (Embers ${num(pr.outsideHandlerMs, 2)}: its queue path adds ${num(pr.outsideHandlerMs - pr.plain.outsideHandlerMs, 2)}); p50 ${num(pr.plain.p50Ms)} ms, ${num(pr.plain.addedP50Ms, 2)} over raw${pr.plain.errors ? `; ${pr.plain.errors} errors` : ''}`,
+      pl.blocks
+        ? `  floor: a plain Hono server running the same handler with raw's session settings, taking the same turns (${pl.blocks} blocks): outside its handler ${num(pl.outsideHandlerMs, 2)} ms (Embers ${num(pr.outsideHandlerMs, 2)}: its queue path adds ${num(pr.outsideHandlerMs - pl.outsideHandlerMs, 2)}); p50 ${num(pl.p50Ms)} ms, ${num(pl.addedP50Ms, 2)} over raw${pl.errors ? `; ${pl.errors} errors` : ''}`
+        : `  floor: the plain Hono server answered nothing (${pl.errors} errors: ${pl.firstError ?? 'no answer'})`,
     );
   }
   out.push(`  echo_vs_ping         ${num(ratios.echo_vs_ping, 3).padStart(7)}  ${target('echo_vs_ping')}  ${verdict(pass.echo_vs_ping)}${turns(echo, ping)}`);

@@ -35,7 +35,7 @@ export interface Ratios {
   embers_vs_naive: Record<string, number>;
   /** Embers ocr p50 at concurrency 1 − raw pipeline p50, ms, the two taking turns in short blocks (bench/paired.ts). */
   added_p50_ms_at_c1: number;
-  /** The same for a plain Hono server running the handler on raw's sessions (no target: the floor over HTTP). */
+  /** The same for a plain Hono server running the handler on raw's session settings (no target: the floor over HTTP). */
   plain_http_added_p50_ms_at_c1?: number;
   /** The plain server's client mean − handler mean at c = 1, ms: HTTP alone (no target). */
   plain_http_outside_handler_ms_at_c1?: number;

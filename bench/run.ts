@@ -192,7 +192,7 @@ async function main(): Promise<void> {
     return batchCounters(embers, 'ocr');
   };
 
-  log(`ocr c=1: raw in-process, Embers and a plain HTTP server on raw's sessions (${pipeline.threads} threads) taking turns, blocks of ${BLOCK} requests`);
+  log(`ocr c=1: raw in-process, Embers and a plain HTTP server with raw's session settings (${pipeline.threads} threads) taking turns, blocks of ${BLOCK} requests`);
   const plain = await startNaive({ threads: pipeline.threads });
   let paired;
   try {

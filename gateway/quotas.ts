@@ -46,12 +46,16 @@ export async function acquireSlot(redis: Redis, auth: AuthContext, rid: string, 
   return () => void redis.zrem(key, rid).catch(() => 0);
 }
 
+/** A length read more than 250 ms ago is read again; one under half the limit still judges requests while that read runs, up to this age. */
+const FRESH_MS = 250;
+const STALE_MAX_MS = 5_000;
+
 /**
- * Waiting live requests per function, read at most every 250 ms per gateway: cheap, and close
- * enough for back-pressure. A stale length under half the limit judges the request that finds it
- * while a fresh one is read for the next: at c = 1 every fifth `ocr` request waited for that
- * round trip (~0.4 ms) before being queued. Near the limit (or never read) a request waits for
- * the fresh length.
+ * Waiting live requests per function, read at most every 250 ms per gateway while Redis answers
+ * (after a failed read, the next request reads again): cheap, and close enough for back-pressure.
+ * A stale length under half the limit (and under 5 s old) judges the requests that come while a
+ * fresh one is read: at c = 1 every fifth `ocr` request waited for that round trip (~0.4 ms)
+ * before being queued. Near the limit, never read, or older, a request waits for the fresh length.
  */
 export class QueueDepth {
   /** `at` undefined: never read. */
@@ -68,9 +72,10 @@ export class QueueDepth {
 
   private read(fn: string, max: number): number | Promise<number> {
     const hit = this.cache.get(fn);
-    if (hit?.at !== undefined && this.now() - hit.at < 250) return hit.n;
+    const age = hit?.at === undefined ? Infinity : this.now() - hit.at;
+    if (age < FRESH_MS) return hit!.n;
     const reading = hit?.reading ?? this.refresh(fn, hit);
-    return hit?.at !== undefined && hit.n < max / 2 ? hit.n : reading;
+    return age < STALE_MAX_MS && hit!.n < max / 2 ? hit!.n : reading;
   }
 
   private refresh(fn: string, hit: { n: number; at?: number } | undefined): Promise<number> {

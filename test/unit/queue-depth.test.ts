@@ -93,4 +93,53 @@ describe('queue depth (back-pressure cache)', () => {
     assert.equal(q.reads, 3, 'read again after the failure');
     await q.release();
   });
+  it('a request waiting for a reading gets its error; the next reads again and recovers', async () => {
+    const q = fakeQueue();
+    const depth = new QueueDepth(q, () => 0);
+    q.fail = true;
+    const first = assert.rejects(depth.check('f', 10), /Redis is down/);
+    await q.release();
+    await first;
+    q.fail = false;
+    q.length = 3;
+    const second = depth.check('f', 10);
+    assert.equal(await settled(second), false, 'never read: waits');
+    await q.release();
+    await second;
+    assert.equal(q.reads, 2);
+  });
+
+  it('a failed reading keeps the last length: near the limit the next request still waits', async () => {
+    const q = fakeQueue();
+    let now = 0;
+    const depth = new QueueDepth(q, () => now);
+    q.length = 1;
+    const first = depth.check('f', 2);
+    await q.release();
+    await first;
+    now = 300;
+    q.fail = true;
+    const second = assert.rejects(depth.check('f', 2), /Redis is down/);
+    await q.release();
+    await second;
+    q.fail = false;
+    const third = depth.check('f', 2);
+    assert.equal(await settled(third), false);
+    await q.release();
+    await third;
+  });
+
+  it('a length more than 5 s old is not trusted, however small', async () => {
+    const q = fakeQueue();
+    let now = 0;
+    const depth = new QueueDepth(q, () => now);
+    const first = depth.check('f', 10);
+    await q.release();
+    await first;
+    now = 6_000;
+    const second = depth.check('f', 10);
+    assert.equal(await settled(second), false);
+    await q.release();
+    await second;
+  });
 });
