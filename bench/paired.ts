@@ -57,7 +57,7 @@ export interface PairedC1 {
   plain?: PairedSide;
   /**
    * Embers p50 − the plain server's p50 (ms). Their handlers differ in more than the queue (the
-   * plain server runs with node's default heap, the replica with a 64 MB one: GC per request
+   * plain server runs with node's default heap, the replica with a 128 MB one: GC per request
    * differs by ms), so what the queue path adds is better read from the outside-handler times.
    */
   embersOverPlainP50Ms?: number;
