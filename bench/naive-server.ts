@@ -25,7 +25,7 @@ const app = new Hono();
 app.get('/ping', (c) => c.json({ ok: true }));
 app.post('/ocr', async (c) => {
   const body: unknown = await c.req.json().catch(() => undefined);
-  // From the parsed body to the handler's output, as a replica's handler timing.
+  // From the parsed body to the serialised output, as a replica's handler timing.
   const t0 = performance.now();
   const parsed = fn.input.safeParse(body);
   if (!parsed.success) return c.json({ error: { code: 'invalid_input', message: parsed.error.message } }, 400);
@@ -37,7 +37,6 @@ app.post('/ocr', async (c) => {
     fn: { name: fn.name, version: 'naive' },
   };
   try {
-    // Serialised inside the timed span, as a replica's handler timing.
     const out = JSON.stringify(await fn.handler(parsed.data, ctx));
     c.header('server-timing', `handler;dur=${(performance.now() - t0).toFixed(2)}`);
     c.header('content-type', 'application/json');

@@ -1,9 +1,10 @@
 // What Embers adds at concurrency 1, with the machine's drift cancelled: the raw pipeline (in
 // this process), Embers over HTTP and a plain HTTP server running the same handler with raw's
 // session settings take turns in short blocks of back-to-back requests (raw first, then Embers
-// and the plain server in alternating order), so all three meet the machine in the same state. On these machines the raw pipeline's p50 moved between 51 and 84 ms
-// from one 4-second window to the next, so figures taken in separate windows (even alternating
-// ones) said little about a gap of a few ms. The first request of each block is left out: it
+// and the plain server in alternating order), so all three meet the machine in the same state.
+// On these machines the raw pipeline's p50 moved between 51 and 84 ms from one 4-second window
+// to the next, so figures taken in separate windows (even alternating ones) said little about a
+// gap of a few ms. The first request of each block is left out: it
 // follows the other sides' blocks, ~1 s in which this side's processes slept (after ~70 ms idle
 // each process hop costs ~0.3 ms more on these VMs: `echo` at c = 1 measured p50 1.2 ms back to
 // back, 3.9–4.5 ms with 60 ms between requests).
@@ -11,7 +12,9 @@
 // every request, even back to back, follows ~50 ms of inference in which the client and the
 // server's event loop slept (a trace measured 0.47 ms from the client's send to the plain
 // server's route and 0.74 ms from its answer to the client's receipt). Compare the sides'
-// outside-handler times: the plain server's handler is not Embers' (see embersOverPlainP50Ms).
+// outside-handler times rather than their p50s: the handlers differ in more than the queue (the
+// plain server runs with node's default heap, the replica with a 128 MB one: GC per request
+// differs by ms).
 import http from 'node:http';
 import { parseTiming, send, type ServerTiming, type Target } from './load.ts';
 import { openRawPipeline } from './raw.ts';
@@ -55,15 +58,10 @@ export interface PairedC1 {
   errors: number;
   /** The plain HTTP server (the naive server with raw's session settings), when it took turns too. */
   plain?: PairedSide;
-  /**
-   * Embers p50 − the plain server's p50 (ms). Their handlers differ in more than the queue (the
-   * plain server runs with node's default heap, the replica with a 128 MB one: GC per request
-   * differs by ms), so what the queue path adds is better read from the outside-handler times.
-   */
-  embersOverPlainP50Ms?: number;
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+/** Upper median; NaN for no samples. */
+const median = (xs: number[]) => (xs.length ? [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] : Number.NaN);
 
 /** Collects one HTTP side's blocks. */
 class HttpSide {
@@ -104,15 +102,18 @@ class HttpSide {
     this.diffs.push(median(e) - median(rawBlock));
   }
 
-  /** Against the raw requests of the rounds it counted; undefined when nothing was answered. */
-  result(): (PairedSide & { rawP50Ms: number }) | undefined {
-    if (!this.ms.length) return undefined;
+  /** The raw p50 over the rounds this side counted. */
+  get rawP50Ms(): number {
+    return latency(this.rawMs).p50;
+  }
+
+  /** Against the raw requests of the rounds it counted (NaN figures when nothing was answered). */
+  result(): PairedSide {
     const timing = Object.fromEntries([...this.timings].map(([k, v]) => [k, mean(v)]));
     const l = latency(this.ms);
-    const rawP50Ms = latency(this.rawMs).p50;
+    const rawP50Ms = this.rawP50Ms;
     return {
       blocks: this.blocks,
-      rawP50Ms,
       p50Ms: l.p50,
       addedP50Ms: l.p50 - rawP50Ms,
       blockDiffP50Ms: median(this.diffs),
@@ -154,24 +155,18 @@ export async function pairedC1(image: string, embers: Target, window: Window, th
     sides.plain?.close();
     await raw.close();
   }
+  if (!sides.embers.blocks) throw new Error(`every Embers request at c=1 failed: ${sides.embers.firstError}`);
   const e = sides.embers.result();
-  if (!e) throw new Error(`every Embers request at c=1 failed: ${sides.embers.firstError}`);
-  // A plain server that answered nothing still reports its errors.
-  const p = sides.plain ? (sides.plain.result() ?? { blocks: 0, p50Ms: NaN, addedP50Ms: NaN, blockDiffP50Ms: NaN, timing: {}, outsideHandlerMs: NaN, errors: sides.plain.errors, firstError: sides.plain.firstError }) : undefined;
   return {
     blocks: e.blocks,
-    rawP50Ms: e.rawP50Ms,
+    rawP50Ms: sides.embers.rawP50Ms,
     embersP50Ms: e.p50Ms,
     addedP50Ms: e.addedP50Ms,
     blockDiffP50Ms: e.blockDiffP50Ms,
     embersTiming: e.timing,
     outsideHandlerMs: e.outsideHandlerMs,
     errors: e.errors,
-    ...(p ? { plain: withoutRaw(p), embersOverPlainP50Ms: e.p50Ms - p.p50Ms } : {}),
+    // A plain server that answered nothing still reports its errors (blocks 0).
+    ...(sides.plain ? { plain: sides.plain.result() } : {}),
   };
 }
-
-const withoutRaw = (side: PairedSide & { rawP50Ms?: number }): PairedSide => {
-  const { rawP50Ms: _raw, ...rest } = side;
-  return rest;
-};

@@ -58,8 +58,8 @@ const STALE_MAX_MS = 5_000;
  * before being queued. Near the limit, never read, or older, a request waits for the fresh length.
  */
 export class QueueDepth {
-  /** `at` undefined: never read. */
-  private readonly cache = new Map<string, { n: number; at?: number; reading?: Promise<number> }>();
+  /** Per function: the last length read and when (`at` undefined: never), and the read under way. */
+  private readonly cache = new Map<string, Depth>();
   constructor(
     private readonly live: Pick<LiveQueue, 'waiting'>,
     private readonly now: () => number = () => performance.now(),
@@ -71,28 +71,32 @@ export class QueueDepth {
   }
 
   private read(fn: string, max: number): number | Promise<number> {
-    const hit = this.cache.get(fn);
-    const age = hit?.at === undefined ? Infinity : this.now() - hit.at;
-    if (age < FRESH_MS) return hit!.n;
-    const reading = hit?.reading ?? this.refresh(fn, hit);
-    return age < STALE_MAX_MS && hit!.n < max / 2 ? hit!.n : reading;
+    let depth = this.cache.get(fn);
+    if (!depth) this.cache.set(fn, (depth = { n: 0 }));
+    const age = depth.at === undefined ? Infinity : this.now() - depth.at;
+    if (age < FRESH_MS) return depth.n;
+    const reading = (depth.reading ??= this.refresh(fn, depth));
+    return age < STALE_MAX_MS && depth.n < max / 2 ? depth.n : reading;
   }
 
-  private refresh(fn: string, hit: { n: number; at?: number } | undefined): Promise<number> {
-    const reading = this.live.waiting(fn).then(
-      (n) => {
-        this.cache.set(fn, { n, at: this.now() });
+  /** Reads the length into `depth`; a failed read leaves the last one, and the next request reads again. */
+  private refresh(fn: string, depth: Depth): Promise<number> {
+    const reading = this.live
+      .waiting(fn)
+      .then((n) => {
+        depth.n = n;
+        depth.at = this.now();
         return n;
-      },
-      (err: unknown) => {
-        // The next request tries again; one that waits for this reading gets the error.
-        this.cache.set(fn, { n: hit?.n ?? 0, at: hit?.at });
-        throw err;
-      },
-    );
+      })
+      .finally(() => (depth.reading = undefined));
     // Nobody may wait for a background reading: its failure must not go unhandled.
     reading.catch(() => {});
-    this.cache.set(fn, { n: hit?.n ?? 0, at: hit?.at, reading });
     return reading;
   }
+}
+
+interface Depth {
+  n: number;
+  at?: number;
+  reading?: Promise<number>;
 }
