@@ -53,7 +53,8 @@ export interface LiveOutcome {
  * first. The reply goes out either way: a gateway takes the first reply and drops any other, and
  * one whose stream was lost with Redis's data still gets its answer. Replies to one gateway go
  * out as one message (encodeReplies), published last: a call that fails part way (Redis out of
- * memory) answers nobody, and the entries it did not finish run again.
+ * memory) answers nobody, and the entries it did not finish run again. (A replica that finished a
+ * lone request publishes its reply before this call instead: LiveConsumer.flushFinished.)
  * KEYS: stream, records stream, tenants set, then an hour key per entry (the stream when none).
  * ARGV: group, records cap, then per entry: id, RECORD_FIELDS (empty: no record); then per
  * gateway: channel, message.

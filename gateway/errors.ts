@@ -1,5 +1,6 @@
 import { HTTPException } from 'hono/http-exception';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
+import type { IncomingMessage } from 'node:http';
 import type { Context } from 'hono';
 import { errorBody } from '../core/contracts.ts';
 import type { Logger } from '../core/log.ts';
@@ -53,6 +54,23 @@ export function notFound(c: Context) {
   return c.json(errorBody('not_found', `no route for ${c.req.method} ${c.req.path}; the API lives under /v1 (see README)`), 404);
 }
 
+/**
+ * The body, taken at once when Node's HTTP parser already holds all of it (it declared its length
+ * and arrived with the headers, as a small request's does, and nothing has read it); undefined
+ * otherwise. @hono/node-server's reader waits for the stream's data and end events instead.
+ */
+function bufferedBody(c: Context): string | undefined {
+  const incoming = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming;
+  const length = incoming?.headers['content-length'];
+  if (!incoming || length === undefined || incoming.headers['transfer-encoding'] !== undefined) return undefined;
+  if (incoming.readableDidRead || incoming.readableFlowing || incoming.readableEncoding || incoming.readableLength !== Number(length)) return undefined;
+  const chunk = length === '0' ? null : (incoming.read() as Buffer | null);
+  // Nothing more can come (the parser delivers no more than declared): let the stream end, so
+  // @hono/node-server finds it ended and does not drain it after the response.
+  incoming.resume();
+  return chunk === null ? '' : chunk.toString('utf8');
+}
+
 /** Parses a JSON body, answering 400 with the parser's reason instead of a 500. */
 export async function readJson(c: Context): Promise<unknown> {
   return (await readJsonText(c)).value;
@@ -60,7 +78,7 @@ export async function readJson(c: Context): Promise<unknown> {
 
 /** readJson, with the text it parsed (a run queues that text as it is: LiveQueue.add). */
 export async function readJsonText(c: Context): Promise<{ value: unknown; text: string }> {
-  const text = await c.req.text();
+  const text = bufferedBody(c) ?? (await c.req.text());
   if (text.trim() === '') throw new ApiError(400, 'invalid_json', 'request body is empty; send a JSON object');
   try {
     return { value: JSON.parse(text), text };

@@ -177,8 +177,23 @@ export class LiveConsumer {
 
   private async flushFinished(): Promise<void> {
     if (!this.finished.length) return;
-    const entries = this.finished;
+    let entries = this.finished;
     this.finished = [];
+    // A tick that finished one request (light load) sends its reply on its own first, and the
+    // finishing call once Redis has taken it: the client does not wait for that call's script
+    // (~0.1–0.2 ms on a cache gone cold behind inference, where Redis writes a PUBLISH's message
+    // only after every command of the same read). Busier ticks keep one call per tick. A reply
+    // that went out before a finishing call that then failed is harmless: the entry runs again,
+    // is metered then, and the gateway drops the second reply.
+    const lone = entries.length === 1 ? entries[0] : undefined;
+    if (lone?.outcome?.reply) {
+      const { channel, message } = lone.outcome.reply;
+      const sent = await this.o.redis.publish(channel, message).then(
+        () => true,
+        () => false,
+      );
+      if (sent) entries = [{ id: lone.id, outcome: { usage: lone.outcome.usage } }];
+    }
     // A short Redis hiccup must not hold a reply back for lockMs (nor count as a crash): retry.
     for (let attempt = 1; ; attempt++) {
       try {

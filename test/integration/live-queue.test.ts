@@ -186,6 +186,56 @@ describe('live queue', () => {
     sub.disconnect();
   });
 
+  it('a lone finished request is answered before its finishing call; a busy tick is answered in that call, in one message', async () => {
+    const fn = 'answers';
+    const q = new LiveQueue(redis);
+    const sub = redis.duplicate();
+    const replies: string[] = [];
+    sub.on('message', (_ch: string, m: string) => replies.push(m));
+    await sub.subscribe('embers:test:answers');
+    // What Redis runs, in order (MONITOR): the client's own commands are told apart by name.
+    const base = redis.duplicate();
+    const monitor = await base.monitor();
+    const commands: string[] = [];
+    monitor.on('monitor', (_t: string, args: string[]) => {
+      if (args[0] === 'publish' || args[0] === 'evalsha') commands.push(args[0]);
+    });
+    const release: (() => void)[] = [];
+    const c = new LiveConsumer({
+      redis,
+      fn,
+      consumer: 'replica-a',
+      concurrency: 3,
+      lockMs: 5_000,
+      log,
+      process: async (_entry, data) => {
+        await new Promise<void>((r) => release.push(r));
+        const usage: UsageRecord = { id: `u-${data.rid}`, tenant: 'acme', key: 'key-1', fn, version: 'v1', kind: 'sync', status: 200, queueMs: 1, computeMs: 1, inferMs: 1, coldMs: 0, bytesIn: 1, bytesOut: 1, at: new Date().toISOString() };
+        return { usage, reply: { channel: 'embers:test:answers', message: `answer ${data.rid}` } };
+      },
+    });
+    await c.start();
+    await q.add(fn, job('lone'));
+    await eventually(async () => release.length === 1, 'the lone request to start');
+    release.splice(0)[0]();
+    await eventually(async () => (await redis.xlen(liveStream(fn))) === 0, 'the lone request to be finished');
+    assert.deepEqual(replies, ['answer lone']);
+    assert.deepEqual(commands, ['publish', 'evalsha'], 'the reply, then the finishing call');
+    for (const rid of ['b0', 'b1', 'b2']) await q.add(fn, job(rid));
+    await eventually(async () => release.length === 3, 'the three to start');
+    release.splice(0).forEach((r) => r());
+    await eventually(async () => (await redis.xlen(liveStream(fn))) === 0, 'the three to be finished');
+    await eventually(async () => replies.length === 2, 'their message');
+    assert.match(replies[1], /^\*\d+,\d+,\d+\n/, 'one framed message for the tick');
+    assert.deepEqual(commands, ['publish', 'evalsha', 'evalsha'], 'the tick is answered inside its finishing call');
+    const records = (await redis.xrange(usageKeys.records, '-', '+')).map(([, f]) => (JSON.parse(f[1]) as UsageRecord).id).filter((id) => id.startsWith('u-'));
+    assert.deepEqual(records.sort(), ['u-b0', 'u-b1', 'u-b2', 'u-lone'], 'each metered once');
+    await c.drain();
+    monitor.disconnect();
+    base.disconnect();
+    sub.disconnect();
+  });
+
   it('finishing entries of a stream Redis lost still publishes their replies', async () => {
     const sub = redis.duplicate();
     const replies: string[] = [];

@@ -1,5 +1,6 @@
 // Deploy from source, run over HTTP through BullMQ, batch on onnxruntime: the whole path, real parts.
 import assert from 'node:assert/strict';
+import http from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import sharp from 'sharp';
 import { eventually, shipped, startTestPlatform, textImage, type TestPlatform } from '../helpers/platform.ts';
@@ -124,6 +125,49 @@ describe('bad input gets a clear 4xx and the JSON error contract', () => {
       assert.ok(res.headers.get('x-request-id'));
     });
   }
+
+  it('bodies sent with their headers, streamed, chunked or empty read alike on one kept-alive connection', async () => {
+    // node:http writes a small body in the same write as its headers: the gateway takes it from
+    // the parser's buffer at once (readJsonText); a large one streams in, a chunked one declares no length.
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const url = new URL(p.url);
+    const post = (body: string, headers: Record<string, string | number>) =>
+      new Promise<{ status: number; text: string; reused: boolean }>((resolve, reject) => {
+        const req = http.request({ host: url.hostname, port: url.port, method: 'POST', path: '/v1/run/echo', agent, headers: { authorization: `Bearer ${p.apiKey}`, 'content-type': 'application/json', ...headers } }, (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8'), reused: req.reusedSocket }));
+        });
+        req.on('error', reject);
+        if (headers['transfer-encoding']) {
+          req.write(body.slice(0, 5));
+          setTimeout(() => req.end(body.slice(5)), 20);
+        } else req.end(body);
+      });
+    try {
+      const small = JSON.stringify({ small: 'ünïcode ✓' });
+      const large = JSON.stringify({ large: 'y'.repeat(300 * 1024) });
+      const chunked = JSON.stringify({ chunked: true });
+      const answers = [
+        await post(small, { 'content-length': Buffer.byteLength(small) }),
+        await post(large, { 'content-length': Buffer.byteLength(large) }),
+        await post(chunked, { 'transfer-encoding': 'chunked' }),
+        await post('', { 'content-length': 0 }),
+        await post('{"cut', { 'content-length': 5 }),
+        await post(small, { 'content-length': Buffer.byteLength(small) }),
+      ];
+      assert.deepEqual(answers.map((a) => a.status), [200, 200, 200, 400, 400, 200]);
+      assert.deepEqual(JSON.parse(answers[0].text), { small: 'ünïcode ✓' });
+      assert.equal(answers[1].text, large);
+      assert.deepEqual(JSON.parse(answers[2].text), { chunked: true });
+      assert.match(answers[3].text, /request body is empty/);
+      assert.match(answers[4].text, /not valid JSON/);
+      assert.equal(answers[5].text, answers[0].text);
+      assert.ok(answers.slice(1).every((a) => a.reused), 'every request after the first reused the connection');
+    } finally {
+      agent.destroy();
+    }
+  });
 
   it('the gateway keeps serving after all of that', async () => {
     const res = await run('echo', { still: 'here' });
