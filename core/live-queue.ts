@@ -41,7 +41,7 @@ export async function leaveLiveGroup(redis: Redis, fn: string, consumer: string)
 export interface LiveOutcome {
   /** Metered only if this acknowledgement is the one that removes the entry from the pending list. */
   usage?: UsageRecord;
-  /** Published after the usage record (a sync request's waiting gateway). */
+  /** For a sync request's waiting gateway: published in the finishing call after the usage record, or just before the call (LiveConsumer.flushFinished). */
   reply?: { channel: string; message: string };
 }
 

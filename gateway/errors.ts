@@ -68,8 +68,15 @@ function bufferedBody(c: Context): string | undefined {
   // Nothing more can come (the parser delivers no more than declared): let the stream end, so
   // @hono/node-server finds it ended and does not drain it after the response.
   incoming.resume();
-  return chunk === null ? '' : chunk.toString('utf8');
+  // Decoded as @hono/node-server would (a leading byte order mark dropped), and cached where
+  // Hono looks first (it keeps promises there, though typed otherwise), so a later c.req.text()
+  // or json() gets it too.
+  const text = chunk === null ? '' : UTF8.decode(chunk);
+  (c.req.bodyCache as Record<string, Promise<unknown>>).text = Promise.resolve(text);
+  return text;
 }
+
+const UTF8 = new TextDecoder();
 
 /** Parses a JSON body, answering 400 with the parser's reason instead of a 500. */
 export async function readJson(c: Context): Promise<unknown> {

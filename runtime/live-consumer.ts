@@ -1,7 +1,8 @@
 // A replica's reader of its function's live stream (core/live-queue.ts). One blocking
 // XREADGROUP asks for as many requests as the replica has free slots, so a burst is fetched in
 // one round trip rather than one per job; requests finished in the same tick are finished in one
-// call (their usage records, replies, XACK and XDEL: finishLiveEntries).
+// call (their usage records, replies, XACK and XDEL: finishLiveEntries). A replica with nothing
+// else running sends a lone request's reply just before that call instead (flushFinished).
 //
 // Crash safety comes from the group's pending list. While a replica holds requests it re-claims
 // them for itself every lockMs / 3 (XCLAIM … JUSTID resets their idle time without counting a
@@ -50,6 +51,8 @@ export class LiveConsumer {
   private idle?: () => void;
   private finished: { id: string; outcome?: LiveOutcome }[] = [];
   private tendingNow = false;
+  /** Finishing calls under way (drain waits for them). */
+  private readonly flushes = new Set<Promise<void>>();
   /** Taken over from silent replicas, held (and kept) by this one, run before anything new. */
   private backlog: { id: string; fields: string[]; deliveries: number }[] = [];
   /** Where the scan for silent replicas' entries goes on from (it covers the pending list in steps). */
@@ -90,7 +93,9 @@ export class LiveConsumer {
     this.reader?.disconnect();
     if (this.active > 0) await new Promise<void>((resolve) => (this.idle = resolve));
     clearInterval(this.tending);
-    await this.flushFinished();
+    // Finishing calls still under way too: leaving the group checks that nothing is pending.
+    this.track(this.flushFinished());
+    await Promise.all(this.flushes);
     await leaveLiveGroup(this.o.redis, this.o.fn, this.o.consumer).catch(() => {});
   }
 
@@ -172,40 +177,50 @@ export class LiveConsumer {
   /** Requests finished in one tick are finished in Redis together: one call for all of them. */
   private finish(id: string, outcome?: LiveOutcome): void {
     this.finished.push({ id, outcome });
-    if (this.finished.length === 1) setImmediate(() => void this.flushFinished());
+    if (this.finished.length === 1) setImmediate(() => this.track(this.flushFinished()));
+  }
+
+  private track(flush: Promise<void>): void {
+    this.flushes.add(flush);
+    void flush.finally(() => this.flushes.delete(flush));
   }
 
   private async flushFinished(): Promise<void> {
     if (!this.finished.length) return;
     let entries = this.finished;
     this.finished = [];
-    // A tick that finished one request (light load) sends its reply on its own first, and the
-    // finishing call once Redis has taken it: the client does not wait for that call's script
-    // (~0.1–0.2 ms on a cache gone cold behind inference, where Redis writes a PUBLISH's message
-    // only after every command of the same read). Busier ticks keep one call per tick. A reply
-    // that went out before a finishing call that then failed is harmless: the entry runs again,
-    // is metered then, and the gateway drops the second reply.
-    const lone = entries.length === 1 ? entries[0] : undefined;
+    // A replica with nothing else running (light load) that finished one request sends its reply
+    // on its own, then the finishing call once Redis has taken it: Redis writes a PUBLISH's
+    // message only after every command of the same read, so inside the call the client would wait
+    // for its script too (~0.1–0.2 ms at c = 1, where it runs cold after inference). Busier
+    // replicas keep one call per tick. If the publish fails, the reply rides in the call as usual.
+    const lone = entries.length === 1 && this.active === 0 ? entries[0] : undefined;
+    let answered = false;
     if (lone?.outcome?.reply) {
       const { channel, message } = lone.outcome.reply;
-      const sent = await this.o.redis.publish(channel, message).then(
+      answered = await this.o.redis.publish(channel, message).then(
         () => true,
         () => false,
       );
-      if (sent) entries = [{ id: lone.id, outcome: { usage: lone.outcome.usage } }];
+      if (answered) entries = [{ id: lone.id, outcome: { usage: lone.outcome.usage } }];
     }
     // A short Redis hiccup must not hold a reply back for lockMs (nor count as a crash): retry.
+    // An answered request is retried for up to half the lock time (another replica may take it
+    // over after lockMs): left pending, it would run again for a caller who already has its answer.
+    const until = answered ? performance.now() + this.o.lockMs / 2 : 0;
     for (let attempt = 1; ; attempt++) {
       try {
         await finishLiveEntries(this.o.redis, this.o.fn, entries);
         return;
       } catch (err) {
-        if (attempt >= FINISH_ATTEMPTS) {
-          // Left pending: they run again after lockMs (at least once, as with any queue).
-          this.o.log.warn({ err: (err as Error).message, entries: entries.length }, 'could not finish requests (usage, reply, acknowledgement); they stay pending and run again after the lock time');
+        const wait = Math.min(1000, 100 * 4 ** (attempt - 1));
+        if (attempt >= FINISH_ATTEMPTS && performance.now() + wait > until) {
+          // Left pending: they run again after lockMs (at least once, as with any queue), and are
+          // metered then; an answered caller's gateway drops the second reply.
+          this.o.log.warn({ err: (err as Error).message, entries: entries.length, answered }, 'could not finish requests (usage, reply, acknowledgement); they stay pending and run again after the lock time');
           return;
         }
-        await new Promise((r) => setTimeout(r, 100 * 4 ** (attempt - 1)));
+        await new Promise((r) => setTimeout(r, wait));
       }
     }
   }

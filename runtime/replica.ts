@@ -582,8 +582,9 @@ export class Replica {
   /**
    * Sends the outcome where the job says. A live request's usage record, and a sync request's
    * reply, are written when its entry is acknowledged (after an async job's record is finished),
-   * so a request is metered before it is answered, and once. A batch line is metered under its
-   * id, with the other records of the tick, and its output written.
+   * so a request is metered once; a busy replica's replies go in that same call, a lone one's
+   * just before it (LiveConsumer.flushFinished). A batch line is metered under its id, with the
+   * other records of the tick, and its output written.
    */
   private async deliver(jobId: string, data: RunJobData, header: ReplyHeader, body: string, canceled: boolean): Promise<LiveOutcome | undefined> {
     if (header.status >= 500) this.jobs.failed++;

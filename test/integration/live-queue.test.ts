@@ -1,5 +1,5 @@
 // The live lane on a real redis-server: a replica takes what its free slots allow, finished requests are
-// acknowledged and deleted (metered and answered in the same call, once), a silent replica's
+// acknowledged and deleted (metered once, and answered in the same call or, alone, just before it), a silent replica's
 // requests are taken over with their delivery count, and the gateway's waiting count leaves out
 // what replicas hold.
 import assert from 'node:assert/strict';
@@ -193,12 +193,14 @@ describe('live queue', () => {
     const replies: string[] = [];
     sub.on('message', (_ch: string, m: string) => replies.push(m));
     await sub.subscribe('embers:test:answers');
-    // What Redis runs, in order (MONITOR): the client's own commands are told apart by name.
+    // What Redis runs, in order (MONITOR), with where each command came from: the replica's
+    // connection, or the finishing script ("lua").
     const base = redis.duplicate();
     const monitor = await base.monitor();
     const commands: string[] = [];
-    monitor.on('monitor', (_t: string, args: string[]) => {
-      if (args[0] === 'publish' || args[0] === 'evalsha') commands.push(args[0]);
+    monitor.on('monitor', (_t: string, args: string[], source: string) => {
+      const name = args[0].toLowerCase();
+      if (name === 'publish' || name === 'evalsha') commands.push(source === 'lua' ? `script ${name}` : name);
     });
     const release: (() => void)[] = [];
     const c = new LiveConsumer({
@@ -215,25 +217,29 @@ describe('live queue', () => {
       },
     });
     await c.start();
-    await q.add(fn, job('lone'));
-    await eventually(async () => release.length === 1, 'the lone request to start');
-    release.splice(0)[0]();
-    await eventually(async () => (await redis.xlen(liveStream(fn))) === 0, 'the lone request to be finished');
-    assert.deepEqual(replies, ['answer lone']);
-    assert.deepEqual(commands, ['publish', 'evalsha'], 'the reply, then the finishing call');
-    for (const rid of ['b0', 'b1', 'b2']) await q.add(fn, job(rid));
-    await eventually(async () => release.length === 3, 'the three to start');
-    release.splice(0).forEach((r) => r());
-    await eventually(async () => (await redis.xlen(liveStream(fn))) === 0, 'the three to be finished');
-    await eventually(async () => replies.length === 2, 'their message');
-    assert.match(replies[1], /^\*\d+,\d+,\d+\n/, 'one framed message for the tick');
-    assert.deepEqual(commands, ['publish', 'evalsha', 'evalsha'], 'the tick is answered inside its finishing call');
-    const records = (await redis.xrange(usageKeys.records, '-', '+')).map(([, f]) => (JSON.parse(f[1]) as UsageRecord).id).filter((id) => id.startsWith('u-'));
-    assert.deepEqual(records.sort(), ['u-b0', 'u-b1', 'u-b2', 'u-lone'], 'each metered once');
-    await c.drain();
-    monitor.disconnect();
-    base.disconnect();
-    sub.disconnect();
+    try {
+      await q.add(fn, job('lone'));
+      await eventually(async () => release.length === 1, 'the lone request to start');
+      release.splice(0)[0]();
+      await eventually(async () => (await redis.xlen(liveStream(fn))) === 0, 'the lone request to be finished');
+      assert.deepEqual(replies, ['answer lone']);
+      assert.deepEqual(commands, ['publish', 'evalsha'], 'the reply on its own, then the finishing call without it');
+      for (const rid of ['b0', 'b1', 'b2']) await q.add(fn, job(rid));
+      await eventually(async () => release.length === 3, 'the three to start');
+      release.splice(0).forEach((r) => r());
+      await eventually(async () => (await redis.xlen(liveStream(fn))) === 0, 'the three to be finished');
+      await eventually(async () => replies.length === 2, 'their message');
+      assert.match(replies[1], /^\*\d+,\d+,\d+\n/, 'one framed message for the tick');
+      assert.deepEqual(commands, ['publish', 'evalsha', 'evalsha', 'script publish'], 'the tick is answered inside its finishing call');
+      const records = (await redis.xrange(usageKeys.records, '-', '+')).map(([, f]) => (JSON.parse(f[1]) as UsageRecord).id).filter((id) => id.startsWith('u-'));
+      assert.deepEqual(records.sort(), ['u-b0', 'u-b1', 'u-b2', 'u-lone'], 'each metered once');
+    } finally {
+      release.splice(0).forEach((r) => r());
+      await c.drain();
+      monitor.disconnect();
+      base.disconnect();
+      sub.disconnect();
+    }
   });
 
   it('finishing entries of a stream Redis lost still publishes their replies', async () => {

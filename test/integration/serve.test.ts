@@ -146,6 +146,7 @@ describe('bad input gets a clear 4xx and the JSON error contract', () => {
       });
     try {
       const small = JSON.stringify({ small: 'ünïcode ✓' });
+      const withBom = `\uFEFF${small}`;
       const large = JSON.stringify({ large: 'y'.repeat(300 * 1024) });
       const chunked = JSON.stringify({ chunked: true });
       const answers = [
@@ -153,16 +154,18 @@ describe('bad input gets a clear 4xx and the JSON error contract', () => {
         await post(large, { 'content-length': Buffer.byteLength(large) }),
         await post(chunked, { 'transfer-encoding': 'chunked' }),
         await post('', { 'content-length': 0 }),
-        await post('{"cut', { 'content-length': 5 }),
+        await post('{"not', { 'content-length': 5 }),
         await post(small, { 'content-length': Buffer.byteLength(small) }),
+        await post(withBom, { 'content-length': Buffer.byteLength(withBom) }),
       ];
-      assert.deepEqual(answers.map((a) => a.status), [200, 200, 200, 400, 400, 200]);
+      assert.deepEqual(answers.map((a) => a.status), [200, 200, 200, 400, 400, 200, 200]);
       assert.deepEqual(JSON.parse(answers[0].text), { small: 'ünïcode ✓' });
       assert.equal(answers[1].text, large);
       assert.deepEqual(JSON.parse(answers[2].text), { chunked: true });
       assert.match(answers[3].text, /request body is empty/);
       assert.match(answers[4].text, /not valid JSON/);
       assert.equal(answers[5].text, answers[0].text);
+      assert.equal(answers[6].text, answers[0].text, 'a byte order mark is dropped, as for a streamed body');
       assert.ok(answers.slice(1).every((a) => a.reused), 'every request after the first reused the connection');
     } finally {
       agent.destroy();
