@@ -2,6 +2,7 @@
 // one on the replica's own thread for a lone request.
 import { Worker } from 'node:worker_threads';
 import type ort from 'onnxruntime-node';
+import { LoneChooser } from './lone-chooser.ts';
 import { runSession, sessionOptions } from './ort-session.ts';
 import type { Feeds } from './tensor.ts';
 
@@ -162,6 +163,7 @@ export class ModelSession {
   private wideState: 'idle' | 'wanted' | 'done' = 'idle';
   private grown = false;
   private closed = false;
+  private readonly chooser = new LoneChooser();
 
   private constructor(
     first: SessionWorker,
@@ -240,19 +242,35 @@ export class ModelSession {
   }
 
   /**
-   * Runs one (already batched) inference; `wide` says it has the replica to itself and may run
+   * Runs one (already batched) inference; `lone` says it has the replica to itself and may run
    * on the inline session when that is loaded and free (the first such ask marks it wanted).
-   * The feeds' buffers may be transferred to a worker: do not reuse them.
+   * Once it is loaded, a lone run goes wide or narrow as the chooser has measured to be faster
+   * (LoneChooser). The feeds' buffers may be transferred to a worker: do not reuse them.
    */
-  async run(feeds: Feeds, wide = false): Promise<{ outputs: Feeds; inferMs: number; wide: boolean }> {
-    if (wide && this.inlineAllowed) {
-      if (this.inline && !this.inline.busy) return { ...(await this.inline.run(feeds)), wide: true };
+  async run(feeds: Feeds, lone = false): Promise<{ outputs: Feeds; inferMs: number; wide: boolean; lone: boolean }> {
+    if (lone && this.inlineAllowed) {
+      if (this.inline && !this.inline.busy) {
+        const side = this.chooser.choose();
+        const t0 = performance.now();
+        const r = side === 'wide' ? await this.inline.run(feeds) : await this.leastBusy().run(feeds);
+        this.chooser.observe(side, performance.now() - t0);
+        return { ...r, wide: side === 'wide', lone: true };
+      }
       if (this.wideState === 'idle') this.wideState = 'wanted';
     }
-    // The least busy live one (all dead: the first, which rejects with why).
+    return { ...(await this.leastBusy().run(feeds)), wide: false, lone };
+  }
+
+  /** The least busy live narrow session (all dead: the first, which rejects with why). */
+  private leastBusy(): SessionWorker {
     let pick: SessionWorker | undefined;
     for (const w of this.narrow) if (!w.dead && (!pick || w.busy < pick.busy)) pick = w;
-    return { ...(await (pick ?? this.narrow[0]).run(feeds)), wide: false };
+    return pick ?? this.narrow[0];
+  }
+
+  /** Where lone runs go and what each side took (ms medians), once the inline session is loaded. */
+  get lone(): LoneChooser['stats'] | undefined {
+    return this.inline ? this.chooser.stats : undefined;
   }
 
   async close(): Promise<void> {

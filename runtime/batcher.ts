@@ -26,8 +26,10 @@ export interface BatchResult {
   outputs: Feeds;
   /** Inference time of the batch, as measured by the executor. */
   inferMs: number;
-  /** It ran on a session with more threads than under load (left out of batch-size tuning). */
+  /** It ran on a session with more threads than under load. */
   wide?: boolean;
+  /** It had the replica to itself, wide or not (left out of batch-size tuning). */
+  lone?: boolean;
 }
 
 export interface BatcherOptions {
@@ -223,11 +225,12 @@ export class DynamicBatcher {
     s.maxCallsPerBatch = Math.max(s.maxCallsPerBatch, calls.length);
     s.callsPerBatch[calls.length] = (s.callsPerBatch[calls.length] ?? 0) + 1;
     try {
-      const { outputs, inferMs, wide } = await this.options.execute(concatFeeds(calls.map((c) => c.feeds)), group.low);
+      const { outputs, inferMs, wide, lone } = await this.options.execute(concatFeeds(calls.map((c) => c.feeds)), group.low);
       s.inferMsTotal += inferMs;
       if (wide) s.wide++;
-      // A wide run's cost says nothing about batch sizes under load, where inferences run narrow.
-      if (this.tuner && !wide) {
+      // A lone run's cost (wide, or narrow with the machine to itself) says nothing about batch
+      // sizes under load, where inferences run narrow beside each other.
+      if (this.tuner && !wide && !lone) {
         this.tuner.observe(group.rows, inferMs, Math.min(...calls.map((c) => c.rows)));
         s.cap = this.tuner.cap;
         s.costPerRow = this.tuner.snapshot();

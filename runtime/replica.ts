@@ -88,7 +88,7 @@ export interface ReplicaRecord {
   /** Garbage collection on the replica's main thread (where handlers run) since it started. */
   gc?: { count: number; ms: number };
   /** Per model: provider, loaded instances, and the batcher's counters. */
-  models: Record<string, { provider: string; fallback?: string; instances: number } & DynamicBatcher['stats']>;
+  models: Record<string, { provider: string; fallback?: string; instances: number; lone?: ModelSession['lone'] } & DynamicBatcher['stats']>;
 }
 
 export class Replica {
@@ -143,7 +143,7 @@ export class Replica {
 
   record(): ReplicaRecord {
     const models: ReplicaRecord['models'] = {};
-    for (const [name, m] of this.models) models[name] = { provider: m.session.provider, fallback: m.session.fallback, instances: m.session.instances, ...m.batcher.stats };
+    for (const [name, m] of this.models) models[name] = { provider: m.session.provider, fallback: m.session.fallback, instances: m.session.instances, lone: m.session.lone, ...m.batcher.stats };
     return {
       id: this.o.id,
       function: this.o.manifest.name,
@@ -456,9 +456,10 @@ export class Replica {
   }
 
   /**
-   * One inference. It runs wide (on every core, on the replica's own thread: ModelSession's
-   * inline session) when no other inference runs and it serves the only live request in the
-   * replica; batch lines start no inference while a live request runs (live-first.ts). Batch
+   * One inference. It may run wide (on every core, on the replica's own thread: ModelSession's
+   * inline session, where its chooser measured that faster than one core) when no other
+   * inference runs and it serves the only live request in the replica; batch lines start no
+   * inference while a live request runs (live-first.ts). Batch
    * lines never run inline: the inline session holds the replica's thread, and a live request
    * arriving meanwhile would wait for the whole inference. Replicas on one node do not see each
    * other's inferences; two lone requests in two replicas oversubscribe the cores briefly.

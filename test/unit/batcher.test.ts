@@ -93,6 +93,22 @@ describe('DynamicBatcher', () => {
     assert.deepEqual(batches.map((x) => x.dims), [[2, 2], [1, 4]]);
   });
 
+  it('leaves lone runs, wide or not, out of batch-size tuning', async () => {
+    const clock = new FakeClock();
+    let flags: { wide?: boolean; lone?: boolean } = { lone: true };
+    const execute = async (feeds: Feeds) => ({ outputs: { y: feeds.x }, inferMs: 10, ...flags });
+    const b = new DynamicBatcher({ maxBatchSize: 8, maxDelayMs: 0, execute, clock });
+    for (const f of [{ lone: true }, { wide: true, lone: true }]) {
+      flags = f;
+      await b.run(rowsOf([1]));
+    }
+    assert.deepEqual(b.stats.costPerRow, {}, 'nothing measured from lone runs');
+    assert.equal(b.stats.wide, 1);
+    flags = {};
+    await b.run(rowsOf([1]));
+    assert.ok(Object.keys(b.stats.costPerRow).length > 0, 'a run under load is measured');
+  });
+
   it('keeps gathering while an inference runs, so load forms larger batches', async () => {
     const clock = new FakeClock();
     const { batches, execute } = recorder();
