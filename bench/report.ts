@@ -69,6 +69,16 @@ export function formatReport(r: BenchResult): string {
       ]),
     ),
   );
+  const c1 = r.ocr.find((p) => p.concurrency === 1);
+  if (c1) {
+    const side = (m: string) => {
+      const b = c1.embers.batch[m];
+      if (!b) return `${m} -`;
+      const l = b.lone;
+      return `${m} ${b.wide} of ${b.executions} on every core${l ? ` (chooser: ${l.choice === 'wide' ? 'every core' : 'narrow'}; medians ${num(l.wide ?? Number.NaN, 1)} every core, ${num(l.narrow ?? Number.NaN, 1)} narrow, ms per million input values)` : ''}`;
+    };
+    out.push(`Lone inferences at c = 1 (every core or a narrow session, as each model measured cheaper): ${side('det')}; ${side('rec')}`);
+  }
   out.push('', 'Embers server side (Server-Timing means, ms): queue | compute input+output = handler − infer (includes waiting for a batch or a busy model) | compute infer | gateway+transport = total − queue − handler | client − total');
   out.push(
     table(

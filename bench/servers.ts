@@ -34,6 +34,16 @@ export interface BatchCounters {
   inferences: number;
   executions: number;
   maxCallsPerBatch: number;
+  /** Executions on the inline session (every core). */
+  wide?: number;
+  /** Where a lone request's inferences go, and each side's median cost (ms per million input values). */
+  lone?: LoneChoice;
+}
+
+export interface LoneChoice {
+  choice: 'wide' | 'narrow';
+  wide: number | null;
+  narrow: number | null;
 }
 
 export interface EmbersServer {
@@ -157,6 +167,10 @@ export interface BatchDelta {
   executions: number;
   inferences: number;
   maxCallsPerBatch: number;
+  /** Δ executions on every core (the inline session). */
+  wide: number;
+  /** The chooser's state at the end (the first replica that has one). */
+  lone?: LoneChoice;
 }
 
 /**
@@ -164,11 +178,13 @@ export interface BatchDelta {
  * appeared in between counts from zero; one that went away takes its counts with it).
  */
 export function batchDelta(before: CounterSnapshot, after: CounterSnapshot): Record<string, BatchDelta> {
-  const sums: Record<string, { requests: number; inferences: number; executions: number; maxCallsPerBatch: number }> = {};
+  const sums: Record<string, { requests: number; inferences: number; executions: number; maxCallsPerBatch: number; wide: number; lone?: LoneChoice }> = {};
   for (const [id, models] of Object.entries(after)) {
     for (const [model, c] of Object.entries(models)) {
       const b = before[id]?.[model];
-      const s = (sums[model] ??= { requests: 0, inferences: 0, executions: 0, maxCallsPerBatch: 0 });
+      const s = (sums[model] ??= { requests: 0, inferences: 0, executions: 0, maxCallsPerBatch: 0, wide: 0 });
+      s.wide += (c.wide ?? 0) - (b?.wide ?? 0);
+      s.lone ??= c.lone;
       s.requests += c.requests - (b?.requests ?? 0);
       s.inferences += c.inferences - (b?.inferences ?? 0);
       s.executions += c.executions - (b?.executions ?? 0);
@@ -184,6 +200,8 @@ export function batchDelta(before: CounterSnapshot, after: CounterSnapshot): Rec
         executions: s.executions,
         inferences: s.inferences,
         maxCallsPerBatch: s.maxCallsPerBatch,
+        wide: s.wide,
+        ...(s.lone ? { lone: s.lone } : {}),
       },
     ]),
   );

@@ -5,9 +5,12 @@
 // with 2 threads against 68 ms with 1 on one day, and 46 against 42 on another (raw, in-process),
 // when the second vCPU was slow to keep up. A fixed intra_op_num_threads (Triton, ORT) picks one.
 // The chooser alternates until each side has `minSamples` runs, then takes the side with the
-// lower median of its last `window` runs (wide unless narrow is `margin` faster), and every
-// `exploreEvery` lone runs gives the other side one run, so the choice follows the machine.
-// Medians, not means: one run slowed by a GC pause or a late vCPU does not swing the choice.
+// lower median cost of its last `window` runs (wide unless narrow is `margin` cheaper), and every
+// `exploreEvery` lone runs gives the other side one run. Costs are per input value (the caller
+// divides), so inputs of different sizes compare. Medians, not means: one run slowed by a GC
+// pause or a late vCPU does not swing the choice. The price is lag: the side not chosen keeps
+// its last `window` samples, one per `exploreEvery` runs, so switching back to it takes about
+// (window + 1) / 2 explorations (~96 lone runs by default) once it has become the cheaper one.
 // Pure: no clock, no I/O.
 
 export type LoneSide = 'wide' | 'narrow';
@@ -48,11 +51,11 @@ export class LoneChooser {
     return best;
   }
 
-  /** Records how long a lone run took on `side`, hops included (ms). */
-  observe(side: LoneSide, ms: number): void {
-    if (!Number.isFinite(ms) || ms < 0) return;
+  /** Records what a lone run cost on `side` (time per input value, hops included). */
+  observe(side: LoneSide, cost: number): void {
+    if (!Number.isFinite(cost) || cost < 0) return;
     const t = this.times[side];
-    t.push(ms);
+    t.push(cost);
     if (t.length > this.window) t.shift();
   }
 
@@ -63,9 +66,9 @@ export class LoneChooser {
     return this.times.wide.length >= this.minSamples && this.times.narrow.length >= this.minSamples && narrow < wide * (1 - this.margin) ? 'narrow' : 'wide';
   }
 
-  /** For the replica's record: the choice and each side's median (ms; NaN before a run). */
-  get stats(): { choice: LoneSide; wideMs: number; narrowMs: number } {
-    return { choice: this.best, wideMs: median(this.times.wide), narrowMs: median(this.times.narrow) };
+  /** For the replica's record: the choice and each side's median cost (NaN before a run). */
+  get stats(): { choice: LoneSide; wide: number; narrow: number } {
+    return { choice: this.best, wide: median(this.times.wide), narrow: median(this.times.narrow) };
   }
 }
 

@@ -2,7 +2,7 @@
 // one on the replica's own thread for a lone request.
 import { Worker } from 'node:worker_threads';
 import type ort from 'onnxruntime-node';
-import { LoneChooser } from './lone-chooser.ts';
+import { LoneChooser, type LoneSide } from './lone-chooser.ts';
 import { runSession, sessionOptions } from './ort-session.ts';
 import type { Feeds } from './tensor.ts';
 
@@ -245,20 +245,30 @@ export class ModelSession {
    * Runs one (already batched) inference; `lone` says it has the replica to itself and may run
    * on the inline session when that is loaded and free (the first such ask marks it wanted).
    * Once it is loaded, a lone run goes wide or narrow as the chooser has measured to be faster
-   * (LoneChooser). The feeds' buffers may be transferred to a worker: do not reuse them.
+   * (LoneChooser), and comes back `timed`: pass that to noteLone() if nothing else ran beside it.
+   * `lone` in the result: it had the replica to itself where a wide session was possible (a
+   * GPU's runs are costs under load all the same). The feeds' buffers may be transferred to a
+   * worker: do not reuse them.
    */
-  async run(feeds: Feeds, lone = false): Promise<{ outputs: Feeds; inferMs: number; wide: boolean; lone: boolean }> {
+  async run(feeds: Feeds, lone = false): Promise<{ outputs: Feeds; inferMs: number; wide: boolean; lone: boolean; timed?: LoneTiming }> {
     if (lone && this.inlineAllowed) {
       if (this.inline && !this.inline.busy) {
         const side = this.chooser.choose();
+        // Counted before the run: a worker takes the buffers.
+        const values = feedValues(feeds);
         const t0 = performance.now();
         const r = side === 'wide' ? await this.inline.run(feeds) : await this.leastBusy().run(feeds);
-        this.chooser.observe(side, performance.now() - t0);
-        return { ...r, wide: side === 'wide', lone: true };
+        return { ...r, wide: side === 'wide', lone: true, timed: { side, cost: ((performance.now() - t0) * 1e6) / Math.max(1, values) } };
       }
       if (this.wideState === 'idle') this.wideState = 'wanted';
+      return { ...(await this.leastBusy().run(feeds)), wide: false, lone: true };
     }
-    return { ...(await this.leastBusy().run(feeds)), wide: false, lone };
+    return { ...(await this.leastBusy().run(feeds)), wide: false, lone: false };
+  }
+
+  /** Teaches the chooser a lone run's cost (from run()), when no other inference ran beside it. */
+  noteLone(timed: LoneTiming): void {
+    this.chooser.observe(timed.side, timed.cost);
   }
 
   /** The least busy live narrow session (all dead: the first, which rejects with why). */
@@ -268,7 +278,7 @@ export class ModelSession {
     return pick ?? this.narrow[0];
   }
 
-  /** Where lone runs go and what each side took (ms medians), once the inline session is loaded. */
+  /** Where lone runs go and what each side costs (medians, ms per million input values), once the inline session is loaded. */
   get lone(): LoneChooser['stats'] | undefined {
     return this.inline ? this.chooser.stats : undefined;
   }
@@ -277,6 +287,22 @@ export class ModelSession {
     this.closed = true;
     await Promise.all([...this.narrow.map((w) => w.close()), this.inline?.close()]);
   }
+}
+
+/**
+ * A lone run's side and cost: ms per million input values, hops included, so inputs of different
+ * sizes (an image's, a recogniser batch's rows and widths) compare.
+ */
+export interface LoneTiming {
+  side: LoneSide;
+  cost: number;
+}
+
+/** Values across the feeds (the product of each tensor's dims). */
+function feedValues(feeds: Feeds): number {
+  let n = 0;
+  for (const t of Object.values(feeds)) n += t.dims.reduce((a, d) => a * d, 1);
+  return n;
 }
 
 /** What a worker thread is given: plain data only (workerData is cloned). */

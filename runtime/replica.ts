@@ -88,6 +88,7 @@ export interface ReplicaRecord {
   /** Garbage collection on the replica's main thread (where handlers run) since it started. */
   gc?: { count: number; ms: number };
   /** Per model: provider, loaded instances, and the batcher's counters. */
+  /** `lone`: where a lone request's inferences run; its medians are null (NaN) until measured. */
   models: Record<string, { provider: string; fallback?: string; instances: number; lone?: ModelSession['lone'] } & DynamicBatcher['stats']>;
 }
 
@@ -104,6 +105,8 @@ export class Replica {
   private readonly lanes = { live: 0, batch: 0 };
   /** Model inferences running now, across the replica's models. */
   private inferring = 0;
+  /** Inferences started so far: tells whether another started while a lone one ran. */
+  private inferStarts = 0;
   /** Whether the models' other instances were asked to load. */
   private grown = false;
   /** An inline session is loading (see maybeLoadWide). */
@@ -464,12 +467,17 @@ export class Replica {
    * arriving meanwhile would wait for the whole inference. Replicas on one node do not see each
    * other's inferences; two lone requests in two replicas oversubscribe the cores briefly.
    */
-  private async infer(session: ModelSession, feeds: Feeds, low: boolean): Promise<{ outputs: Feeds; inferMs: number; wide: boolean }> {
+  private async infer(session: ModelSession, feeds: Feeds, low: boolean): Promise<{ outputs: Feeds; inferMs: number; wide: boolean; lone: boolean }> {
     // Not during setup and warmup: a replica that never sees a lone request never loads it.
-    const wide = !low && this.state === 'ready' && this.inferring === 0 && this.lanes.live <= 1;
+    const lone = !low && this.state === 'ready' && this.inferring === 0 && this.lanes.live <= 1;
     this.inferring++;
+    const started = ++this.inferStarts;
     try {
-      return await session.run(feeds, wide);
+      const r = await session.run(feeds, lone);
+      // A lone run that another inference joined (the handler's next call, started before this
+      // one ended) shared the cores: its time says nothing about wide against narrow.
+      if (r.timed && this.inferStarts === started) session.noteLone(r.timed);
+      return r;
     } finally {
       this.inferring--;
     }

@@ -10,7 +10,7 @@ interface ReplicaView {
   error?: { phase: string; message: string };
   jobs: { active: number; completed: number; failed: number };
   gc?: { count: number; ms: number };
-  models: Record<string, { provider: string; executions: number; inferences: number; maxCallsPerBatch: number; cap?: number; instances?: number; wide?: number; lone?: { choice: 'wide' | 'narrow'; wideMs: number | null; narrowMs: number | null } }>;
+  models: Record<string, { provider: string; executions: number; inferences: number; maxCallsPerBatch: number; cap?: number; instances?: number; wide?: number; lone?: { choice: 'wide' | 'narrow'; wide: number | null; narrow: number | null } }>;
 }
 
 export function functionsCommand(): Command {
@@ -57,7 +57,7 @@ export function functionsCommand(): Command {
         if (r.gc) out.write(`  garbage collection: ${r.gc.count} pauses, ${r.gc.ms} ms in all\n`);
         for (const [m, s] of Object.entries(r.models)) {
           const avg = s.executions ? (s.inferences / s.executions).toFixed(2) : '-';
-          out.write(`  model ${m} on ${s.provider}: ${s.executions} batches, ${s.inferences} rows, avg batch ${avg}, most calls in one batch ${s.maxCallsPerBatch}${s.cap === undefined ? '' : `, batches capped at ${s.cap} rows (the cheapest per row so far)`}${s.instances === undefined ? '' : `, ${s.instances} instance(s)`}${s.wide ? `, ${s.wide} batches alone on every core` : ''}${s.lone ? `; a lone request runs ${s.lone.choice === 'wide' ? 'on every core' : 'on one core'} (medians: every core ${ms(s.lone.wideMs)}, one core ${ms(s.lone.narrowMs)})` : ''}\n`);
+          out.write(`  model ${m} on ${s.provider}: ${s.executions} batches, ${s.inferences} rows, avg batch ${avg}, most calls in one batch ${s.maxCallsPerBatch}${s.cap === undefined ? '' : `, batches capped at ${s.cap} rows (the cheapest per row so far)`}${s.instances === undefined ? '' : `, ${s.instances} instance(s)`}${s.wide ? `, ${s.wide} batches alone on every core` : ''}${s.lone ? `; a lone request runs ${s.lone.choice === 'wide' ? 'on every core' : 'on a narrow session'} (median ms per million input values: every core ${ms(s.lone.wide)}, narrow ${ms(s.lone.narrow)})` : ''}\n`);
         }
       }
       if (fn.coldStarts.length) out.write('last cold starts (ms):\n');
@@ -78,4 +78,4 @@ function phaseLine(p: Record<string, unknown>): string {
 }
 
 /** A median that may not be measured yet (null in JSON). */
-const ms = (v: number | null) => (v === null || Number.isNaN(v) ? '-' : `${v.toFixed(1)} ms`);
+const ms = (v: number | null) => (v === null || Number.isNaN(v) ? '-' : v.toFixed(1));

@@ -32,7 +32,7 @@ describe('LoneChooser', () => {
   it('runs narrow where one thread is faster, and reports both medians', () => {
     const c = new LoneChooser();
     const taken = drive(c, (s) => (s === 'wide' ? 46 : 42), 200);
-    assert.deepEqual(c.stats, { choice: 'narrow', wideMs: 46, narrowMs: 42 });
+    assert.deepEqual(c.stats, { choice: 'narrow', wide: 46, narrow: 42 });
     assert.ok(taken.slice(6).filter((s) => s === 'wide').length <= 200 / 32 + 1, 'wide only to explore');
   });
 
@@ -61,6 +61,6 @@ describe('LoneChooser', () => {
     const c = new LoneChooser();
     c.observe('narrow', Number.NaN);
     c.observe('narrow', -1);
-    assert.deepEqual(c.stats, { choice: 'wide', wideMs: Number.NaN, narrowMs: Number.NaN });
+    assert.deepEqual(c.stats, { choice: 'wide', wide: Number.NaN, narrow: Number.NaN });
   });
 });
