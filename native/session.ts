@@ -246,13 +246,16 @@ export class ModelSession {
    * on the inline session when that is loaded and free (the first such ask marks it wanted).
    * Once it is loaded, a lone run goes wide or narrow as the chooser has measured to be faster
    * (LoneChooser), and comes back `timed`: pass that to noteLone() if nothing else ran beside it.
+   * `pinWide`: run it wide without asking the chooser (the caller has other work for its thread
+   * that a wide run holds off, as it should).
    * `lone` in the result: it had the replica to itself where a wide session was possible (a
    * GPU's runs are costs under load all the same). The feeds' buffers may be transferred to a
    * worker: do not reuse them.
    */
-  async run(feeds: Feeds, lone = false): Promise<{ outputs: Feeds; inferMs: number; wide: boolean; lone: boolean; timed?: LoneTiming }> {
+  async run(feeds: Feeds, lone = false, pinWide = false): Promise<{ outputs: Feeds; inferMs: number; wide: boolean; lone: boolean; timed?: LoneTiming }> {
     if (lone && this.inlineAllowed) {
       if (this.inline && !this.inline.busy) {
+        if (pinWide) return { ...(await this.inline.run(feeds)), wide: true, lone: true };
         const side = this.chooser.choose();
         // Counted before the run: a worker takes the buffers.
         const values = feedValues(feeds);

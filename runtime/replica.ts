@@ -472,11 +472,16 @@ export class Replica {
     const lone = !low && this.state === 'ready' && this.inferring === 0 && this.lanes.live <= 1;
     this.inferring++;
     const started = ++this.inferStarts;
+    // With batch lines in the replica, a lone live inference runs wide, as before the chooser:
+    // on the replica's thread it holds off their pre- and post-processing, which would otherwise
+    // share the cores with it and delay its request (live p99 with a batch running went ×1.00–1.03
+    // → ×1.23–1.33 in two bench runs where the detector's lone runs had gone narrow).
+    const batchLines = this.lanes.batch;
     try {
-      const r = await session.run(feeds, lone);
-      // A lone run that another inference joined (the handler's next call, started before this
-      // one ended) shared the cores: its time says nothing about wide against narrow.
-      if (r.timed && this.inferStarts === started) session.noteLone(r.timed);
+      const r = await session.run(feeds, lone, batchLines > 0);
+      // A lone run that another inference or a batch line joined shared the cores: its time says
+      // nothing about wide against narrow.
+      if (r.timed && this.inferStarts === started && this.lanes.batch === 0) session.noteLone(r.timed);
       return r;
     } finally {
       this.inferring--;

@@ -48,6 +48,21 @@ describe('model sessions', () => {
     // Two at once: the inline session takes one, the other runs narrow rather than wait for it.
     const both = await Promise.all([s.run(feeds(), true), s.run(feeds(), true)]);
     assert.deepEqual(both.map((r) => r.wide).sort(), [false, true]);
+    // A lone run comes back timed for the chooser, which learns what the caller notes; a pinned
+    // one (batch lines in the replica) runs wide without asking it.
+    assert.ok(wide.timed?.side === 'wide' && wide.timed.cost > 0, `timed: ${JSON.stringify(wide.timed)}`);
+    const pinned = await s.run(feeds(), true, true);
+    assert.equal(pinned.wide, true);
+    assert.equal(pinned.timed, undefined);
+    for (let i = 0; i < 3; i++) {
+      s.noteLone({ side: 'wide', cost: 100 });
+      s.noteLone({ side: 'narrow', cost: 50 });
+    }
+    const chosen = await s.run(feeds(), true);
+    assert.equal(chosen.wide, false, 'narrow, measured cheaper');
+    assert.equal(chosen.timed?.side, 'narrow');
+    assert.deepEqual(s.lone, { choice: 'narrow', wide: 100, narrow: 50 });
+    assert.equal((await s.run(feeds(), true, true)).wide, true, 'pinned wide all the same');
   });
 
   it('no inline session when wideThreads is 0 or not above threads, or the model is too big', async () => {
