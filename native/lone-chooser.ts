@@ -1,9 +1,10 @@
 // Where a lone inference runs, learned from its own times. A model's inline session runs a
 // request that has the replica to itself on every core (wideThreads intra-op threads); a narrow
-// session runs it on one core, on a worker thread (two thread hops). Which is faster depends on
-// the model and on the machine at the time: on these 2-core VMs the `ocr` pipeline took 45 ms
-// with 2 threads against 68 ms with 1 on one day, and 46 against 42 on another (raw, in-process),
-// when the second vCPU was slow to keep up. A fixed intra_op_num_threads (Triton, ORT) picks one.
+// session runs it on EMBERS_ORT_THREADS threads (1 by default) on a worker thread (two thread
+// hops). Which is faster depends on the model and on the machine at the time: on these 2-core
+// VMs the `ocr` pipeline took 45 ms with 2 threads against 68 ms with 1 on one day, and 46
+// against 42 on another (raw, in-process), when the second vCPU was slow to keep up. A fixed
+// intra_op_num_threads (Triton, ORT) picks one.
 // The chooser alternates until each side has `minSamples` runs, then takes the side with the
 // lower median cost of its last `window` runs (wide unless narrow is `margin` cheaper), and every
 // `exploreEvery` lone runs gives the other side one run. Costs are per input value (the caller

@@ -460,7 +460,7 @@ export class Replica {
 
   /**
    * One inference. It may run wide (on every core, on the replica's own thread: ModelSession's
-   * inline session, where its chooser measured that faster than one core) when no other
+   * inline session, where its chooser measured that cheaper than a narrow one) when no other
    * inference runs and it serves the only live request in the replica; batch lines start no
    * inference while a live request runs (live-first.ts). Batch
    * lines never run inline: the inline session holds the replica's thread, and a live request
@@ -476,9 +476,8 @@ export class Replica {
     // on the replica's thread it holds off their pre- and post-processing, which would otherwise
     // share the cores with it and delay its request (live p99 with a batch running went ×1.00–1.03
     // → ×1.23–1.33 in two bench runs where the detector's lone runs had gone narrow).
-    const batchLines = this.lanes.batch;
     try {
-      const r = await session.run(feeds, lone, batchLines > 0);
+      const r = await session.run(feeds, lone, this.lanes.batch > 0);
       // A lone run that another inference or a batch line joined shared the cores: its time says
       // nothing about wide against narrow.
       if (r.timed && this.inferStarts === started && this.lanes.batch === 0) session.noteLone(r.timed);
