@@ -79,17 +79,23 @@ export function formatReport(r: BenchResult): string {
     };
     out.push(`Lone inferences at c = 1 (every core or a narrow session, as each model measured cheaper): ${side('det')}; ${side('rec')}`);
   }
-  out.push('', 'Embers server side (Server-Timing means, ms): queue | compute input+output = handler − infer (includes waiting for a batch or a busy model) | compute infer | gateway+transport = total − queue − handler | client − total');
+  out.push(
+    '',
+    'Embers server side (Server-Timing means, ms), in Triton\'s terms: queue | compute input (request taken → first model call) | batch wait (model calls waiting for their batch to start, or behind a busy model) | compute infer (the request\'s share) | between = handler − input − batch − infer − output (work between model calls, tensor hand-offs; calls in parallel count each) | compute output (last call answered → serialised result) | gateway+transport = total − queue − handler | client − total',
+  );
   out.push(
     table(
-      ['conc', 'queue', 'in+out', 'infer', 'gw+transport', 'client−total', 'handler', 'total'],
+      ['conc', 'queue', 'input', 'batch', 'infer', 'between', 'output', 'gw+transport', 'client−total', 'handler', 'total'],
       r.ocr.map((p) => {
         const t = p.embers.serverTiming ?? {};
         return [
           String(p.concurrency),
           num(t.queue),
-          num(t.handler - t.infer),
+          num(t.input),
+          num(t.batch),
           num(t.infer),
+          num(t.handler - t.input - t.batch - t.infer - t.output),
+          num(t.output),
           num(t.total - t.queue - t.handler),
           num(p.embers.latencyMs.mean - t.total),
           num(t.handler),

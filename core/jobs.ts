@@ -4,7 +4,7 @@
 import { createHmac, randomBytes } from 'node:crypto';
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { keys } from './contracts.ts';
+import { keys, type ReplyHeader } from './contracts.ts';
 import { evalScript } from './redis.ts';
 
 export type JobStatus = 'queued' | 'running' | 'succeeded' | 'failed' | 'canceled';
@@ -26,7 +26,8 @@ export interface JobView {
   finishedAt?: string;
   /** The HTTP status a synchronous run would have answered. */
   httpStatus?: number;
-  timing?: { queueMs: number; handlerMs: number; inferMs: number; batchMs: number };
+  /** As a run's reply header carries it (ReplyHeader). */
+  timing?: ReplyHeader['timing'];
   output?: unknown;
   error?: { code: string; message: string };
   cancelRequested?: boolean;

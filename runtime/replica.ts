@@ -13,6 +13,7 @@ import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { linkPlatformModules } from '../core/bundle-dir.ts';
 import { BatchStore, errorLine, outputLine } from '../core/batches.ts';
+import { splitTiming, type CallClock } from './timing.ts';
 import { batchQueueName, encodeReply, errorBody, keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type Manifest, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData } from '../core/contracts.ts';
 import { CANCELED_BODY, enqueueWebhook, isTerminal, JobStore } from '../core/jobs.ts';
 import { recordUsage, type UsageRecord } from '../core/usage.ts';
@@ -441,17 +442,25 @@ export class Replica {
     return mod.default;
   }
 
-  /** The handler's models; a batch line's (`low`) calls yield to live ones. */
-  private handles(onRun?: (r: { inferMs: number; waitMs: number }) => void, low = false): Record<string, ModelHandle> {
+  /** The handler's models; a batch line's (`low`) calls yield to live ones. `clock` times a request's calls. */
+  private handles(clock?: CallClock, low = false): Record<string, ModelHandle> {
     const out: Record<string, ModelHandle> = {};
     for (const [name, m] of this.models) {
       out[name] = {
         inputNames: m.session.inputNames,
         outputNames: m.session.outputNames,
         run: async (feeds: Feeds) => {
-          const r = await m.batcher.run(feeds, low);
-          onRun?.(r);
-          return r.outputs;
+          if (clock) clock.firstAt ??= performance.now();
+          try {
+            const r = await m.batcher.run(feeds, low);
+            if (clock) {
+              clock.inferMs += r.inferMs;
+              clock.batchMs += r.waitMs;
+            }
+            return r.outputs;
+          } finally {
+            if (clock) clock.lastEndAt = performance.now();
+          }
         },
       };
     }
@@ -500,7 +509,7 @@ export class Replica {
     }
     const started = Date.now();
     const t0 = performance.now();
-    const timing = { queueMs: Math.max(0, started - enq), handlerMs: 0, inferMs: 0, batchMs: 0 };
+    const clock: CallClock = { inferMs: 0, batchMs: 0 };
     const lane = data.batch ? 'batch' : 'live';
     this.lanes[lane]++;
     if (lane === 'live') this.gate.liveStarted();
@@ -525,7 +534,7 @@ export class Replica {
           body = JSON.stringify(errorBody('invalid_input', `input does not match the schema of ${this.o.manifest.name}: ${z.prettifyError(parsed.error)}`, parsed.error.issues));
         } else {
           const signal = jobSignal && cancel ? AbortSignal.any([jobSignal, cancel.signal]) : (jobSignal ?? cancel?.signal);
-          const result = await this.runHandler(parsed.data, rid, data.deadline, signal, timing, log, lane === 'batch');
+          const result = await this.runHandler(parsed.data, rid, data.deadline, signal, clock, log, lane === 'batch');
           body = JSON.stringify(result ?? null);
         }
       }
@@ -539,7 +548,7 @@ export class Replica {
       this.maybeGrow();
       this.maybeLoadWide();
     }
-    timing.handlerMs = Math.round((performance.now() - t0) * 100) / 100;
+    const timing = splitTiming(Math.max(0, started - enq), t0, performance.now(), clock);
     // A request queued before this replica was ready waited for its cold start.
     const cold = enq < this.readyAt && this.coldStart ? { waitedMs: Math.min(this.coldStart.totalMs, this.readyAt - enq), phases: this.coldStart } : undefined;
     // A handler that stopped because it was canceled ends "canceled", not "failed".
@@ -632,7 +641,7 @@ export class Replica {
     rid: string,
     deadline: number | undefined,
     jobSignal: AbortSignal | undefined,
-    timing: { inferMs: number; batchMs: number },
+    clock: CallClock,
     log: () => Logger,
     low: boolean,
   ): Promise<unknown> {
@@ -641,10 +650,7 @@ export class Replica {
     const ctl = new AbortController();
     jobSignal?.addEventListener('abort', () => ctl.abort(jobSignal.reason), { once: true });
     const ctx: HandlerContext = {
-      models: this.handles((r) => {
-        timing.inferMs += r.inferMs;
-        timing.batchMs += r.waitMs;
-      }, low),
+      models: this.handles(clock, low),
       get log() {
         return log();
       },

@@ -45,7 +45,7 @@ describe('async runs', () => {
     assert.equal(done.status, 'succeeded');
     assert.deepEqual(done.output, { hello: 'later' });
     assert.equal(done.function, 'echo');
-    assert.ok(done.startedAt && done.finishedAt && typeof done.timing.queueMs === 'number');
+    assert.ok(done.startedAt && done.finishedAt && typeof done.timing.queueMs === 'number' && typeof done.timing.inputMs === 'number' && typeof done.timing.outputMs === 'number');
   });
 
   test('input is validated before queueing; unknown jobs are 404', async () => {

@@ -33,7 +33,7 @@ describe('run', () => {
     assert.deepEqual(await res.json(), { hello: 'embers', n: [1, 2, 3] });
     assert.equal(res.headers.get('x-request-id'), 'test-req-1');
     const timing = res.headers.get('server-timing') ?? '';
-    for (const part of ['queue;dur=', 'infer;dur=', 'total;dur=']) assert.ok(timing.includes(part), `Server-Timing has ${part}: ${timing}`);
+    for (const part of ['queue;dur=', 'input;dur=', 'infer;dur=', 'output;dur=0,', 'total;dur=']) assert.ok(timing.includes(part), `Server-Timing has ${part}: ${timing}`);
     assert.ok(!timing.includes('cold'), 'a warm request carries no cold entry');
   });
 
@@ -43,7 +43,12 @@ describe('run', () => {
     const { lines } = (await res.json()) as { lines: { text: string; score: number; box: number[][] }[] };
     assert.ok(lines.some((l) => squash(l.text).includes('HELLOEMBERS2026')), `got ${JSON.stringify(lines)}`);
     assert.equal(lines[0].box.length, 4);
-    assert.match(res.headers.get('server-timing') ?? '', /infer;dur=(?!0[,\s])[\d.]+/);
+    const timing = res.headers.get('server-timing') ?? '';
+    assert.match(timing, /infer;dur=(?!0[,\s])[\d.]+/);
+    // Decoding and det's input come before the first model call, rec's decoding after the last.
+    const t = Object.fromEntries([...timing.matchAll(/([\w-]+);dur=([\d.]+)/g)].map((m) => [m[1], Number(m[2])]));
+    assert.ok(t.input > 0 && t.output > 0, timing);
+    assert.ok(t.input + t.batch + t.infer + t.output <= t.handler + 0.05, `the parts fit in the handler's time: ${timing}`);
   });
 
   it('ocr reads two lines in order, from JPEG and from a data: URL', async () => {

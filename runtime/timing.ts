@@ -1,0 +1,34 @@
+// A request's server-side timing, split as Triton splits it (compute input, infer, compute
+// output) around its model calls.
+import type { ReplyHeader } from '../core/contracts.ts';
+
+/** A request's model calls: when the first began and the last ended (performance.now()), and their sums. */
+export interface CallClock {
+  firstAt?: number;
+  lastEndAt?: number;
+  /** This request's share of inference, summed over its calls (ms). */
+  inferMs: number;
+  /** Its calls' waits for their batch to start, summed (ms). */
+  batchMs: number;
+}
+
+const ms2 = (n: number) => Math.round(n * 100) / 100;
+
+/**
+ * A request's timing from its clock, in Triton's terms: compute input (from taking the request,
+ * input validation included, to its first model call; all of a handler that calls none) and
+ * compute output (from its last model call's answer to the serialised result), around the
+ * calls' batch waits and inference.
+ */
+export function splitTiming(queueMs: number, t0: number, end: number, clock: CallClock): ReplyHeader['timing'] {
+  const first = clock.firstAt ?? end;
+  const last = clock.lastEndAt ?? end;
+  return {
+    queueMs,
+    handlerMs: ms2(end - t0),
+    inferMs: clock.inferMs,
+    batchMs: clock.batchMs,
+    inputMs: ms2(Math.max(0, first - t0)),
+    outputMs: ms2(Math.max(0, end - Math.max(last, first))),
+  };
+}
