@@ -81,7 +81,7 @@ export function formatReport(r: BenchResult): string {
   }
   out.push(
     '',
-    'Embers server side (Server-Timing means, ms), in Triton\'s terms: queue | compute input (request taken → first model call) | batch wait (model calls waiting for their batch to start, or behind a busy model) | compute infer (the request\'s share) | between = handler − input − batch − infer − output (work between model calls, tensor hand-offs; calls in parallel count each) | compute output (last call answered → serialised result) | gateway+transport = total − queue − handler | client − total',
+    'Embers server side (Server-Timing means, ms), in Triton\'s terms: queue | compute input (request taken → first model call) | batch wait (model calls waiting for their batch to start, or behind a busy model) | compute infer (how long the runs it rode in took) | between = handler − input − batch − infer − output (work between model calls, waits for the replica\'s thread, tensor hand-offs; calls in parallel count each) | compute output (last call answered → serialised result) | gateway+transport = total − queue − handler | client − total',
   );
   out.push(
     table(

@@ -91,12 +91,14 @@ export interface ReplyHeader {
   replica: string;
   /**
    * queue: waiting for a replica; batch: model calls waiting for their batch to start (forming
-   * or behind a running one); infer: this request's share of inference; handler: its wall time.
+   * or behind a running one); infer: this request's share of inference (by rows; metered);
+   * exec: how long the inferences it rode in ran (a batch's whole run); handler: its wall time.
    * input (compute input): from taking the request to its first model call (input validation and
    * pre-processing; all of the handler when it calls no model); output (compute output): from the
-   * last model call's answer to the serialised result. Absent from replicas older than them.
+   * last model call's answer to the serialised result. exec, input and output are absent from
+   * replicas older than them.
    */
-  timing: { queueMs: number; handlerMs: number; inferMs: number; batchMs: number; inputMs?: number; outputMs?: number };
+  timing: { queueMs: number; handlerMs: number; inferMs: number; batchMs: number; execMs?: number; inputMs?: number; outputMs?: number };
   /** Present when the request waited for this replica's cold start. */
   cold?: { waitedMs: number; phases: ColdStartPhases };
 }

@@ -79,8 +79,10 @@ export interface BatcherStats {
 
 export interface RunResult {
   outputs: Feeds;
-  /** This caller's share of the batch's inference time (by rows). */
+  /** This caller's share of the batch's inference time (by rows): what it is metered for. */
   inferMs: number;
+  /** The whole batch's inference time: how long the caller's inference ran. */
+  execMs: number;
   /** Time from run() to the start of its batch. */
   waitMs: number;
 }
@@ -236,7 +238,7 @@ export class DynamicBatcher {
         s.costPerRow = this.tuner.snapshot();
       }
       const parts = splitOutputs(outputs, calls.map((c) => c.rows));
-      calls.forEach((c, i) => c.resolve({ outputs: parts[i], inferMs: (inferMs * c.rows) / group.rows, waitMs: started - c.at }));
+      calls.forEach((c, i) => c.resolve({ outputs: parts[i], inferMs: (inferMs * c.rows) / group.rows, execMs: inferMs, waitMs: started - c.at }));
     } catch (err) {
       s.failures++;
       for (const c of calls) c.reject(err);

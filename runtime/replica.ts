@@ -455,6 +455,7 @@ export class Replica {
             const r = await m.batcher.run(feeds, low);
             if (clock) {
               clock.inferMs += r.inferMs;
+              clock.execMs += r.execMs;
               clock.batchMs += r.waitMs;
             }
             return r.outputs;
@@ -509,7 +510,7 @@ export class Replica {
     }
     const started = Date.now();
     const t0 = performance.now();
-    const clock: CallClock = { inferMs: 0, batchMs: 0 };
+    const clock: CallClock = { inferMs: 0, execMs: 0, batchMs: 0 };
     const lane = data.batch ? 'batch' : 'live';
     this.lanes[lane]++;
     if (lane === 'live') this.gate.liveStarted();

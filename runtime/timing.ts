@@ -6,8 +6,10 @@ import type { ReplyHeader } from '../core/contracts.ts';
 export interface CallClock {
   firstAt?: number;
   lastEndAt?: number;
-  /** This request's share of inference, summed over its calls (ms). */
+  /** This request's share of inference, summed over its calls (ms): what it is metered for. */
   inferMs: number;
+  /** How long the inferences its calls rode in ran, summed (ms): a batch's whole run. */
+  execMs: number;
   /** Its calls' waits for their batch to start, summed (ms). */
   batchMs: number;
 }
@@ -18,7 +20,7 @@ const ms2 = (n: number) => Math.round(n * 100) / 100;
  * A request's timing from its clock, in Triton's terms: compute input (from taking the request,
  * input validation included, to its first model call; all of a handler that calls none) and
  * compute output (from its last model call's answer to the serialised result), around the
- * calls' batch waits and inference.
+ * calls' batch waits and inference (exec: the runs they rode in; infer: the request's share).
  */
 export function splitTiming(queueMs: number, t0: number, end: number, clock: CallClock): ReplyHeader['timing'] {
   const first = clock.firstAt ?? end;
@@ -27,6 +29,7 @@ export function splitTiming(queueMs: number, t0: number, end: number, clock: Cal
     queueMs,
     handlerMs: ms2(end - t0),
     inferMs: clock.inferMs,
+    execMs: ms2(clock.execMs),
     batchMs: clock.batchMs,
     inputMs: ms2(Math.max(0, first - t0)),
     outputMs: ms2(Math.max(0, end - Math.max(last, first))),

@@ -81,10 +81,11 @@ export function runRoutes(deps: GatewayDeps) {
       metrics.queue.observe({ function: name }, header.timing.queueMs / 1000);
       const t = header.timing;
       const cold = header.cold ? `cold;dur=${round(header.cold.waitedMs)}, ` : '';
-      // Replicas older than the compute input/output split send neither.
+      // infer: how long the inferences it rode in ran (usage meters its share). Replicas older than
+      // the compute input/output split send neither, nor exec.
       const inSplit = t.inputMs === undefined ? '' : `input;dur=${t.inputMs}, `;
       const outSplit = t.outputMs === undefined ? '' : `output;dur=${t.outputMs}, `;
-      c.header('server-timing', `${cold}queue;dur=${t.queueMs}, ${inSplit}batch;dur=${round(t.batchMs)}, infer;dur=${round(t.inferMs)}, ${outSplit}handler;dur=${t.handlerMs}, total;dur=${round(totalMs)}`);
+      c.header('server-timing', `${cold}queue;dur=${t.queueMs}, ${inSplit}batch;dur=${round(t.batchMs)}, infer;dur=${round(t.execMs ?? t.inferMs)}, ${outSplit}handler;dur=${t.handlerMs}, total;dur=${round(totalMs)}`);
       if (header.cold) c.header('embers-cold-start', coldStartHeader(header.cold.phases));
       c.header('content-type', 'application/json');
       return c.body(body, header.status as 200);
