@@ -23,7 +23,24 @@ export const REC_BUCKETS: readonly number[] = [160, 320, 480, 640, 960, 1280];
 const BGR = [2, 1, 0] as const;
 const DET_MEAN = [0.485, 0.456, 0.406] as const;
 const DET_STD = [0.229, 0.224, 0.225] as const;
-const ACCEPTED_FORMATS = new Set(['png', 'jpeg']);
+
+/**
+ * The image format from its first bytes: PNG and JPEG are accepted; a few others are named so
+ * the caller learns what was sent. Reading the signature here saves a sharp call (its metadata
+ * step, a trip to libuv's threads and back: ~1 ms of a request at c = 1 on 2-core VMs).
+ */
+export function sniffFormat(b: Uint8Array): string {
+  const starts = (...sig: number[]) => sig.every((v, i) => b[i] === v);
+  if (starts(0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a)) return 'png';
+  if (starts(0xff, 0xd8, 0xff)) return 'jpeg';
+  if (starts(0x47, 0x49, 0x46, 0x38)) return 'gif';
+  if (starts(0x52, 0x49, 0x46, 0x46) && b[8] === 0x57 && b[9] === 0x45 && b[10] === 0x42 && b[11] === 0x50) return 'webp';
+  if (starts(0x49, 0x49, 0x2a, 0x00) || starts(0x4d, 0x4d, 0x00, 0x2a)) return 'tiff';
+  if (starts(0x42, 0x4d)) return 'bmp';
+  const head = Buffer.from(b.subarray(0, 256)).toString('utf8').trimStart();
+  if (head.startsWith('<')) return 'svg or other markup';
+  return 'unknown';
+}
 
 /** Bytes of a base64 string, with or without a `data:…;base64,` prefix. */
 export function base64Bytes(image: string): Uint8Array {
@@ -37,8 +54,8 @@ export function base64Bytes(image: string): Uint8Array {
  * backgrounds black), grey images expanded to 3 channels. Throws on anything else, SVG included.
  */
 export async function decodeImage(bytes: Uint8Array): Promise<RgbImage> {
-  const { format } = await sharp(bytes).metadata();
-  if (!ACCEPTED_FORMATS.has(format)) throw new Error(`format is ${format}`);
+  const format = sniffFormat(bytes);
+  if (format !== 'png' && format !== 'jpeg') throw new Error(`format is ${format}`);
   const { data, info } = await sharp(bytes)
     .autoOrient()
     .flatten({ background: '#ffffff' })
