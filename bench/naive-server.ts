@@ -1,11 +1,16 @@
 // The naive baseline: a plain Hono server running the ocr handler on its own ORT sessions,
 // each request as it arrives (no queue, no batching, no worker threads), with onnxruntime's
-// default session options (intra-op threads = cores, spinning on), as a user would write it.
+// default session options, as a user would write it. The default intra-op thread count is the
+// number of physical cores as onnxruntime finds them (half the logical ones when it cannot tell),
+// spinning on: on the 2-vCPU VMs here it comes out 1 thread per session, so the server counts the
+// threads its sessions started and reports the figure.
 // NAIVE_ORT_THREADS=N sets N threads with spinning off, as the platform's sessions (the bench's
 // plain-HTTP floor at c = 1 runs one with raw's settings). /ocr answers carry `server-timing: handler;dur=<ms>`.
 //   POST /ocr  { image }  → the handler's output
 //   GET  /ping            → { ok: true }
-// Prints `listening <port>` once it serves (port 0 = any free port: NAIVE_PORT).
+// Prints `listening <port> intra-op <n>` once it serves (port 0 = any free port: NAIVE_PORT); n
+// is "?" where the threads cannot be counted.
+import { readdirSync } from 'node:fs';
 import type http from 'node:http';
 import { serve } from '@hono/node-server';
 import { Hono } from 'hono';
@@ -16,7 +21,17 @@ import { MODELS, createSession, modelHandle, ort } from './ort.ts';
 const threads = process.env.NAIVE_ORT_THREADS ? Number(process.env.NAIVE_ORT_THREADS) : undefined;
 const fn = await loadOcrFunction();
 const open = (path: string) => (threads ? createSession(path, threads) : ort.InferenceSession.create(path, { executionProviders: ['cpu'] }));
+/** Threads of this process (Linux), to tell how many onnxruntime's sessions started. */
+const threadCount = (): number | undefined => {
+  try {
+    return readdirSync('/proc/self/task').length;
+  } catch {
+    return undefined;
+  }
+};
+const before = threadCount();
 const [det, rec] = await Promise.all([open(MODELS.det), open(MODELS.rec)]);
+const intraOp = intraOpThreads(before, threadCount());
 const models = { det: modelHandle(det), rec: modelHandle(rec) };
 const log: HandlerContext['log'] = { info() {}, warn() {}, error() {}, debug() {} };
 let nextId = 1;
@@ -48,7 +63,7 @@ app.post('/ocr', async (c) => {
 });
 
 const server = serve({ fetch: app.fetch, port: Number(process.env.NAIVE_PORT ?? 0), hostname: '127.0.0.1' }, (info) => {
-  process.stdout.write(`listening ${info.port}\n`);
+  process.stdout.write(`listening ${info.port} intra-op ${intraOp ?? '?'}\n`);
 }) as http.Server;
 // ORT runs synchronously here: under load the event loop can stay busy past node's 5 s
 // keep-alive timeout, which then closes connections with the next request already sent
@@ -57,3 +72,15 @@ server.keepAliveTimeout = 120_000;
 // Nothing to flush: open keep-alive connections must not hold the exit up.
 process.on('SIGTERM', () => process.exit(0));
 process.on('SIGINT', () => process.exit(0));
+
+/**
+ * Intra-op threads per session from the threads the two sessions started: onnxruntime starts one
+ * for its environment, and k − 1 for a session with k intra-op threads (the caller's thread is the
+ * k-th). Checked against NAIVE_ORT_THREADS=1 and 2 on these VMs; undefined when the count does
+ * not fit that pattern.
+ */
+function intraOpThreads(before: number | undefined, after: number | undefined): number | undefined {
+  if (before === undefined || after === undefined) return undefined;
+  const k = 1 + (after - before - 1) / 2;
+  return Number.isInteger(k) && k >= 1 ? k : undefined;
+}

@@ -49,7 +49,8 @@ export function formatReport(r: BenchResult): string {
   out.push(`Test image ${r.image.width}×${r.image.height} PNG (${r.image.base64Bytes} B base64) "${r.image.text}" → raw "${r.outputs.raw}", Embers "${r.outputs.embers}", naive "${r.outputs.naive}"${r.outputs.match ? '' : '  ! OUTPUTS DIFFER'}`);
   out.push(`Embers (embers dev) up with ready ocr and echo replicas in ${num(r.embersStartupSeconds, 1)} s`);
 
-  out.push('', 'OCR over HTTP: Embers POST /v1/run/ocr vs naive POST /ocr (onnxruntime default session options), taking turns Embers, naive, naive, Embers (half the window each, pooled); latency ms (client side); batch = Δinferences/Δexecutions det/rec');
+  const naiveThreads = typeof r.naive?.intraOpThreads === 'number' ? `: ${r.naive.intraOpThreads} intra-op thread(s) per session here` : '';
+  out.push('', `OCR over HTTP: Embers POST /v1/run/ocr vs naive POST /ocr (onnxruntime default session options${naiveThreads}), taking turns Embers, naive, naive, Embers (half the window each, pooled); latency ms (client side); batch = Δinferences/Δexecutions det/rec`);
   out.push(
     table(
       ['conc', 'Embers req/s', 'p50', 'p90', 'p99', 'naive req/s', 'p50', 'p90', 'p99', 'Embers÷naive', 'batch det/rec', 'replicas'],

@@ -67,6 +67,8 @@ export interface BenchResult {
   /** pipeline: the fastest thread setting; otherPipelines: the others. */
   raw: { cls: ClsPoint[]; clsBest: ClsPoint; pipeline: Omit<RawPipeline, 'output'>; otherPipelines?: Omit<RawPipeline, 'output'>[] };
   embersStartupSeconds: number;
+  /** What onnxruntime's default session options gave the naive server (null: not counted). */
+  naive?: { intraOpThreads: number | null };
   /** Recognised text of the test image from each path: they should agree. */
   outputs: { raw: string; embers: string; naive: string; match: boolean };
   ocr: OcrPoint[];

@@ -148,6 +148,7 @@ async function main(): Promise<void> {
 
   log('starting the naive server and embers dev');
   const naive = await startNaive();
+  log(`naive server: onnxruntime's default session options gave ${naive.intraOpThreads ?? 'an uncounted number of'} intra-op thread(s) per session`);
   const embers = await startEmbers({ ocr: ocrBody.toString(), echo: ECHO_BODY });
   const auth = { authorization: `Bearer ${embers.apiKey}` };
   const outputs = {
@@ -241,6 +242,7 @@ async function main(): Promise<void> {
     image: { width: meta.width ?? 0, height: meta.height ?? 0, base64Bytes: image.length, text: IMAGE_TEXT },
     raw: { cls, clsBest: bestCls(cls), pipeline, otherPipelines: otherPipelines.map(({ output: _o, ...p }) => p) },
     embersStartupSeconds: embers.startupSeconds,
+    naive: { intraOpThreads: naive.intraOpThreads ?? null },
     outputs: { ...outputs, match: outputs.raw === outputs.embers && outputs.raw === outputs.naive },
     ocr,
     pairedC1: paired,

@@ -209,6 +209,8 @@ export function batchDelta(before: CounterSnapshot, after: CounterSnapshot): Rec
 
 export interface NaiveServer {
   port: number;
+  /** Intra-op threads per ORT session, as the server counted the threads its sessions started. */
+  intraOpThreads?: number;
   child: Child;
   stop(): Promise<void>;
 }
@@ -219,8 +221,8 @@ export async function startNaive(o: { threads?: number; timeoutMs?: number } = {
   const env = cleanEnv({ NAIVE_PORT: '0', ...(o.threads ? { NAIVE_ORT_THREADS: String(o.threads) } : {}) });
   const child = startChild(o.threads ? 'plain server' : 'naive server', ['--import', 'tsx', 'bench/naive-server.ts'], { cwd: ROOT, env });
   try {
-    const port = Number((await child.waitFor(/listening (\d+)/, timeoutMs))[1]);
-    return { port, child, stop: () => child.stop() };
+    const [, port, threads] = await child.waitFor(/listening (\d+) intra-op (\d+|\?)/, timeoutMs);
+    return { port: Number(port), ...(threads === '?' ? {} : { intraOpThreads: Number(threads) }), child, stop: () => child.stop() };
   } catch (err) {
     await child.stop();
     throw err;

@@ -5,14 +5,25 @@
 import type ort from 'onnxruntime-node';
 import type { Feeds, TensorData, TensorType } from './tensor.ts';
 
-export function sessionOptions(providers: string[], threads: number): ort.InferenceSession.SessionOptions {
+/**
+ * `spinWhileRunning`: the intra-op threads spin between an inference's parallel sections and stop
+ * when it returns (session.force_spinning_stop), for a session that only runs alone (the inline
+ * one). Otherwise they never spin: spinning threads steal the cores Redis, the gateway and other
+ * sessions need (BASELINE.md pitfall 5), and without the forced stop they spin on after a run.
+ */
+export function sessionOptions(providers: string[], threads: number, spinWhileRunning = false): ort.InferenceSession.SessionOptions {
   return {
     executionProviders: providers,
     intraOpNumThreads: threads,
     interOpNumThreads: 1,
     graphOptimizationLevel: 'all',
-    // Spinning threads steal the cores Redis and the gateway need (BASELINE.md pitfall 5).
-    extra: { session: { intra_op: { allow_spinning: '0' }, inter_op: { allow_spinning: '0' } } },
+    extra: {
+      session: {
+        intra_op: { allow_spinning: spinWhileRunning ? '1' : '0' },
+        inter_op: { allow_spinning: '0' },
+        ...(spinWhileRunning ? { force_spinning_stop: '1' } : {}),
+      },
+    },
   };
 }
 
