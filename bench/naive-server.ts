@@ -4,8 +4,8 @@
 // number of physical cores as onnxruntime finds them (half the logical ones when it cannot tell),
 // spinning on: on the 2-vCPU VMs here it comes out 1 thread per session, so the server counts the
 // threads its sessions started and reports the figure.
-// NAIVE_ORT_THREADS=N sets N threads with spinning off, as the platform's sessions (the bench's
-// plain-HTTP floor at c = 1 runs one with raw's settings). /ocr answers carry `server-timing: handler;dur=<ms>`.
+// NAIVE_ORT_THREADS=N sets N threads with the platform's options, spinning off or with NAIVE_ORT_SPIN=1
+// spinning while running (the bench's plain-HTTP floor at c = 1 runs one with raw's settings). /ocr answers carry `server-timing: handler;dur=<ms>`.
 //   POST /ocr  { image }  → the handler's output
 //   GET  /ping            → { ok: true }
 // Prints `listening <port> intra-op <n>` once it serves (port 0 = any free port: NAIVE_PORT); n
@@ -20,7 +20,8 @@ import { MODELS, createSession, modelHandle, ort } from './ort.ts';
 
 const threads = process.env.NAIVE_ORT_THREADS ? Number(process.env.NAIVE_ORT_THREADS) : undefined;
 const fn = await loadOcrFunction();
-const open = (path: string) => (threads ? createSession(path, threads) : ort.InferenceSession.create(path, { executionProviders: ['cpu'] }));
+const spin = process.env.NAIVE_ORT_SPIN === '1';
+const open = (path: string) => (threads ? createSession(path, threads, spin) : ort.InferenceSession.create(path, { executionProviders: ['cpu'] }));
 /** Threads of this process (Linux), to tell how many onnxruntime's sessions started. */
 const threadCount = (): number | undefined => {
   try {

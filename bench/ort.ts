@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import ort from 'onnxruntime-node';
 import type { ModelHandle, Tensor, TensorData, TensorType } from 'embers';
+import { sessionOptions } from '../native/ort-session.ts';
 
 // The package's exports map does not list its .onnx files: address them by path.
 const modules = (p: string) => fileURLToPath(new URL(`../node_modules/${p}`, import.meta.url));
@@ -16,15 +17,25 @@ export const MODELS = {
 
 export const ORT_VERSION: string = (JSON.parse(readFileSync(modules('onnxruntime-node/package.json'), 'utf8')) as { version: string }).version;
 
-/** Same options as native/session-worker.ts: N intra-op threads, spinning off. */
-export function createSession(path: string, threads: number): Promise<ort.InferenceSession> {
-  return ort.InferenceSession.create(path, {
-    executionProviders: ['cpu'],
-    intraOpNumThreads: threads,
-    interOpNumThreads: 1,
-    graphOptimizationLevel: 'all',
-    extra: { session: { intra_op: { allow_spinning: '0' }, inter_op: { allow_spinning: '0' } } },
-  });
+/**
+ * The platform's session options (native/ort-session.ts): N intra-op threads, spinning off, or
+ * with `spin` spinning while an inference runs (as Embers' inline session for a lone request).
+ */
+export function createSession(path: string, threads: number, spin = false): Promise<ort.InferenceSession> {
+  return ort.InferenceSession.create(path, sessionOptions(['cpu'], threads, spin));
+}
+
+/** A thread setting of the raw runs: intra-op threads, and whether they spin while a run is under way. */
+export interface ThreadSetting {
+  threads: number;
+  spin?: boolean;
+}
+
+export const settingLabel = (s: ThreadSetting): string => `intraOp=${s.threads}${s.spin ? ' spinning while running' : ''}`;
+
+/** 1 thread, every core, and every core spinning while running (what Embers' inline session does). */
+export function threadSettings(cores: number): ThreadSetting[] {
+  return cores > 1 ? [{ threads: 1 }, { threads: cores }, { threads: cores, spin: true }] : [{ threads: 1 }];
 }
 
 export function modelHandle(session: ort.InferenceSession): ModelHandle {

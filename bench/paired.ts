@@ -18,6 +18,7 @@
 import http from 'node:http';
 import { parseTiming, send, type ServerTiming, type Target } from './load.ts';
 import { openRawPipeline } from './raw.ts';
+import type { ThreadSetting } from './ort.ts';
 import { latency, mean, type Window } from './stats.ts';
 
 /** Requests per block, the first of which is not counted. */
@@ -130,8 +131,8 @@ class HttpSide {
 }
 
 /** Warms up for window.warmupMs, then measures rounds of blocks for 4 × window.measureMs (at least 20 s). */
-export async function pairedC1(image: string, embers: Target, window: Window, threads: number, plain?: Target): Promise<PairedC1> {
-  const raw = await openRawPipeline(image, threads);
+export async function pairedC1(image: string, embers: Target, window: Window, setting: ThreadSetting, plain?: Target): Promise<PairedC1> {
+  const raw = await openRawPipeline(image, setting);
   const sides = { embers: new HttpSide(embers), plain: plain ? new HttpSide(plain) : undefined };
   let rounds = 0;
   const round = async (keep: boolean) => {

@@ -3,18 +3,16 @@
 import os from 'node:os';
 import type { HandlerContext } from 'embers';
 import { loadOcrFunction } from './ocr-fn.ts';
-import { MODELS, createSession, modelHandle, ort } from './ort.ts';
+import { MODELS, createSession, modelHandle, ort, threadSettings, type ThreadSetting } from './ort.ts';
 import { latency, timedLoop, type Latency, type Window } from './stats.ts';
 
-export interface ClsPoint {
+export interface ClsPoint extends ThreadSetting {
   batch: number;
-  threads: number;
   itemsPerSec: number;
   p50BatchMs: number;
 }
 
-export interface RawPipeline {
-  threads: number;
+export interface RawPipeline extends ThreadSetting {
   requests: number;
   reqPerSec: number;
   latencyMs: Latency;
@@ -23,18 +21,19 @@ export interface RawPipeline {
 }
 
 export const CLS_BATCHES = [1, 8, 16, 32];
-export const CLS_THREADS = [1, 2];
+/** Thread settings of the raw runs: 1 thread, every core, every core spinning while running. */
+export const RAW_SETTINGS = threadSettings(os.availableParallelism());
 
 export async function rawCls(w: Window): Promise<ClsPoint[]> {
   const points: ClsPoint[] = [];
-  for (const threads of CLS_THREADS) {
-    const session = await createSession(MODELS.cls, threads);
+  for (const { threads, spin } of RAW_SETTINGS) {
+    const session = await createSession(MODELS.cls, threads, spin);
     try {
       for (const batch of CLS_BATCHES) {
         const data = Float32Array.from({ length: batch * 3 * 48 * 192 }, () => Math.random() * 2 - 1);
         const feeds = { [session.inputNames[0]]: new ort.Tensor('float32', data, [batch, 3, 48, 192]) };
         const { durations, seconds } = await timedLoop(() => session.run(feeds), w);
-        points.push({ batch, threads, itemsPerSec: (durations.length * batch) / seconds, p50BatchMs: latency(durations).p50 });
+        points.push({ batch, threads, ...(spin ? { spin } : {}), itemsPerSec: (durations.length * batch) / seconds, p50BatchMs: latency(durations).p50 });
       }
     } finally {
       await session.release();
@@ -43,28 +42,25 @@ export async function rawCls(w: Window): Promise<ClsPoint[]> {
   return points;
 }
 
-/** The pipeline's thread settings: one intra-op thread per session, and every core. */
-export const PIPELINE_THREADS = [...new Set([1, os.availableParallelism()])];
-
 /** The ocr handler at each thread setting; the fastest (sequential: also the lowest latency) first. */
 export async function rawPipelines(image: string, w: Window): Promise<RawPipeline[]> {
   const out: RawPipeline[] = [];
-  for (const threads of PIPELINE_THREADS) out.push(await rawPipeline(image, w, threads));
+  for (const setting of RAW_SETTINGS) out.push(await rawPipeline(image, w, setting));
   return out.sort((a, b) => b.reqPerSec - a.reqPerSec);
 }
 
 export const bestCls = (points: ClsPoint[]): ClsPoint => points.reduce((a, b) => (b.itemsPerSec > a.itemsPerSec ? b : a));
 
-/** The ocr handler with models calling ORT directly (spinning off, as the platform's sessions), loaded once. */
+/** The ocr handler with models calling ORT directly (with the platform's session options), loaded once. */
 export interface OpenPipeline {
   /** One request through the handler; resolves with its output. */
   run(): Promise<unknown>;
   close(): Promise<void>;
 }
 
-export async function openRawPipeline(image: string, threads: number): Promise<OpenPipeline> {
+export async function openRawPipeline(image: string, { threads, spin }: ThreadSetting): Promise<OpenPipeline> {
   const fn = await loadOcrFunction();
-  const [det, rec] = await Promise.all([createSession(MODELS.det, threads), createSession(MODELS.rec, threads)]);
+  const [det, rec] = await Promise.all([createSession(MODELS.det, threads, spin), createSession(MODELS.rec, threads, spin)]);
   const ctx: HandlerContext<'det' | 'rec'> = {
     models: { det: modelHandle(det), rec: modelHandle(rec) },
     log: silentLog,
@@ -80,12 +76,12 @@ export async function openRawPipeline(image: string, threads: number): Promise<O
 }
 
 /** The raw pipeline in a tight loop, one request after another. */
-export async function rawPipeline(image: string, w: Window, threads = 1): Promise<RawPipeline> {
-  const pipeline = await openRawPipeline(image, threads);
+export async function rawPipeline(image: string, w: Window, setting: ThreadSetting = { threads: 1 }): Promise<RawPipeline> {
+  const pipeline = await openRawPipeline(image, setting);
   try {
     const output = await pipeline.run();
     const { durations, seconds } = await timedLoop(() => pipeline.run(), w);
-    return { threads, requests: durations.length, reqPerSec: durations.length / seconds, latencyMs: latency(durations), output };
+    return { threads: setting.threads, ...(setting.spin ? { spin: true } : {}), requests: durations.length, reqPerSec: durations.length / seconds, latencyMs: latency(durations), output };
   } finally {
     await pipeline.close();
   }

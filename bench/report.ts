@@ -3,6 +3,7 @@ import { coldSummaryLine, formatCold } from './cold.ts';
 import type { LoadResult } from './load.ts';
 import { TARGETS, type BenchResult, type Measured } from './result.ts';
 import { BLOCK } from './paired.ts';
+import { settingLabel } from './ort.ts';
 
 const num = (n: number | undefined, digits = 1): string => (n === undefined || !Number.isFinite(n) ? '-' : n.toFixed(digits));
 
@@ -26,25 +27,25 @@ export function formatReport(r: BenchResult): string {
 
   out.push('', 'Raw limit, cls model alone (x [N,3,48,192]), items/s (p50 ms per batch):');
   const batches = [...new Set(r.raw.cls.map((p) => p.batch))];
-  const threads = [...new Set(r.raw.cls.map((p) => p.threads))];
+  const settings = [...new Set(r.raw.cls.map((p) => settingLabel(p)))];
   out.push(
     table(
-      ['batch', ...threads.map((t) => `intraOp=${t}`)],
+      ['batch', ...settings],
       batches.map((b) => [
         String(b),
-        ...threads.map((t) => {
-          const p = r.raw.cls.find((x) => x.batch === b && x.threads === t);
+        ...settings.map((label) => {
+          const p = r.raw.cls.find((x) => x.batch === b && settingLabel(x) === label);
           return p ? `${num(p.itemsPerSec, 0)} (${num(p.p50BatchMs, 2)})` : '-';
         }),
       ]),
     ),
   );
-  out.push(`best: ${num(r.raw.clsBest.itemsPerSec, 0)} items/s at batch ${r.raw.clsBest.batch}, ${r.raw.clsBest.threads} thread(s)`);
+  out.push(`best: ${num(r.raw.clsBest.itemsPerSec, 0)} items/s at batch ${r.raw.clsBest.batch}, ${settingLabel(r.raw.clsBest)}`);
   const rp = r.raw.pipeline;
   out.push(
     '',
-    `Raw limit, ocr handler in-process on direct ORT sessions at its fastest thread setting (intraOp=${rp.threads}), sequential: ${num(rp.reqPerSec, 2)} req/s, p50 ${num(rp.latencyMs.p50, 1)} ms, p99 ${num(rp.latencyMs.p99, 1)} ms (${rp.requests} requests)`,
-    ...(r.raw.otherPipelines ?? []).map((o) => `  (intraOp=${o.threads}: ${num(o.reqPerSec, 2)} req/s, p50 ${num(o.latencyMs.p50, 1)} ms)`),
+    `Raw limit, ocr handler in-process on direct ORT sessions at its fastest thread setting (${settingLabel(rp)}), sequential: ${num(rp.reqPerSec, 2)} req/s, p50 ${num(rp.latencyMs.p50, 1)} ms, p99 ${num(rp.latencyMs.p99, 1)} ms (${rp.requests} requests)`,
+    ...(r.raw.otherPipelines ?? []).map((o) => `  (${settingLabel(o)}: ${num(o.reqPerSec, 2)} req/s, p50 ${num(o.latencyMs.p50, 1)} ms)`),
   );
   out.push(`Test image ${r.image.width}×${r.image.height} PNG (${r.image.base64Bytes} B base64) "${r.image.text}" → raw "${r.outputs.raw}", Embers "${r.outputs.embers}", naive "${r.outputs.naive}"${r.outputs.match ? '' : '  ! OUTPUTS DIFFER'}`);
   out.push(`Embers (embers dev) up with ready ocr and echo replicas in ${num(r.embersStartupSeconds, 1)} s`);

@@ -15,8 +15,8 @@ import { coldStartSection, coldSummaryLine, formatCold, type ColdStartResult } f
 import { IMAGE_TEXT, testImage } from './image.ts';
 import { coresByRole, sampleCpu } from './cpu.ts';
 import { closedLoop, closedLoopRun, poolRuns, type LoadRun, type Target } from './load.ts';
-import { ORT_VERSION } from './ort.ts';
-import { bestCls, machine, PIPELINE_THREADS, rawCls, rawPipelines } from './raw.ts';
+import { ORT_VERSION, settingLabel } from './ort.ts';
+import { bestCls, machine, RAW_SETTINGS, rawCls, rawPipelines } from './raw.ts';
 import { formatReport } from './report.ts';
 import { computeRatios, type BenchResult, type ColdOnlyResult, type Measured, type OcrPoint } from './result.ts';
 import { HEARTBEAT_MS, ROOT, batchCounters, batchDelta, startEmbers, startNaive } from './servers.ts';
@@ -109,7 +109,7 @@ async function mainBatchOnly(): Promise<void> {
   const window = windowFromEnv();
   const image = await testImage();
   const ocrBody = Buffer.from(JSON.stringify({ image }));
-  log(`raw: ocr pipeline in-process, intra-op threads ${PIPELINE_THREADS.join(' and ')}`);
+  log(`raw: ocr pipeline in-process, ${RAW_SETTINGS.map(settingLabel).join(', ')}`);
   const [{ output: _output, ...pipeline }] = await rawPipelines(image, window);
   log('starting embers dev');
   const embers = await startEmbers({ ocr: ocrBody.toString(), echo: ECHO_BODY });
@@ -143,7 +143,7 @@ async function main(): Promise<void> {
 
   log('raw: cls model alone');
   const cls = await rawCls(window);
-  log(`raw: ocr pipeline in-process, intra-op threads ${PIPELINE_THREADS.join(' and ')}`);
+  log(`raw: ocr pipeline in-process, ${RAW_SETTINGS.map(settingLabel).join(', ')}`);
   const [{ output: rawOutput, ...pipeline }, ...otherPipelines] = await rawPipelines(image, window);
 
   log('starting the naive server and embers dev');
@@ -193,12 +193,12 @@ async function main(): Promise<void> {
     return batchCounters(embers, 'ocr');
   };
 
-  log(`ocr c=1: raw in-process, Embers and a plain HTTP server with raw's session settings (${pipeline.threads} threads) taking turns, blocks of ${BLOCK} requests`);
-  const plain = await startNaive({ threads: pipeline.threads });
+  log(`ocr c=1: raw in-process, Embers and a plain HTTP server with raw's session settings (${settingLabel(pipeline)}) taking turns, blocks of ${BLOCK} requests`);
+  const plain = await startNaive({ setting: pipeline });
   let paired;
   try {
     const plainOcr: Target = { ...naiveOcr, port: plain.port };
-    paired = await pairedC1(image, embersOcr, window, pipeline.threads, plainOcr);
+    paired = await pairedC1(image, embersOcr, window, pipeline, plainOcr);
   } finally {
     await plain.stop();
   }

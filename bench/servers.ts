@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { startChild, type Child } from './child.ts';
 import { sleep } from './stats.ts';
 import type { ColdStartPhases } from '../core/contracts.ts';
+import type { ThreadSetting } from './ort.ts';
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
@@ -215,11 +216,12 @@ export interface NaiveServer {
   stop(): Promise<void>;
 }
 
-/** The naive server; with `threads`, its sessions take the platform's settings (that many intra-op threads, spinning off). */
-export async function startNaive(o: { threads?: number; timeoutMs?: number } = {}): Promise<NaiveServer> {
+/** The naive server; with `setting`, its sessions take the platform's options with that thread setting (the plain server). */
+export async function startNaive(o: { setting?: ThreadSetting; timeoutMs?: number } = {}): Promise<NaiveServer> {
   const timeoutMs = o.timeoutMs ?? 60_000;
-  const env = cleanEnv({ NAIVE_PORT: '0', ...(o.threads ? { NAIVE_ORT_THREADS: String(o.threads) } : {}) });
-  const child = startChild(o.threads ? 'plain server' : 'naive server', ['--import', 'tsx', 'bench/naive-server.ts'], { cwd: ROOT, env });
+  const s = o.setting;
+  const env = cleanEnv({ NAIVE_PORT: '0', ...(s ? { NAIVE_ORT_THREADS: String(s.threads), ...(s.spin ? { NAIVE_ORT_SPIN: '1' } : {}) } : {}) });
+  const child = startChild(s ? 'plain server' : 'naive server', ['--import', 'tsx', 'bench/naive-server.ts'], { cwd: ROOT, env });
   try {
     const [, port, threads] = await child.waitFor(/listening (\d+) intra-op (\d+|\?)/, timeoutMs);
     return { port: Number(port), ...(threads === '?' ? {} : { intraOpThreads: Number(threads) }), child, stop: () => child.stop() };
