@@ -32,7 +32,7 @@ export interface ColdSample {
   status: number;
   /** Recognised text, lines joined by " | ". */
   text: string;
-  /** Server-Timing entries (cold, queue, infer, handler, total). */
+  /** Server-Timing entries (cold, queue, input, batch, infer, output, handler, total). */
   serverTiming: Record<string, number>;
   /** Embers-Cold-Start phases (whole ms); absent when the answer did not wait for a cold start. */
   phases?: Record<Phase, number>;

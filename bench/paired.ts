@@ -33,7 +33,7 @@ export interface PairedSide {
   addedP50Ms: number;
   /** Median over blocks of this side's block p50 − the raw block p50 before it (ms). */
   blockDiffP50Ms: number;
-  /** Means of the Server-Timing entries (ms): Embers' queue, batch, infer, handler, total; the plain server's handler. */
+  /** Means of the Server-Timing entries (ms): Embers' queue, input, batch, infer, output, handler, total; the plain server's handler. */
   timing: ServerTiming;
   /** Client mean − handler mean: HTTP (and for Embers the gateway, queue and reply), ms. */
   outsideHandlerMs: number;
@@ -51,7 +51,7 @@ export interface PairedC1 {
   addedP50Ms: number;
   /** Median over block pairs of Embers block p50 − raw block p50 (ms): the same gap, block by block. */
   blockDiffP50Ms: number;
-  /** Means of Embers' Server-Timing entries (ms): queue, batch, infer, handler, total. */
+  /** Means of Embers' Server-Timing entries (ms): queue, input, batch, infer, output, handler, total. */
   embersTiming: ServerTiming;
   /** Embers client mean − handler mean: HTTP, gateway, queue and reply (ms). */
   outsideHandlerMs: number;

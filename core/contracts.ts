@@ -93,6 +93,7 @@ export interface ReplyHeader {
    * queue: waiting for a replica; batch: model calls waiting for their batch to start (forming
    * or behind a running one); infer: this request's share of inference (by rows; metered);
    * exec: how long the inferences it rode in ran (a batch's whole run); handler: its wall time.
+   * batch, infer and exec are sums over the request's model calls (calls in parallel count each).
    * input (compute input): from taking the request to its first model call (input validation and
    * pre-processing; all of the handler when it calls no model); output (compute output): from the
    * last model call's answer to the serialised result. exec, input and output are absent from

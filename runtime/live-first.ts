@@ -99,6 +99,11 @@ export class LiveFirst {
     this.listeners.clear();
   }
 
+  /** Whether another replica on this node is serving live requests (its cores are in use). */
+  get peersLive(): boolean {
+    return this.peersBusy() > 0;
+  }
+
   private peersBusy(): number {
     const now = this.clock.now();
     for (const [id, until] of this.peers) if (until <= now) this.peers.delete(id);

@@ -13,7 +13,7 @@ import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { linkPlatformModules } from '../core/bundle-dir.ts';
 import { BatchStore, errorLine, outputLine } from '../core/batches.ts';
-import { splitTiming, type CallClock } from './timing.ts';
+import { newClock, splitTiming, unrunTiming, type CallClock } from './timing.ts';
 import { batchQueueName, encodeReply, errorBody, keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type Manifest, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData } from '../core/contracts.ts';
 import { CANCELED_BODY, enqueueWebhook, isTerminal, JobStore } from '../core/jobs.ts';
 import { recordUsage, type UsageRecord } from '../core/usage.ts';
@@ -359,7 +359,7 @@ export class Replica {
     if (others.some((r) => r && (JSON.parse(r) as ReplicaRecord).state === 'ready')) return;
     const failed = (jobId: string, data: RunJobData) => {
       const body = JSON.stringify(errorBody('replica_start_failed', `${name} ${this.o.manifest.version} cannot start: ${error.phase} failed: ${error.message}`));
-      return this.deliver(jobId, data, { rid: data.rid, status: 503, replica: this.o.id, timing: { queueMs: Date.now() - data.enq, handlerMs: 0, inferMs: 0, batchMs: 0 } }, body, false);
+      return this.deliver(jobId, data, { rid: data.rid, status: 503, replica: this.o.id, timing: unrunTiming(Date.now() - data.enq) }, body, false);
     };
     // Live requests: read them all as this replica, answer, acknowledge.
     const stream = liveStream(name);
@@ -450,7 +450,10 @@ export class Replica {
         inputNames: m.session.inputNames,
         outputNames: m.session.outputNames,
         run: async (feeds: Feeds) => {
-          if (clock) clock.firstAt ??= performance.now();
+          if (clock) {
+            clock.firstAt ??= performance.now();
+            clock.pending++;
+          }
           try {
             const r = await m.batcher.run(feeds, low);
             if (clock) {
@@ -460,7 +463,10 @@ export class Replica {
             }
             return r.outputs;
           } finally {
-            if (clock) clock.lastEndAt = performance.now();
+            if (clock) {
+              clock.pending--;
+              clock.lastEndAt = performance.now();
+            }
           }
         },
       };
@@ -471,15 +477,17 @@ export class Replica {
   /**
    * One inference. It may run wide (on every core, on the replica's own thread: ModelSession's
    * inline session, where its chooser measured that cheaper than a narrow one) when no other
-   * inference runs and it serves the only live request in the replica; batch lines start no
-   * inference while a live request runs (live-first.ts). Batch
-   * lines never run inline: the inline session holds the replica's thread, and a live request
-   * arriving meanwhile would wait for the whole inference. Replicas on one node do not see each
-   * other's inferences; two lone requests in two replicas oversubscribe the cores briefly.
+   * inference runs, it serves the only live request in the replica, and no other replica on the
+   * node announced live requests (live-first.ts: the inline session's threads spin while it runs,
+   * so two replicas running wide at once would each spin against the other); batch lines start
+   * no inference while a live request runs. Batch lines never run inline: the inline session
+   * holds the replica's thread, and a live request arriving meanwhile would wait for the whole
+   * inference. A peer's announcement can lag its first request by a round trip, so two replicas
+   * can still overlap briefly.
    */
   private async infer(session: ModelSession, feeds: Feeds, low: boolean): Promise<{ outputs: Feeds; inferMs: number; wide: boolean; lone: boolean }> {
     // Not during setup and warmup: a replica that never sees a lone request never loads it.
-    const lone = !low && this.state === 'ready' && this.inferring === 0 && this.lanes.live <= 1;
+    const lone = !low && this.state === 'ready' && this.inferring === 0 && this.lanes.live <= 1 && !this.gate.peersLive;
     this.inferring++;
     const started = ++this.inferStarts;
     // With batch lines in the replica, a lone live inference runs wide, as before the chooser:
@@ -510,7 +518,7 @@ export class Replica {
     }
     const started = Date.now();
     const t0 = performance.now();
-    const clock: CallClock = { inferMs: 0, execMs: 0, batchMs: 0 };
+    const clock = newClock();
     const lane = data.batch ? 'batch' : 'live';
     this.lanes[lane]++;
     if (lane === 'live') this.gate.liveStarted();
@@ -566,7 +574,7 @@ export class Replica {
     const state = await this.jobStore.start(id, this.o.id);
     if (state === 'running') return 'run';
     if (state === 'cancel') {
-      const zero = { queueMs: Math.max(0, Date.now() - data.enq), handlerMs: 0, inferMs: 0, batchMs: 0 };
+      const zero = unrunTiming(Math.max(0, Date.now() - data.enq));
       return this.deliver(jobId, data, { rid: data.rid, status: 499, replica: this.o.id, timing: zero }, CANCELED_BODY, true);
     }
     if (!isTerminal(state)) return undefined;
@@ -576,7 +584,7 @@ export class Replica {
     const [url, by, httpStatus, timing, result, finishedAt] = await this.o.redis.hmget(keys.job(id), 'webhook', 'finishedBy', 'httpStatus', 'timing', 'result', 'finishedAt');
     if (url) await enqueueWebhook(this.webhooks(), { job: id, url });
     if (by !== 'replica') return undefined;
-    const t = (JSON.parse(timing ?? 'null') as ReplyHeader['timing'] | null) ?? { queueMs: 0, handlerMs: 0, inferMs: 0, batchMs: 0 };
+    const t = (JSON.parse(timing ?? 'null') as ReplyHeader['timing'] | null) ?? unrunTiming(0);
     const usage = this.usageRecord(jobId, data, { rid: data.rid, status: Number(httpStatus ?? 0), replica: this.o.id, timing: t }, Buffer.byteLength(result ?? ''));
     return { usage: { ...usage, at: finishedAt ?? usage.at } };
   }

@@ -6,32 +6,40 @@ import type { ReplyHeader } from '../core/contracts.ts';
 export interface CallClock {
   firstAt?: number;
   lastEndAt?: number;
+  /** Calls not answered yet. */
+  pending: number;
   /** This request's share of inference, summed over its calls (ms): what it is metered for. */
   inferMs: number;
-  /** How long the inferences its calls rode in ran, summed (ms): a batch's whole run. */
+  /** How long the inferences its calls rode in ran, summed (ms): a batch's whole run; calls in parallel count each. */
   execMs: number;
   /** Its calls' waits for their batch to start, summed (ms). */
   batchMs: number;
 }
+
+export const newClock = (): CallClock => ({ pending: 0, inferMs: 0, execMs: 0, batchMs: 0 });
 
 const ms2 = (n: number) => Math.round(n * 100) / 100;
 
 /**
  * A request's timing from its clock, in Triton's terms: compute input (from taking the request,
  * input validation included, to its first model call; all of a handler that calls none) and
- * compute output (from its last model call's answer to the serialised result), around the
- * calls' batch waits and inference (exec: the runs they rode in; infer: the request's share).
+ * compute output (from its last model call's answer to the serialised result; none while a call
+ * is still unanswered, as after a timeout), around the calls' batch waits and inference (exec:
+ * the runs they rode in; infer: the request's share).
  */
 export function splitTiming(queueMs: number, t0: number, end: number, clock: CallClock): ReplyHeader['timing'] {
   const first = clock.firstAt ?? end;
-  const last = clock.lastEndAt ?? end;
+  const last = clock.pending > 0 ? end : (clock.lastEndAt ?? end);
   return {
     queueMs,
     handlerMs: ms2(end - t0),
-    inferMs: clock.inferMs,
+    inferMs: ms2(clock.inferMs),
     execMs: ms2(clock.execMs),
-    batchMs: clock.batchMs,
+    batchMs: ms2(clock.batchMs),
     inputMs: ms2(Math.max(0, first - t0)),
     outputMs: ms2(Math.max(0, end - Math.max(last, first))),
   };
 }
+
+/** The timing of a request answered without running its handler (replica shutting down, job canceled). */
+export const unrunTiming = (queueMs: number): ReplyHeader['timing'] => splitTiming(queueMs, 0, 0, newClock());

@@ -81,7 +81,7 @@ export function runRoutes(deps: GatewayDeps) {
       metrics.queue.observe({ function: name }, header.timing.queueMs / 1000);
       const t = header.timing;
       const cold = header.cold ? `cold;dur=${round(header.cold.waitedMs)}, ` : '';
-      // infer: how long the inferences it rode in ran (usage meters its share). Replicas older than
+      // infer: how long the inferences it rode in ran, summed over its calls (usage meters its share). Replicas older than
       // the compute input/output split send neither, nor exec.
       const inSplit = t.inputMs === undefined ? '' : `input;dur=${t.inputMs}, `;
       const outSplit = t.outputMs === undefined ? '' : `output;dur=${t.outputMs}, `;

@@ -46,6 +46,7 @@ describe('run', () => {
     const timing = res.headers.get('server-timing') ?? '';
     assert.match(timing, /infer;dur=(?!0[,\s])[\d.]+/);
     // Decoding and det's input come before the first model call, rec's decoding after the last.
+    // One text line: one det and one rec call, one after the other, so the parts cannot overlap.
     const t = Object.fromEntries([...timing.matchAll(/([\w-]+);dur=([\d.]+)/g)].map((m) => [m[1], Number(m[2])]));
     assert.ok(t.input > 0 && t.output > 0, timing);
     assert.ok(t.input + t.batch + t.infer + t.output <= t.handler + 0.05, `the parts fit in the handler's time: ${timing}`);

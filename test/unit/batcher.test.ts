@@ -76,6 +76,7 @@ describe('DynamicBatcher', () => {
     assert.equal(r1.waitMs, 5);
     assert.equal(r2.waitMs, 2);
     assert.equal(r1.inferMs, 5, 'each caller is charged its share of the batch');
+    assert.deepEqual([r1.execMs, r2.execMs], [10, 10], 'and told how long the whole run took');
   });
 
   it('never mixes calls whose non-batch dimensions differ', async () => {
@@ -349,9 +350,12 @@ describe('LiveFirst', () => {
     clock.advance(10);
     assert.deepEqual(said, [true, true, true, false]);
     assert.equal(opened, 1);
+    assert.equal(gate.peersLive, false);
     gate.peer('other', true);
     assert.equal(gate.open, false, 'a busy peer closes the gate');
+    assert.equal(gate.peersLive, true, 'a lone request here is not alone on the node');
     gate.peer('other', false);
+    assert.equal(gate.peersLive, false);
     assert.equal(gate.open, false, 'a peer going idle opens the gate yieldMs later (another may have just gone busy)');
     clock.advance(10);
     assert.equal(gate.open, true);
