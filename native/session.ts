@@ -4,7 +4,7 @@ import { Worker } from 'node:worker_threads';
 import type ort from 'onnxruntime-node';
 import { LoneChooser, type LoneSide } from './lone-chooser.ts';
 import { runSession, sessionOptions } from './ort-session.ts';
-import type { Feeds } from './tensor.ts';
+import { elementCount, type Feeds } from './tensor.ts';
 
 export type ExecutionProvider = 'cpu' | 'cuda' | 'tensorrt';
 
@@ -308,10 +308,10 @@ export interface LoneTiming {
   cost: number;
 }
 
-/** Values across the feeds (the product of each tensor's dims). */
+/** Values across the feeds. */
 function feedValues(feeds: Feeds): number {
   let n = 0;
-  for (const t of Object.values(feeds)) n += t.dims.reduce((a, d) => a * d, 1);
+  for (const t of Object.values(feeds)) n += elementCount(t.dims);
   return n;
 }
 

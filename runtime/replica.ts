@@ -442,31 +442,25 @@ export class Replica {
     return mod.default;
   }
 
-  /** The handler's models; a batch line's (`low`) calls yield to live ones. `clock` times a request's calls. */
-  private handles(clock?: CallClock, low = false): Record<string, ModelHandle> {
+  /** The handler's models; a batch line's (`low`) calls yield to live ones. `clock` times a request's calls (setup and warmup get one nobody reads). */
+  private handles(clock: CallClock = newClock(), low = false): Record<string, ModelHandle> {
     const out: Record<string, ModelHandle> = {};
     for (const [name, m] of this.models) {
       out[name] = {
         inputNames: m.session.inputNames,
         outputNames: m.session.outputNames,
         run: async (feeds: Feeds) => {
-          if (clock) {
-            clock.firstAt ??= performance.now();
-            clock.pending++;
-          }
+          clock.firstAt ??= performance.now();
+          clock.pending++;
           try {
             const r = await m.batcher.run(feeds, low);
-            if (clock) {
-              clock.inferMs += r.inferMs;
-              clock.execMs += r.execMs;
-              clock.batchMs += r.waitMs;
-            }
+            clock.inferMs += r.inferMs;
+            clock.execMs += r.execMs;
+            clock.batchMs += r.waitMs;
             return r.outputs;
           } finally {
-            if (clock) {
-              clock.pending--;
-              clock.lastEndAt = performance.now();
-            }
+            clock.pending--;
+            clock.lastEndAt = performance.now();
           }
         },
       };
