@@ -7,6 +7,9 @@ import { deployFile } from '../deploy.ts';
 import { discoverFunctions } from '../discover.ts';
 import { startPlatform } from '../platform.ts';
 
+/** Longest a Ctrl-C waits for replicas to drain and everything to stop. */
+const STOP_DEADLINE_MS = 30_000;
+
 export function devCommand(name: 'dev' | 'start'): Command {
   return new Command(name)
     .description('run Embers locally: Redis, S3, gateway and replicas in one process, then deploy ./functions')
@@ -25,6 +28,12 @@ export function devCommand(name: 'dev' | 'start'): Command {
         }
         stopping = true;
         log.info({ signal }, 'stopping');
+        // Replicas drain what they hold first; a stop that cannot finish (Redis killed from
+        // outside, a replica that will not exit) must not leave the terminal waiting for ever.
+        setTimeout(() => {
+          log.error(`could not stop cleanly within ${STOP_DEADLINE_MS / 1000} s (is Redis still reachable?); exiting anyway`);
+          process.exit(1);
+        }, STOP_DEADLINE_MS).unref();
         await platform.stop();
         process.exit(0);
       };

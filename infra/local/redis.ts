@@ -31,7 +31,11 @@ export async function startLocalRedis(dir: string, opts: { persist?: boolean; po
   await mkdir(dir, { recursive: true });
   const port = opts.port ?? (await freePort());
   const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', opts.persist ? 'yes' : 'no', '--protected-mode', 'yes'];
-  const child: ChildProcess = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  // In a process group of its own: Ctrl-C in a terminal signals the whole foreground group, and
+  // a redis-server that stopped then would leave the platform stopping against a dead Redis
+  // (ioredis retries forever; `embers dev` hung until a second Ctrl-C). It is stopped last
+  // instead (`stop`), and killed when this process exits.
+  const child: ChildProcess = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   let output = '';
   child.stdout?.on('data', (d) => (output = (output + d).slice(-4000)));
   child.stderr?.on('data', (d) => (output = (output + d).slice(-4000)));

@@ -1,11 +1,13 @@
 // The `embers` command as a user runs it: real processes against a real platform.
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import { copyFile, mkdir, readdir, readFile } from 'node:fs/promises';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { freePort } from '../../infra/local/ports.ts';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { ROOT, fixture, shipped, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
+import { ROOT, eventually, fixture, shipped, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
 
 let p: TestPlatform;
 let tmp: string;
@@ -134,5 +136,55 @@ describe('embers CLI', () => {
     const shown = await embers(['jobs', 'show', id, '--wait']);
     assert.equal(shown.code, 0, shown.stderr);
     assert.deepEqual(JSON.parse(shown.stdout).output, { later: true });
+  });
+  it('embers dev stops everything it started on one Ctrl-C to its terminal (the whole process group)', { timeout: 90_000 }, async () => {
+    // A terminal's Ctrl-C signals every process of the foreground group: redis-server and the
+    // replicas too. The platform must still stop in its own order, and promptly.
+    const fns = path.join(tmp, 'dev-functions');
+    await mkdir(fns, { recursive: true });
+    await copyFile(shipped('echo.ts'), path.join(fns, 'echo.ts'));
+    const port = await freePort();
+    const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('EMBERS_')));
+    const dev = spawn(process.execPath, [path.join(ROOT, 'cli/bin.mjs'), 'dev', '--functions', fns], {
+      cwd: tmp,
+      env: { ...env, EMBERS_PORT: String(port), EMBERS_DATA_DIR: path.join(tmp, 'dev-data'), EMBERS_LOG_LEVEL: 'warn', EMBERS_LOG_PRETTY: 'false' },
+      detached: true,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    const exited = new Promise<number | null>((resolve) => dev.once('exit', (code) => resolve(code)));
+    try {
+      const banner = await new Promise<RegExpExecArray>((resolve, reject) => {
+        const on = (d: Buffer) => {
+          out += d;
+          const m = /API key:\s+(\S+)/.exec(out);
+          if (m && out.includes('Embers is running')) resolve(m);
+        };
+        dev.stdout!.on('data', on);
+        dev.stderr!.on('data', on);
+        void exited.then((code) => reject(new Error(`embers dev exited (${code}) before its banner:\n${out}`)));
+      });
+      const res = await fetch(`http://127.0.0.1:${port}/v1/run/echo`, { method: 'POST', headers: { authorization: `Bearer ${banner[1]}`, 'content-type': 'application/json' }, body: '{"hi":1}' });
+      assert.deepEqual(await res.json(), { hi: 1 });
+      process.kill(-dev.pid!, 'SIGINT');
+      assert.equal(await exited, 0, `exit code after one Ctrl-C; output:\n${out.slice(-3000)}`);
+      assert.doesNotMatch(out, /ECONNREFUSED|second signal/);
+      // Nothing left behind: no replica in its group, no redis-server on its data dir.
+      await eventually(async () => {
+        try {
+          process.kill(-dev.pid!, 0);
+          return false;
+        } catch {
+          return true;
+        }
+      }, 'replicas to exit', 5_000);
+      const left = (await readdir('/proc').catch(() => [] as string[])).filter((d) => /^\d+$/.test(d));
+      for (const d of left) {
+        const cmd = await readFile(`/proc/${d}/cmdline`, 'utf8').catch(() => '');
+        assert.ok(!cmd.includes(path.join(tmp, 'dev-data')), `still running: ${cmd.replace(/\0/g, ' ')}`);
+      }
+    } finally {
+      if (dev.exitCode === null) process.kill(-dev.pid!, 'SIGKILL');
+    }
   });
 });
