@@ -17,7 +17,10 @@ function role(pid: number, cmdline: string): string {
   return 'other';
 }
 
-/** CPU ticks of this process and of the processes in the given process groups. */
+/**
+ * CPU ticks of this process, of the processes in the given process groups, and of their children
+ * that run in groups of their own (the embedded redis-server: infra/local/redis.ts).
+ */
 export function sampleCpu(groups: number[]): CpuSample {
   const out: CpuSample = new Map();
   let pids: string[];
@@ -26,17 +29,27 @@ export function sampleCpu(groups: number[]): CpuSample {
   } catch {
     return out;
   }
+  const procs: { pid: number; ppid: number; pgrp: number; ticks: number }[] = [];
   for (const d of pids) {
     try {
       const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
-      // Fields after the parenthesised command: state is field 3, pgrp 5, utime 14, stime 15.
+      // Fields after the parenthesised command: state is field 3, ppid 4, pgrp 5, utime 14, stime 15.
       const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      const pid = Number(d);
-      if (pid !== process.pid && !groups.includes(Number(f[2]))) continue;
-      const cmdline = readFileSync(`/proc/${d}/cmdline`, 'utf8').replace(/\0/g, ' ');
-      out.set(pid, { role: role(pid, cmdline), ticks: Number(f[11]) + Number(f[12]) });
+      procs.push({ pid: Number(d), ppid: Number(f[1]), pgrp: Number(f[2]), ticks: Number(f[11]) + Number(f[12]) });
     } catch {
       // The process ended while we looked.
+    }
+  }
+  const members = new Set(procs.filter((p) => groups.includes(p.pgrp)).map((p) => p.pid));
+  const taken = new Set([process.pid, ...members]);
+  for (const p of procs) if (members.has(p.ppid)) taken.add(p.pid);
+  for (const p of procs) {
+    if (!taken.has(p.pid)) continue;
+    try {
+      const cmdline = readFileSync(`/proc/${p.pid}/cmdline`, 'utf8').replace(/\0/g, ' ');
+      out.set(p.pid, { role: role(p.pid, cmdline), ticks: p.ticks });
+    } catch {
+      // Ended.
     }
   }
   return out;
