@@ -121,11 +121,18 @@ export async function startPlatform(config: Config, log: Logger, opts: { persist
     const adminKey = config.EMBERS_ADMIN_KEY ?? (await localAdminKey(config.dataDir));
 
     const gateway = await startGateway(gatewayOptions(config, { redisUrl, store, apiKey, adminKey, log }));
-    stops.push(() => gateway.close());
+    let gatewayClosed: Promise<void> | undefined;
+    const closeGateway = () => (gatewayClosed ??= gateway.close());
+    stops.push(closeGateway);
 
     const agent = new NodeAgent(agentOptions(config, { redisUrl, store, s3Endpoint, log }));
     await agent.start();
-    stops.push(() => agent.close());
+    // The gateway stops first: it takes nothing new and answers what it accepted while the
+    // replicas still run; then the replicas drain what they hold; Redis stops last.
+    stops.push(async () => {
+      await closeGateway();
+      await agent.close();
+    });
 
     platform = { url: gateway.url, apiKey, adminKey, redisUrl, s3Endpoint, localRedis: state.localRedis, agent, gateway, stop: stopAll };
     return platform;

@@ -24,6 +24,9 @@ import { startWebhookWorker } from './webhooks.ts';
 import { QueueDepth } from './quotas.ts';
 import type { Pricing } from '../core/usage.ts';
 
+/** How long closing waits for requests in flight before cutting their connections. */
+const CLOSE_GRACE_MS = 10_000;
+
 export interface GatewayOptions {
   redisUrl: string;
   store: ObjectStore;
@@ -165,8 +168,9 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       const http = server as { closeIdleConnections?: () => void; closeAllConnections?: () => void };
       http.closeIdleConnections?.();
-      // Requests still open after a grace period are cut rather than holding shutdown forever.
-      const cut = setTimeout(() => http.closeAllConnections?.(), 3_000);
+      // Requests still open after a grace period are cut rather than holding shutdown forever
+      // (`embers dev` closes its gateway before its replicas, so what it accepted gets answered).
+      const cut = setTimeout(() => http.closeAllConnections?.(), CLOSE_GRACE_MS);
       await closed;
       clearTimeout(cut);
       await webhooks.close();

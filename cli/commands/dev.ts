@@ -39,6 +39,8 @@ export function devCommand(name: 'dev' | 'start'): Command {
       };
       process.on('SIGINT', () => void stop('SIGINT'));
       process.on('SIGTERM', () => void stop('SIGTERM'));
+      // A closed terminal: stop the same way (Redis and the replicas are not in its process group).
+      process.on('SIGHUP', () => void stop('SIGHUP'));
 
       // Over HTTPS, deploying to itself trusts its own certificate unless EMBERS_CA_CERT says otherwise.
       const ca = caCert(process.env.EMBERS_CA_CERT ?? config.EMBERS_TLS_CERT);

@@ -139,10 +139,15 @@ describe('embers CLI', () => {
   });
   it('embers dev stops everything it started on one Ctrl-C to its terminal (the whole process group)', { timeout: 90_000 }, async () => {
     // A terminal's Ctrl-C signals every process of the foreground group: redis-server and the
-    // replicas too. The platform must still stop in its own order, and promptly.
+    // replicas too. The platform must still stop in its own order, answer what it accepted, and
+    // stop promptly.
     const fns = path.join(tmp, 'dev-functions');
     await mkdir(fns, { recursive: true });
     await copyFile(shipped('echo.ts'), path.join(fns, 'echo.ts'));
+    await writeFile(
+      path.join(fns, 'nap.ts'),
+      `import { defineFunction } from 'embers';\nimport { z } from 'zod';\nexport default defineFunction({ name: 'nap', input: z.object({ ms: z.number() }), handler: async ({ ms }) => { await new Promise((r) => setTimeout(r, ms)); return { slept: ms }; } });\n`,
+    );
     const port = await freePort();
     const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('EMBERS_')));
     const dev = spawn(process.execPath, [path.join(ROOT, 'cli/bin.mjs'), 'dev', '--functions', fns], {
@@ -164,9 +169,17 @@ describe('embers CLI', () => {
         dev.stderr!.on('data', on);
         void exited.then((code) => reject(new Error(`embers dev exited (${code}) before its banner:\n${out}`)));
       });
-      const res = await fetch(`http://127.0.0.1:${port}/v1/run/echo`, { method: 'POST', headers: { authorization: `Bearer ${banner[1]}`, 'content-type': 'application/json' }, body: '{"hi":1}' });
-      assert.deepEqual(await res.json(), { hi: 1 });
+      const run = (fn: string, body: unknown) =>
+        fetch(`http://127.0.0.1:${port}/v1/run/${fn}`, { method: 'POST', headers: { authorization: `Bearer ${banner[1]}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      assert.deepEqual(await (await run('echo', { hi: 1 })).json(), { hi: 1 });
+      assert.equal((await run('nap', { ms: 0 })).status, 200);
+      // Accepted before the Ctrl-C, still running when it comes: answered, not cut.
+      const inFlight = run('nap', { ms: 1500 });
+      await new Promise((r) => setTimeout(r, 300));
       process.kill(-dev.pid!, 'SIGINT');
+      const late = await inFlight;
+      assert.equal(late.status, 200);
+      assert.deepEqual(await late.json(), { slept: 1500 });
       assert.equal(await exited, 0, `exit code after one Ctrl-C; output:\n${out.slice(-3000)}`);
       assert.doesNotMatch(out, /ECONNREFUSED|second signal/);
       // Nothing left behind: no replica in its group, no redis-server on its data dir.
@@ -180,8 +193,10 @@ describe('embers CLI', () => {
       }, 'replicas to exit', 5_000);
       const left = (await readdir('/proc').catch(() => [] as string[])).filter((d) => /^\d+$/.test(d));
       for (const d of left) {
+        // redis-server names the data dir on its command line; replicas have it in their environment.
         const cmd = await readFile(`/proc/${d}/cmdline`, 'utf8').catch(() => '');
-        assert.ok(!cmd.includes(path.join(tmp, 'dev-data')), `still running: ${cmd.replace(/\0/g, ' ')}`);
+        const environ = await readFile(`/proc/${d}/environ`, 'utf8').catch(() => '');
+        assert.ok(!cmd.includes(path.join(tmp, 'dev-data')) && !environ.includes(path.join(tmp, 'dev-data')), `still running: ${cmd.replace(/\0/g, ' ')}`);
       }
     } finally {
       if (dev.exitCode === null) process.kill(-dev.pid!, 'SIGKILL');
