@@ -18,8 +18,8 @@ function role(pid: number, cmdline: string): string {
 }
 
 /**
- * CPU ticks of this process, of the processes in the given process groups, and of their children
- * that run in groups of their own (the embedded redis-server: infra/local/redis.ts).
+ * CPU ticks of this process, of the processes in the given process groups, and of the groups
+ * their children start (replicas and the embedded redis-server run in groups of their own).
  */
 export function sampleCpu(groups: number[]): CpuSample {
   const out: CpuSample = new Map();
@@ -40,9 +40,11 @@ export function sampleCpu(groups: number[]): CpuSample {
       // The process ended while we looked.
     }
   }
+  // Groups of the members' children that run in groups of their own: the replicas, and the
+  // embedded redis-server's watchdog with redis-server under it.
   const members = new Set(procs.filter((p) => groups.includes(p.pgrp)).map((p) => p.pid));
-  const taken = new Set([process.pid, ...members]);
-  for (const p of procs) if (members.has(p.ppid)) taken.add(p.pid);
+  const all = new Set([...groups, ...procs.filter((p) => members.has(p.ppid)).map((p) => p.pgrp)]);
+  const taken = new Set([process.pid, ...procs.filter((p) => all.has(p.pgrp)).map((p) => p.pid)]);
   for (const p of procs) {
     if (!taken.has(p.pid)) continue;
     try {

@@ -37,11 +37,20 @@ const redis = createRedis(required('EMBERS_REDIS_URL'));
 const store = storeFromConfig(config);
 let replica: Replica | undefined;
 
+/** Longest a stop waits for the requests this replica holds. */
+const DRAIN_DEADLINE_MS = 20_000;
+
 let stopping = false;
 async function stop(signal: string) {
   if (stopping) return;
   stopping = true;
   if (replica) log.info({ signal }, 'draining');
+  // A drain that cannot finish (Redis gone while the agent is gone too: nobody sends SIGKILL)
+  // must not leave this process behind. The agent itself kills a draining replica after 15 s.
+  setTimeout(() => {
+    log.warn(`could not drain within ${DRAIN_DEADLINE_MS / 1000} s; exiting`);
+    process.exit(1);
+  }, DRAIN_DEADLINE_MS).unref();
   await replica?.drain().catch((err) => log.error({ err }, 'drain failed'));
   redis.disconnect();
   store.destroy();

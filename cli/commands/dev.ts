@@ -8,7 +8,7 @@ import { discoverFunctions } from '../discover.ts';
 import { startPlatform } from '../platform.ts';
 
 /** Longest a Ctrl-C waits for replicas to drain and everything to stop. */
-const STOP_DEADLINE_MS = 30_000;
+const STOP_DEADLINE_MS = 45_000;
 
 export function devCommand(name: 'dev' | 'start'): Command {
   return new Command(name)

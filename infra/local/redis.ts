@@ -1,8 +1,6 @@
 // A redis-server child process for `embers dev` and the tests: loopback only, on a free port.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
-import { mkdir, readFile } from 'node:fs/promises';
-import path from 'node:path';
+import { mkdir } from 'node:fs/promises';
 import { createRedis } from '../../core/redis.ts';
 import { freePort } from './ports.ts';
 
@@ -17,10 +15,14 @@ export class MissingDependencyError extends Error {
   override name = 'MissingDependencyError';
 }
 
-/** Another running Embers has its Redis on this data dir. */
-export class DataDirInUseError extends MissingDependencyError {
-  override name = 'DataDirInUseError';
-}
+/**
+ * Runs redis-server ("$@") until it exits, or until this shell's stdin, a pipe from its owner,
+ * reaches its end: when the owner closes it (LocalRedis.stop) or dies in any way (SIGKILL, a
+ * signal it does not handle, which runs no 'exit' handler), then redis-server gets SIGTERM.
+ * redis-server's own stdin is /dev/null; the pipe is read by a background subshell (fd 3: an
+ * asynchronous list's stdin would be /dev/null), which is killed when redis-server exits first.
+ */
+const WATCHDOG = 'exec 3<&0; "$@" </dev/null & p=$!; (read _ <&3; kill $p 2>/dev/null) & w=$!; exec 3<&-; wait $p; s=$?; kill $w 2>/dev/null; exit $s';
 
 export function findRedisServer(): string {
   const found = spawnSync('redis-server', ['--version'], { encoding: 'utf8' });
@@ -36,24 +38,24 @@ export function findRedisServer(): string {
 export async function startLocalRedis(dir: string, opts: { persist?: boolean; port?: number } = {}): Promise<LocalRedis> {
   const bin = findRedisServer();
   await mkdir(dir, { recursive: true });
-  const pidFile = path.join(dir, 'redis.pid');
-  await stopLeftBehind(pidFile);
   const port = opts.port ?? (await freePort());
-  const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--pidfile', pidFile, '--save', '', '--appendonly', opts.persist ? 'yes' : 'no', '--protected-mode', 'yes'];
-  // In a process group of its own: Ctrl-C in a terminal signals the whole foreground group, and
-  // a redis-server that stopped then would leave the platform stopping against a dead Redis
-  // (ioredis retries forever; `embers dev` hung until a second Ctrl-C). It is stopped last
-  // instead (`stop`), and killed when this process exits.
-  const child: ChildProcess = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', opts.persist ? 'yes' : 'no', '--protected-mode', 'yes'];
+  // Through a watchdog shell, in a process group of its own (see WATCHDOG). Ctrl-C in a terminal
+  // signals the whole foreground group, and a redis-server that stopped then left the platform
+  // stopping against a dead Redis: ioredis retries for ever, and `embers dev` hung until a second
+  // Ctrl-C. Now the owner stops it last (`stop`), and it stops when the owner dies, however.
+  const child: ChildProcess = spawn('sh', ['-c', WATCHDOG, 'sh', bin, ...args], { stdio: ['pipe', 'pipe', 'pipe'], detached: true });
+  child.stdin!.on('error', () => {});
   let output = '';
   child.stdout?.on('data', (d) => (output = (output + d).slice(-4000)));
   child.stderr?.on('data', (d) => (output = (output + d).slice(-4000)));
   const url = `redis://127.0.0.1:${port}`;
-  // Never leave a redis-server behind when this process dies.
-  const killOnExit = () => child.kill('SIGKILL');
-  process.once('exit', killOnExit);
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  void exited.then(() => process.off('exit', killOnExit));
+  /** Closing the watchdog's stdin stops redis-server (SIGTERM: a clean shutdown); the shell exits with it. */
+  const stop = async () => {
+    child.stdin!.end();
+    await exited;
+  };
   const deadline = Date.now() + 10_000;
   for (;;) {
     if (child.exitCode !== null) throw new Error(`redis-server exited at start:\n${output}`);
@@ -63,50 +65,16 @@ export async function startLocalRedis(dir: string, opts: { persist?: boolean; po
     probe.disconnect();
     if (ok) break;
     if (Date.now() > deadline) {
-      child.kill('SIGKILL');
+      // The watchdog's process group: the shell, its reader and redis-server.
+      try {
+        process.kill(-child.pid!, 'SIGKILL');
+      } catch {
+        // Gone already.
+      }
       throw new Error(`redis-server did not answer on ${url} within 10 s:\n${output}`);
     }
     await new Promise((r) => setTimeout(r, 50));
   }
-  return {
-    url,
-    port,
-    dir,
-    async stop() {
-      if (child.exitCode === null) child.kill('SIGTERM');
-      await exited;
-    },
-  };
+  return { url, port, dir, stop };
 }
 
-/** A process's name and parent from /proc (Linux); undefined when it is gone or there is no /proc. */
-function procInfo(pid: number): { comm: string; ppid: number } | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
-    return { comm, ppid: Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) };
-  } catch {
-    return undefined;
-  }
-}
-
-/**
- * A redis-server still running on this data dir (its pid file says which) was left behind by an
- * `embers dev` that was killed outright (SIGKILL, a closed terminal): nothing stops it then, and a
- * second one on the same append-only file would corrupt it. It is stopped; one whose parent is
- * still a running Node process belongs to another Embers using this data dir, which is refused.
- */
-async function stopLeftBehind(pidFile: string): Promise<void> {
-  const pid = Number((await readFile(pidFile, 'utf8').catch(() => '')).trim());
-  if (!Number.isInteger(pid) || pid <= 0) return;
-  const info = procInfo(pid);
-  if (!info || !info.comm.startsWith('redis-server')) return;
-  const parent = procInfo(info.ppid);
-  // Adopted by init (pid 1) or a subreaper, it is an orphan whatever runs as pid 1.
-  if (info.ppid !== 1 && parent?.comm === 'node') {
-    throw new DataDirInUseError(`another Embers (pid ${info.ppid}) runs a redis-server (pid ${pid}) on ${path.dirname(pidFile)}: stop it, or give this one its own EMBERS_DATA_DIR`);
-  }
-  process.kill(pid, 'SIGTERM');
-  for (let i = 0; i < 100 && procInfo(pid); i++) await new Promise((r) => setTimeout(r, 50));
-  if (procInfo(pid)) process.kill(pid, 'SIGKILL');
-}

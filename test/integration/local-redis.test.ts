@@ -1,12 +1,14 @@
-// The embedded redis-server of `embers dev`: one per data dir, and none left behind.
+// The embedded redis-server of `embers dev` and the tests: stopped by its owner, and never left
+// behind when the owner dies without running its exit handlers.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
-import { DataDirInUseError, startLocalRedis } from '../../infra/local/redis.ts';
-import { ROOT } from '../helpers/platform.ts';
+import { createRedis } from '../../core/redis.ts';
+import { startLocalRedis } from '../../infra/local/redis.ts';
+import { ROOT, eventually } from '../helpers/platform.ts';
 
 const dirs: string[] = [];
 after(async () => {
@@ -22,29 +24,44 @@ const alive = (pid: number) => {
   }
 };
 
+async function serverPid(url: string): Promise<number> {
+  const client = createRedis(url);
+  try {
+    return Number(/process_id:(\d+)/.exec(await client.info('server'))![1]);
+  } finally {
+    client.disconnect();
+  }
+}
+
 describe('embedded redis-server', () => {
-  it('stops one left behind on its data dir by a killed Embers, and refuses a dir another running Embers uses', async () => {
+  it('stops when its owner stops it', async () => {
     const dir = await mkdtemp(path.join(os.tmpdir(), 'embers-local-redis-'));
     dirs.push(dir);
-    // An Embers killed outright (SIGKILL): its redis-server runs on, orphaned.
-    const owner = spawn(process.execPath, ['--import', 'tsx', '-e', `import('./infra/local/redis.ts').then((m) => m.startLocalRedis(${JSON.stringify(dir)})).then(() => console.log('up'))`], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
-    await new Promise<void>((resolve, reject) => {
-      owner.stdout!.on('data', (d: Buffer) => d.toString().includes('up') && resolve());
-      owner.once('exit', (code) => reject(new Error(`child exited (${code}) before its redis-server was up`)));
-    });
-    const orphan = Number((await readFile(path.join(dir, 'redis.pid'), 'utf8')).trim());
-    assert.ok(alive(orphan));
-    owner.kill('SIGKILL');
-    await new Promise((r) => owner.once('exit', r));
-    assert.ok(alive(orphan), 'nothing stops it when its parent is killed');
-
     const redis = await startLocalRedis(dir);
+    const pid = await serverPid(redis.url);
+    await redis.stop();
+    assert.ok(!alive(pid));
+  });
+
+  it('stops when its owner is killed outright (SIGKILL runs no exit handler)', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'embers-local-redis-'));
+    dirs.push(dir);
+    const owner = spawn(process.execPath, ['--import', 'tsx', '-e', `import('./infra/local/redis.ts').then((m) => m.startLocalRedis(${JSON.stringify(dir)})).then((r) => console.log('url', r.url))`], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
+    let pid: number | undefined;
     try {
-      assert.ok(!alive(orphan), 'the next start stopped the one left behind');
-      // This process is a running Embers on that dir now: a second start must not take it over.
-      await assert.rejects(startLocalRedis(dir), (err: Error) => err instanceof DataDirInUseError && /another Embers \(pid \d+\) runs a redis-server/.test(err.message));
+      const url = await new Promise<string>((resolve, reject) => {
+        owner.stdout!.on('data', (d: Buffer) => {
+          const m = /url (\S+)/.exec(d.toString());
+          if (m) resolve(m[1]);
+        });
+        owner.once('exit', (code) => reject(new Error(`owner exited (${code}) before its redis-server was up`)));
+      });
+      pid = await serverPid(url);
+      owner.kill('SIGKILL');
+      await eventually(async () => !alive(pid!), 'the orphaned redis-server to stop', 10_000);
     } finally {
-      await redis.stop();
+      owner.kill('SIGKILL');
+      if (pid !== undefined && alive(pid)) process.kill(pid, 'SIGKILL');
     }
   });
 });
