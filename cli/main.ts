@@ -1,7 +1,7 @@
 // `embers` — one file per command under cli/commands; errors decide the exit code.
 import { Command, CommanderError } from 'commander';
 import { ConfigError } from '../core/config.ts';
-import { MissingDependencyError } from '../infra/local/redis.ts';
+import { DataDirInUseError, MissingDependencyError } from '../infra/local/redis.ts';
 import { GatewayStartError } from '../gateway/server.ts';
 import { CliError } from './errors.ts';
 import { devCommand } from './commands/dev.ts';
@@ -39,7 +39,7 @@ try {
   await program.parseAsync(process.argv);
 } catch (err) {
   if (err instanceof CommanderError) process.exit(err.exitCode);
-  if (err instanceof CliError || err instanceof ConfigError || err instanceof MissingDependencyError || err instanceof GatewayStartError) {
+  if (err instanceof CliError || err instanceof ConfigError || err instanceof MissingDependencyError || err instanceof DataDirInUseError || err instanceof GatewayStartError) {
     process.stderr.write(`embers: ${err.message}\n`);
     process.exit(err instanceof CliError ? err.exitCode : 2);
   }

@@ -1,6 +1,7 @@
 // A redis-server child process for `embers dev` and the tests: loopback only, on a free port.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdir } from 'node:fs/promises';
+import { mkdir, readFile, realpath, writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import { createRedis } from '../../core/redis.ts';
 import { freePort } from './ports.ts';
 
@@ -24,6 +25,34 @@ export class MissingDependencyError extends Error {
  */
 const WATCHDOG = 'exec 3<&0; "$@" </dev/null & p=$!; (read _ <&3; kill $p 2>/dev/null) & w=$!; exec 3<&-; wait $p; s=$?; kill $w 2>/dev/null; exit $s';
 
+/** Another running Embers has its Redis on this data dir. */
+export class DataDirInUseError extends Error {
+  override name = 'DataDirInUseError';
+}
+
+/** Where a running redis-server's port is written, in its data dir. */
+const PORT_FILE = 'port';
+
+/**
+ * Throws DataDirInUseError if the redis-server last started on `dir` still answers there: two
+ * on one append-only file would corrupt it. Its identity is checked by asking it for its dir,
+ * so a port file left by one that stopped, or a port since taken by anything else, is ignored.
+ */
+async function refuseIfInUse(dir: string): Promise<void> {
+  const port = Number((await readFile(path.join(dir, PORT_FILE), 'utf8').catch(() => '')).trim());
+  if (!Number.isInteger(port) || port <= 0 || port > 65535) return;
+  const probe = createRedis(`redis://127.0.0.1:${port}`, { lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0, connectTimeout: 1000 });
+  probe.on('error', () => {});
+  const theirs = await probe
+    .connect()
+    .then(() => probe.config('GET', 'dir'))
+    .then((r) => (r as string[])[1], () => undefined);
+  probe.disconnect();
+  if (theirs !== undefined && theirs === (await realpath(dir))) {
+    throw new DataDirInUseError(`another Embers is using ${dir} (its Redis answers on port ${port}): stop it, or give this one its own EMBERS_DATA_DIR`);
+  }
+}
+
 export function findRedisServer(): string {
   const found = spawnSync('redis-server', ['--version'], { encoding: 'utf8' });
   if (found.error || found.status !== 0) {
@@ -38,6 +67,7 @@ export function findRedisServer(): string {
 export async function startLocalRedis(dir: string, opts: { persist?: boolean; port?: number } = {}): Promise<LocalRedis> {
   const bin = findRedisServer();
   await mkdir(dir, { recursive: true });
+  await refuseIfInUse(dir);
   const port = opts.port ?? (await freePort());
   const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', opts.persist ? 'yes' : 'no', '--protected-mode', 'yes'];
   // Through a watchdog shell, in a process group of its own (see WATCHDOG). Ctrl-C in a terminal
@@ -75,6 +105,7 @@ export async function startLocalRedis(dir: string, opts: { persist?: boolean; po
     }
     await new Promise((r) => setTimeout(r, 50));
   }
+  await writeFile(path.join(dir, PORT_FILE), `${port}\n`);
   return { url, port, dir, stop };
 }
 

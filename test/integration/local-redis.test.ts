@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
 import { createRedis } from '../../core/redis.ts';
-import { startLocalRedis } from '../../infra/local/redis.ts';
+import { DataDirInUseError, startLocalRedis } from '../../infra/local/redis.ts';
 import { ROOT, eventually } from '../helpers/platform.ts';
 
 const dirs: string[] = [];
@@ -41,6 +41,19 @@ describe('embedded redis-server', () => {
     const pid = await serverPid(redis.url);
     await redis.stop();
     assert.ok(!alive(pid));
+  });
+
+  it('refuses a data dir whose redis-server still runs, and takes it once that one stopped', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'embers-local-redis-'));
+    dirs.push(dir);
+    const first = await startLocalRedis(dir, { persist: true });
+    try {
+      await assert.rejects(startLocalRedis(dir, { persist: true }), (err: Error) => err instanceof DataDirInUseError && err.message.includes(`answers on port ${first.port}`));
+    } finally {
+      await first.stop();
+    }
+    const second = await startLocalRedis(dir, { persist: true });
+    await second.stop();
   });
 
   it('stops when its owner is killed outright (SIGKILL runs no exit handler)', async () => {
