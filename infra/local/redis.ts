@@ -1,6 +1,6 @@
 // A redis-server child process for `embers dev` and the tests: loopback only, on a free port.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdir, readFile, realpath, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { createRedis } from '../../core/redis.ts';
 import { freePort } from './ports.ts';
@@ -23,7 +23,7 @@ export class MissingDependencyError extends Error {
  * redis-server's own stdin is /dev/null; the pipe is read by a background subshell (fd 3: an
  * asynchronous list's stdin would be /dev/null), which is killed when redis-server exits first.
  */
-const WATCHDOG = 'exec 3<&0; "$@" </dev/null & p=$!; (read _ <&3; kill $p 2>/dev/null) & w=$!; exec 3<&-; wait $p; s=$?; kill $w 2>/dev/null; exit $s';
+const WATCHDOG = 'exec 3<&0; "$@" </dev/null 3<&- & p=$!; (read line <&3; kill $p 2>/dev/null) & w=$!; exec 3<&-; wait $p; s=$?; kill $w 2>/dev/null; exit $s';
 
 /** Another running Embers has its Redis on this data dir. */
 export class DataDirInUseError extends Error {
@@ -34,21 +34,48 @@ export class DataDirInUseError extends Error {
 const PORT_FILE = 'port';
 
 /**
+ * Asks whatever listens on the port for its dir: a Redis answers with its working directory;
+ * null when nothing does (refused, not Redis); 'silent' when it took the connection and said
+ * nothing within `timeoutMs` (ioredis would wait for ever).
+ */
+async function redisDir(port: number, timeoutMs: number): Promise<string | null | 'silent'> {
+  const probe = createRedis(`redis://127.0.0.1:${port}`, { lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0, enableReadyCheck: false, connectTimeout: timeoutMs });
+  probe.on('error', () => {});
+  let timer: NodeJS.Timeout | undefined;
+  const silent = new Promise<'silent'>((resolve) => (timer = setTimeout(() => resolve('silent'), timeoutMs)));
+  try {
+    const asked = probe
+      .connect()
+      .then(() => probe.config('GET', 'dir'))
+      .then((r) => (r as string[])[1] ?? null, () => null);
+    return await Promise.race([asked, silent]);
+  } finally {
+    clearTimeout(timer);
+    probe.disconnect();
+  }
+}
+
+/** The same directory, however spelled (symlinks, case-insensitive volumes, bind mounts). */
+async function sameDir(a: string, b: string): Promise<boolean> {
+  const [x, y] = await Promise.all([stat(a).catch(() => null), stat(b).catch(() => null)]);
+  return x !== null && y !== null && x.dev === y.dev && x.ino === y.ino;
+}
+
+/**
  * Throws DataDirInUseError if the redis-server last started on `dir` still answers there: two
  * on one append-only file would corrupt it. Its identity is checked by asking it for its dir,
  * so a port file left by one that stopped, or a port since taken by anything else, is ignored.
+ * Best effort: two starts at the same moment both pass (the port is written once Redis is up).
  */
 async function refuseIfInUse(dir: string): Promise<void> {
-  const port = Number((await readFile(path.join(dir, PORT_FILE), 'utf8').catch(() => '')).trim());
+  const file = path.join(dir, PORT_FILE);
+  const port = Number((await readFile(file, 'utf8').catch(() => '')).trim());
   if (!Number.isInteger(port) || port <= 0 || port > 65535) return;
-  const probe = createRedis(`redis://127.0.0.1:${port}`, { lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0, connectTimeout: 1000 });
-  probe.on('error', () => {});
-  const theirs = await probe
-    .connect()
-    .then(() => probe.config('GET', 'dir'))
-    .then((r) => (r as string[])[1], () => undefined);
-  probe.disconnect();
-  if (theirs !== undefined && theirs === (await realpath(dir))) {
+  const theirs = await redisDir(port, 2000);
+  if (theirs === 'silent') {
+    throw new DataDirInUseError(`port ${port}, where the last Redis on ${dir} listened (${file}), takes connections but did not answer in 2 s; if no Embers runs on this data dir, delete that file`);
+  }
+  if (theirs !== null && (await sameDir(theirs, dir))) {
     throw new DataDirInUseError(`another Embers is using ${dir} (its Redis answers on port ${port}): stop it, or give this one its own EMBERS_DATA_DIR`);
   }
 }
@@ -88,12 +115,10 @@ export async function startLocalRedis(dir: string, opts: { persist?: boolean; po
   };
   const deadline = Date.now() + 10_000;
   for (;;) {
-    if (child.exitCode !== null) throw new Error(`redis-server exited at start:\n${output}`);
-    const probe = createRedis(url, { lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 });
-    probe.on('error', () => {});
-    const ok = await probe.connect().then(() => probe.ping()).then(() => true, () => false);
-    probe.disconnect();
-    if (ok) break;
+    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`redis-server exited at start:\n${output}`);
+    // Ours, not whatever else took the port first (ours then exits: "Address already in use").
+    const theirs = await redisDir(port, 1000);
+    if (typeof theirs === 'string' && theirs !== 'silent' && (await sameDir(theirs, dir))) break;
     if (Date.now() > deadline) {
       // The watchdog's process group: the shell, its reader and redis-server.
       try {
@@ -105,7 +130,12 @@ export async function startLocalRedis(dir: string, opts: { persist?: boolean; po
     }
     await new Promise((r) => setTimeout(r, 50));
   }
-  await writeFile(path.join(dir, PORT_FILE), `${port}\n`);
+  try {
+    await writeFile(path.join(dir, PORT_FILE), `${port}\n`);
+  } catch (err) {
+    await stop();
+    throw err;
+  }
   return { url, port, dir, stop };
 }
 

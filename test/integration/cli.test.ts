@@ -4,6 +4,7 @@ import { execFile, spawn } from 'node:child_process';
 import { copyFile, mkdir, readdir, readFile, readlink } from 'node:fs/promises';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { freePort } from '../../infra/local/ports.ts';
+import { startLocalRedis } from '../../infra/local/redis.ts';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -137,6 +138,19 @@ describe('embers CLI', () => {
     assert.equal(shown.code, 0, shown.stderr);
     assert.deepEqual(JSON.parse(shown.stdout).output, { later: true });
   });
+  it('embers dev refuses a data dir another Embers is using', async () => {
+    const data = path.join(tmp, 'busy-data');
+    const redis = await startLocalRedis(path.join(data, 'redis'), { persist: true });
+    try {
+      const r = await embers(['dev', '--no-deploy'], { EMBERS_DATA_DIR: data, EMBERS_PORT: String(await freePort()) });
+      assert.equal(r.code, 2, r.stderr);
+      assert.match(r.stderr, /another Embers is using .*busy-data\/redis \(its Redis answers on port \d+\): stop it, or give this one its own EMBERS_DATA_DIR/);
+      assert.doesNotMatch(r.stderr, /^\s+at /m);
+    } finally {
+      await redis.stop();
+    }
+  });
+
   it('embers dev stops everything it started on one Ctrl-C to its terminal (the whole process group)', { timeout: 90_000 }, async () => {
     // A terminal's Ctrl-C signals every process of the foreground group: redis-server and the
     // replicas too. The platform must still stop in its own order, answer what it accepted, and

@@ -2,7 +2,8 @@
 // behind when the owner dies without running its exit handlers.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -54,6 +55,15 @@ describe('embedded redis-server', () => {
     }
     const second = await startLocalRedis(dir, { persist: true });
     await second.stop();
+    // The port it left is now held by something that takes connections and never answers.
+    const mute = net.createServer(() => {});
+    await new Promise<void>((resolve) => mute.listen(0, '127.0.0.1', resolve));
+    try {
+      await writeFile(path.join(dir, 'port'), `${(mute.address() as net.AddressInfo).port}\n`);
+      await assert.rejects(startLocalRedis(dir, { persist: true }), (err: Error) => err instanceof DataDirInUseError && /did not answer in 2 s; if no Embers runs on this data dir, delete that file/.test(err.message));
+    } finally {
+      mute.close();
+    }
   });
 
   it('stops when its owner is killed outright (SIGKILL runs no exit handler)', async () => {
