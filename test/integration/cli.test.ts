@@ -46,6 +46,9 @@ describe('embers CLI', () => {
       assert.equal(r.code, 0, `${cmd.join(' ')} --help: ${r.stderr}`);
       assert.match(r.stdout, /Usage: embers/);
     }
+    const v = await embers(['--version']);
+    assert.equal(v.code, 0, v.stderr);
+    assert.match(v.stdout, /^\d+\.\d+\.\d+\n$/);
   });
 
   it('deploys a function file, lists it, shows it and runs it', async () => {
