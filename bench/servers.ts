@@ -89,7 +89,8 @@ export async function launchEmbers(o: { dataDir?: string; timeoutMs?: number } =
   const timeoutMs = o.timeoutMs ?? 180_000;
   const port = await freePort();
   const dataDir = o.dataDir ?? (await mkdtemp(path.join(os.tmpdir(), 'embers-bench-')));
-  const child = startChild('embers dev', ['cli/bin.mjs', 'dev'], {
+  // As `npm start` runs it (package.json), V8 flag included.
+  const child = startChild('embers dev', ['--max-semi-space-size=32', 'cli/bin.mjs', 'dev'], {
     cwd: ROOT,
     env: cleanEnv({ EMBERS_PORT: String(port), EMBERS_DATA_DIR: dataDir, EMBERS_LOG_LEVEL: 'warn', EMBERS_LOG_PRETTY: 'false' }),
   });
