@@ -19,7 +19,7 @@ function role(pid: number, cmdline: string): string {
 
 /**
  * CPU ticks of this process, of the processes in the given process groups, and of the groups
- * their children start (replicas and the embedded redis-server run in groups of their own).
+ * their children start (the embedded redis-server runs in a group of its own).
  */
 export function sampleCpu(groups: number[]): CpuSample {
   const out: CpuSample = new Map();
@@ -40,7 +40,7 @@ export function sampleCpu(groups: number[]): CpuSample {
       // The process ended while we looked.
     }
   }
-  // Groups of the members' children that run in groups of their own: the replicas, and the
+  // Groups of the members' children that run in groups of their own: the
   // embedded redis-server's watchdog with redis-server under it.
   const members = new Set(procs.filter((p) => groups.includes(p.pgrp)).map((p) => p.pid));
   const all = new Set([...groups, ...procs.filter((p) => members.has(p.ppid)).map((p) => p.pgrp)]);

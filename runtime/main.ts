@@ -57,7 +57,11 @@ async function stop(signal: string) {
   process.exit(0);
 }
 process.on('SIGTERM', () => void stop('SIGTERM'));
-process.on('SIGINT', () => void stop('SIGINT'));
+// A terminal's Ctrl-C reaches the whole process group. A replica forked by an agent leaves the
+// stopping to it: the agent stops its replicas after the gateway has answered what it accepted.
+process.on('SIGINT', () => {
+  if (!process.connected) void stop('SIGINT');
+});
 // IPC channel closes when the agent dies: do not outlive it.
 process.on('disconnect', () => void stop('agent gone'));
 

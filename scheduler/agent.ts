@@ -192,11 +192,10 @@ export class NodeAgent {
     return fork(this.replicaMain ?? REPLICA_SOURCE, [], {
       execArgv: [...REPLICA_V8_FLAGS, ...(this.replicaMain ? [] : ['--import', TSX])],
       env: { ...process.env, ...this.o.replicaEnv, EMBERS_NODE_ID: this.id, EMBERS_REDIS_URL: this.o.redisUrl, EMBERS_CACHE_DIR: this.o.cacheDir, ...extraEnv },
+      // In the agent's process group and session (one scheduling group with it: Linux's autogroup
+      // shares CPU between sessions). A terminal's Ctrl-C reaches them too; a replica with an
+      // agent ignores SIGINT and waits for the agent's SIGTERM (runtime/main.ts).
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-      // Not in the agent's process group: a terminal's Ctrl-C reaches the agent alone, which stops
-      // them in its own time (after the gateway has answered what it accepted). A replica still
-      // exits when the agent dies: its IPC channel closes (runtime/main.ts).
-      detached: true,
     });
   }
 
