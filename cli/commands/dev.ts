@@ -39,7 +39,7 @@ export function devCommand(name: 'dev' | 'start'): Command {
       };
       process.on('SIGINT', () => void stop('SIGINT'));
       process.on('SIGTERM', () => void stop('SIGTERM'));
-      // A closed terminal: stop the same way (Redis and the replicas are not in its process group).
+      // A closed terminal: stop the same way (Redis, in a process group of its own, is stopped last).
       process.on('SIGHUP', () => void stop('SIGHUP'));
 
       // Over HTTPS, deploying to itself trusts its own certificate unless EMBERS_CA_CERT says otherwise.

@@ -34,20 +34,24 @@ export class DataDirInUseError extends Error {
 const PORT_FILE = 'port';
 
 /**
- * Asks whatever listens on the port for its dir: a Redis answers with its working directory;
- * null when nothing does (refused, not Redis); 'silent' when it took the connection and said
- * nothing within `timeoutMs` (ioredis would wait for ever).
+ * What listens on the port, told apart by asking for its dir: 'ours', the redis-server running
+ * in `dir` (compared by device and inode, however spelled); 'silent', something that took the
+ * connection and said nothing within `timeoutMs` (ioredis would wait for ever); else 'none'
+ * (refused, not Redis, or a Redis of another dir).
  */
-async function redisDir(port: number, timeoutMs: number): Promise<string | null | 'silent'> {
+async function whoListens(port: number, dir: string, timeoutMs: number): Promise<'ours' | 'silent' | 'none'> {
   const probe = createRedis(`redis://127.0.0.1:${port}`, { lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0, enableReadyCheck: false, connectTimeout: timeoutMs });
   probe.on('error', () => {});
   let timer: NodeJS.Timeout | undefined;
   const silent = new Promise<'silent'>((resolve) => (timer = setTimeout(() => resolve('silent'), timeoutMs)));
+  const asked = probe
+    .connect()
+    .then(() => probe.config('GET', 'dir'))
+    .then(
+      async (r) => ((await sameDir((r as string[])[1], dir)) ? 'ours' : 'none'),
+      () => 'none' as const,
+    );
   try {
-    const asked = probe
-      .connect()
-      .then(() => probe.config('GET', 'dir'))
-      .then((r) => (r as string[])[1] ?? null, () => null);
     return await Promise.race([asked, silent]);
   } finally {
     clearTimeout(timer);
@@ -56,7 +60,8 @@ async function redisDir(port: number, timeoutMs: number): Promise<string | null 
 }
 
 /** The same directory, however spelled (symlinks, case-insensitive volumes, bind mounts). */
-async function sameDir(a: string, b: string): Promise<boolean> {
+async function sameDir(a: string | undefined, b: string): Promise<boolean> {
+  if (!a) return false;
   const [x, y] = await Promise.all([stat(a).catch(() => null), stat(b).catch(() => null)]);
   return x !== null && y !== null && x.dev === y.dev && x.ino === y.ino;
 }
@@ -71,11 +76,11 @@ async function refuseIfInUse(dir: string): Promise<void> {
   const file = path.join(dir, PORT_FILE);
   const port = Number((await readFile(file, 'utf8').catch(() => '')).trim());
   if (!Number.isInteger(port) || port <= 0 || port > 65535) return;
-  const theirs = await redisDir(port, 2000);
-  if (theirs === 'silent') {
+  const who = await whoListens(port, dir, 2000);
+  if (who === 'silent') {
     throw new DataDirInUseError(`port ${port}, where the last Redis on ${dir} listened (${file}), takes connections but did not answer in 2 s; if no Embers runs on this data dir, delete that file`);
   }
-  if (theirs !== null && (await sameDir(theirs, dir))) {
+  if (who === 'ours') {
     throw new DataDirInUseError(`another Embers is using ${dir} (its Redis answers on port ${port}): stop it, or give this one its own EMBERS_DATA_DIR`);
   }
 }
@@ -117,8 +122,7 @@ export async function startLocalRedis(dir: string, opts: { persist?: boolean; po
   for (;;) {
     if (child.exitCode !== null || child.signalCode !== null) throw new Error(`redis-server exited at start:\n${output}`);
     // Ours, not whatever else took the port first (ours then exits: "Address already in use").
-    const theirs = await redisDir(port, 1000);
-    if (typeof theirs === 'string' && theirs !== 'silent' && (await sameDir(theirs, dir))) break;
+    if ((await whoListens(port, dir, 1000)) === 'ours') break;
     if (Date.now() > deadline) {
       // The watchdog's process group: the shell, its reader and redis-server.
       try {
