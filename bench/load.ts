@@ -74,6 +74,17 @@ export function send(agent: http.Agent, t: Target, timeoutMs: number): Promise<A
   });
 }
 
+/** `n` requests on `agent`, one after another: each answer with its client-side time (ms). */
+export async function sendBlock(agent: http.Agent, t: Target, n: number, timeoutMs = 60_000): Promise<(Answer & { ms: number })[]> {
+  const answers: (Answer & { ms: number })[] = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    const a = await send(agent, t, timeoutMs);
+    answers.push({ ...a, ms: performance.now() - t0 });
+  }
+  return answers;
+}
+
 /** Whether p settles within ms (the timer is cleared either way). */
 async function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;

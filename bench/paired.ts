@@ -16,7 +16,7 @@
 // plain server runs with node's default heap, the replica with a 128 MB one: GC per request
 // differs by ms).
 import http from 'node:http';
-import { parseTiming, send, type ServerTiming, type Target } from './load.ts';
+import { parseTiming, sendBlock, type ServerTiming, type Target } from './load.ts';
 import { openRawPipeline } from './raw.ts';
 import type { ThreadSetting } from './ort.ts';
 import { latency, mean, type Window } from './stats.ts';
@@ -84,18 +84,15 @@ class HttpSide {
   /** A block of BLOCK requests; when kept (and answered), its figures count against the raw block `rawBlock`. */
   async block(keep: boolean, rawBlock: number[]): Promise<void> {
     const e: number[] = [];
-    for (let i = 0; i < BLOCK; i++) {
-      const t0 = performance.now();
-      const a = await send(this.agent, this.target, 60_000);
-      const ms = performance.now() - t0;
+    (await sendBlock(this.agent, this.target, BLOCK)).forEach((a, i) => {
       if (a.status < 200 || a.status >= 300) {
         if (keep) this.errors++;
         this.firstError ??= a.error;
       } else if (i > 0) {
-        e.push(ms);
+        e.push(a.ms);
         if (keep && a.timing) parseTiming(a.timing, this.timings);
       }
-    }
+    });
     if (!keep || !e.length) return;
     this.blocks++;
     this.ms.push(...e);

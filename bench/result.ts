@@ -1,5 +1,6 @@
 // The shape of one benchmark run (what bench/results/latest.json holds) and its verdicts.
 import type { BatchSection } from './batch.ts';
+import type { BodySection } from './body.ts';
 import type { ColdStartResult } from './cold.ts';
 import type { PairedC1 } from './paired.ts';
 import type { LoadResult } from './load.ts';
@@ -81,6 +82,9 @@ export interface BenchResult {
   coldStart?: ColdStartResult;
   /** Why the cold-start section has no result. */
   coldStartError?: string;
+  /** A photo to ocr as base64 JSON and as the file itself, at c = 1 (bench/body.ts). */
+  bodies?: BodySection;
+  bodiesError?: string;
   /** Bulk batches: echo and ocr items/s, live p99 with a batch running (bench/batch.ts). */
   batches?: BatchSection;
   batchesError?: string;

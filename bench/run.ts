@@ -13,6 +13,7 @@ import { chartSvg } from './chart.ts';
 import { stopAllChildren } from './child.ts';
 import { coldStartSection, coldSummaryLine, formatCold, type ColdStartResult } from './cold.ts';
 import { IMAGE_TEXT, testImage } from './image.ts';
+import { bodySection, formatBodies, type BodySection } from './body.ts';
 import { coresByRole, sampleCpu } from './cpu.ts';
 import { closedLoop, closedLoopRun, poolRuns, type LoadRun, type Target } from './load.ts';
 import { ORT_VERSION, settingLabel } from './ort.ts';
@@ -129,11 +130,29 @@ async function mainBatchOnly(): Promise<void> {
   }
 }
 
+/** `BENCH_ONLY=body`: the request-body section alone (a photo to ocr as base64 JSON and as the file). */
+async function mainBodyOnly(): Promise<void> {
+  const began = performance.now();
+  const window = windowFromEnv();
+  log('starting embers dev');
+  const embers = await startEmbers({ ocr: JSON.stringify({ image: await testImage() }) });
+  try {
+    const bodies = await bodySection({ port: embers.port, apiKey: embers.apiKey, groups: [embers.child.pid!], seconds: Math.max(20, (4 * window.measureMs) / 1000), log });
+    const result = { date: new Date().toISOString(), durationSeconds: (performance.now() - began) / 1000, machine: { ...machine(), ortVersion: ORT_VERSION }, git: gitInfo(), bodies };
+    await mkdir(RESULTS, { recursive: true });
+    await writeFile(path.join(RESULTS, 'latest-body.json'), `${JSON.stringify(result, null, 2)}\n`);
+    process.stdout.write(`\n${formatBodies(bodies)}\n`);
+  } finally {
+    await embers.stop();
+  }
+}
+
 async function main(): Promise<void> {
   const only = process.env.BENCH_ONLY ?? '';
   if (only === 'cold') return mainColdOnly();
   if (only === 'batch') return mainBatchOnly();
-  if (only !== '') throw new Error(`BENCH_ONLY must be "cold", "batch" or unset, got "${only}"`);
+  if (only === 'body') return mainBodyOnly();
+  if (only !== '') throw new Error(`BENCH_ONLY must be "cold", "batch", "body" or unset, got "${only}"`);
   const began = performance.now();
   const host = machine();
   const window = windowFromEnv();
@@ -217,6 +236,16 @@ async function main(): Promise<void> {
   log(`overhead c=${OVERHEAD_CONCURRENCY}: echo, ping, ping, echo`);
   const [echo, ping] = await measurePair(echoTarget(embers), { port: naive.port, method: 'GET', path: '/ping' }, OVERHEAD_CONCURRENCY);
 
+  let bodies: BodySection | undefined;
+  let bodiesError: string | undefined;
+  try {
+    bodies = await bodySection({ port: embers.port, apiKey: embers.apiKey, groups, seconds: Math.max(20, (4 * window.measureMs) / 1000), log });
+  } catch (err) {
+    bodiesError = err instanceof Error ? err.message : String(err);
+    log(`request body section failed: ${bodiesError}`);
+    process.exitCode = 1;
+  }
+
   let batches: BatchSection | undefined;
   let batchesError: string | undefined;
   try {
@@ -250,12 +279,13 @@ async function main(): Promise<void> {
     ratios,
     pass,
     ...cold,
+    ...(bodies ? { bodies } : { bodiesError }),
     ...(batches ? { batches } : { batchesError }),
   };
   await mkdir(RESULTS, { recursive: true });
   await writeFile(path.join(RESULTS, 'latest.json'), `${JSON.stringify(result, null, 2)}\n`);
   await writeFile(path.join(RESULTS, 'latest.svg'), chartSvg(result));
-  process.stdout.write(`\n${formatReport(result)}\n${batches ? `\n${formatBatch(batches)}\n` : ''}`);
+  process.stdout.write(`\n${formatReport(result)}\n${bodies ? `\n${formatBodies(bodies)}\n` : ''}${batches ? `\n${formatBatch(batches)}\n` : ''}`);
   log(`wrote ${path.relative(process.cwd(), path.join(RESULTS, 'latest.json'))} and latest.svg`);
 }
 

@@ -7,6 +7,40 @@ import { isFunctionDefinition } from '../runtime/sdk.ts';
 /** A problem with the function's shape: reported as one line, without a stack. */
 class ManifestError extends Error {}
 
+/** What JSON can carry: a bytes field refuses all of these. */
+const JSON_VALUES: unknown[] = ['x', 0, true, null, {}, []];
+
+/**
+ * A schema for bytes (bytes(), z.instanceof(Buffer), refined or not): a custom check that refuses
+ * every kind of JSON value, so it can only be met by a binary body.
+ */
+function isBytes(schema: z.ZodType): boolean {
+  return (schema as { _zod?: { def?: { type?: string } } })._zod?.def?.type === 'custom' && JSON_VALUES.every((v) => !schema.safeParse(v).success);
+}
+
+/**
+ * binaryInput must name a field that takes bytes, and a body of bytes alone must make a valid
+ * input: no other field may be required (the JSON Schema's `required`, taken with io 'input',
+ * leaves out optional and defaulted ones). Refinements (a size check) are left to run time.
+ */
+function checkBinaryInput(input: z.ZodType, field: string, jsonSchema: object): void {
+  const { properties, required } = jsonSchema as { properties?: object; required?: string[] };
+  const fields = Object.keys(properties ?? {});
+  const probe = input.safeParse({ [field]: Buffer.from([1]) });
+  // A field of the object, or (a union of objects, say) one the schema takes bytes in.
+  if (!fields.includes(field) && !probe.success) {
+    throw new ManifestError(`binaryInput "${field}" is not a field of the input schema (its fields: ${fields.join(', ') || 'none'}); name the field a binary request body fills`);
+  }
+  const issues = probe.success ? [] : probe.error.issues.filter((i) => i.path[0] === field && (i.code === 'invalid_type' || i.code === 'invalid_union'));
+  if (issues.length) {
+    throw new ManifestError(`binaryInput "${field}": the input schema does not accept bytes there; make that field bytes() (or z.union([z.string(), bytes()]))`);
+  }
+  const others = (required ?? []).filter((f) => f !== field);
+  if (others.length) {
+    throw new ManifestError(`binaryInput "${field}": a binary request body fills only "${field}", but the input schema also requires ${others.join(', ')}; make those .optional() or give them a .default()`);
+  }
+}
+
 const file = process.argv[2];
 try {
   const mod = (await import(pathToFileURL(file).href)) as { default?: unknown };
@@ -16,7 +50,19 @@ try {
   }
   if (!def.input || typeof (def.input as z.ZodType).safeParse !== 'function') throw new ManifestError('`input` must be a zod schema');
   if (typeof def.handler !== 'function') throw new ManifestError('`handler` must be a function');
-  const inputSchema = z.toJSONSchema(def.input as z.ZodType, { unrepresentable: 'any', io: 'input' });
+  // Bytes never arrive in JSON: a bytes() field is `{ not: {} }` to the gateway's validation
+  // (alone it refuses every JSON value; in a union with a string, the string is what JSON may send).
+  const inputSchema = z.toJSONSchema(def.input as z.ZodType, {
+    unrepresentable: 'any',
+    io: 'input',
+    override: ({ zodSchema, jsonSchema }) => {
+      if (!isBytes(zodSchema as unknown as z.ZodType)) return;
+      const { description } = jsonSchema as { description?: string };
+      for (const k of Object.keys(jsonSchema)) delete (jsonSchema as Record<string, unknown>)[k];
+      Object.assign(jsonSchema, { not: {} }, description === undefined ? {} : { description });
+    },
+  });
+  if (def.binaryInput !== undefined) checkBinaryInput(def.input as z.ZodType, def.binaryInput, inputSchema);
   process.stdout.write(
     JSON.stringify({
       name: def.name,
@@ -27,6 +73,7 @@ try {
       timeoutMs: def.timeoutMs,
       pricing: def.pricing,
       maxQueueLength: def.maxQueueLength,
+      binaryInput: def.binaryInput,
     }),
   );
 } catch (err) {

@@ -34,6 +34,8 @@ export const DeploySpecSchema = z.object({
   pricing: z.object({ perRequest: z.number().min(0).default(0), perComputeSecond: z.number().min(0).default(0) }).optional(),
   /** Most requests waiting in the queue (live ones; batch lines are bounded by the feeder); beyond it, 429. @default 10000 */
   maxQueueLength: z.number().int().min(1).max(10_000_000).default(10_000),
+  /** The input field a binary (non-JSON) request body fills; unset: bodies are JSON. */
+  binaryInput: z.string().regex(/^[A-Za-z_$][\w$]*$/, 'binaryInput must name an input field (an identifier)').optional(),
 });
 export type DeploySpec = z.infer<typeof DeploySpecSchema>;
 
@@ -42,6 +44,17 @@ export const DeployRequestSchema = z.object({
   /** The esbuild ESM bundle, base64. */
   bundle: z.string().min(1, 'bundle is empty'),
 });
+
+/**
+ * Whether a run's body is read as JSON, by its Content-Type: none, any type naming JSON
+ * (`application/json`, `…+json`, `text/json`), any `text/…`, and curl -d's default
+ * (`application/x-www-form-urlencoded`), which JSON callers send unawares. Anything else is
+ * bytes, for a function with binaryInput (the gateway; `embers run --binary` refuses the rest).
+ */
+export function isJsonType(contentType: string | undefined): boolean {
+  const type = (contentType ?? '').split(';', 1)[0].trim().toLowerCase();
+  return type === '' || type.includes('json') || type.startsWith('text/') || type === 'application/x-www-form-urlencoded';
+}
 
 /** An immutable version, as stored in S3 and in the registry. */
 export interface Manifest extends DeploySpec {
@@ -67,6 +80,11 @@ export interface RunJobData {
   /** Batch item: the batch, the 1-based line of the input file, and the line's custom_id. */
   batch?: { id: string; line: number; cid: string };
   input: unknown;
+  /**
+   * A binary request body rides next to this data in the stream entry (field `b`, not JSON) and
+   * becomes `input[raw]`, a Buffer, when the replica reads the entry.
+   */
+  raw?: string;
   /** Enqueue time (ms since epoch) for queue timing. */
   enq: number;
   /** Latest start (ms since epoch) of a synchronous run: still queued then, it is answered 504 without running. */

@@ -103,7 +103,8 @@ export async function finishLiveEntries(redis: Redis, fn: string, entries: { id:
 }
 
 /**
- * Stream entries carry one field, `d`: the job data as JSON. Given `inputJson`, the JSON text
+ * Stream entries carry the job data as JSON in field `d`, and a binary request body as it came
+ * in field `b` (data.raw names the input field it fills). Given `inputJson`, the JSON text
  * `data.input` was parsed from, that text is spliced in as the input instead of stringifying the
  * value again: parsing it gives the replica what the gateway parsed (and validated).
  */
@@ -124,16 +125,61 @@ export class KeyRejectedError extends Error {
   }
 }
 
-/** XADD if the API key (KEYS[1] field ARGV[1]) exists and is not revoked; 0: no such key, 1: revoked. */
+/**
+ * XADD of the fields in ARGV[2..] if the API key (KEYS[1] field ARGV[1]) exists and is not
+ * revoked; 0: no such key, 1: revoked.
+ */
 const ADD_IF_KEY = `
 local key = redis.call('HGET', KEYS[1], ARGV[1])
 if not key then return 0 end
 if cjson.decode(key).revokedAt then return 1 end
-return redis.call('XADD', KEYS[2], '*', 'd', ARGV[2])`;
-export const decodeLiveJob = (fields: string[]): RunJobData | undefined => {
-  const i = fields.indexOf('d');
-  return i >= 0 ? (JSON.parse(fields[i + 1]) as RunJobData) : undefined;
-};
+return redis.call('XADD', KEYS[2], '*', unpack(ARGV, 2))`;
+
+/**
+ * A stream entry as replicas read it: its fields as Buffers, never as text, because a binary
+ * request body (field `b`) would not survive decoding as UTF-8.
+ */
+export type LiveEntry = [id: string, fields: Buffer[]];
+
+/** XREADGROUP of up to `count` new entries for `consumer` (waiting up to `blockMs` for one when given). */
+export async function readLiveEntries(redis: Redis, fn: string, consumer: string, count: number, blockMs?: number): Promise<LiveEntry[]> {
+  // The typed command, not callBuffer: ioredis speaks RESP3 and shapes this reply (a map there)
+  // as RESP2's list of [stream, entries] only for the commands it knows by name.
+  const res = (
+    blockMs === undefined
+      ? await redis.xreadgroupBuffer('GROUP', LIVE_GROUP, consumer, 'COUNT', count, 'STREAMS', liveStream(fn), '>')
+      : await redis.xreadgroupBuffer('GROUP', LIVE_GROUP, consumer, 'COUNT', count, 'BLOCK', blockMs, 'STREAMS', liveStream(fn), '>')
+  ) as [Buffer, [Buffer, Buffer[]][]][] | null;
+  return (res?.[0]?.[1] ?? []).map(([id, fields]) => [id.toString(), fields]);
+}
+
+/**
+ * XAUTOCLAIM for `consumer` of up to `count` entries idle for `minIdleMs`, scanning the pending
+ * list from `cursor`: where the scan goes on from, and the entries taken (those deleted meanwhile
+ * left out). Plain arrays in RESP3 too, so callBuffer reads it as it is.
+ */
+export async function claimLiveEntries(redis: Redis, fn: string, consumer: string, minIdleMs: number, cursor: string, count: number): Promise<[next: string, entries: LiveEntry[]]> {
+  const [next, claimed] = (await redis.callBuffer('XAUTOCLAIM', [liveStream(fn), LIVE_GROUP, consumer, minIdleMs, cursor, 'COUNT', count])) as [Buffer, ([Buffer, Buffer[]] | null)[]];
+  return [next.toString(), claimed.filter((e) => e !== null).map(([id, fields]) => [id.toString(), fields])];
+}
+
+/** An entry's job (field `d`), with its binary body (field `b`, if any) set as `input[data.raw]`. */
+export function decodeLiveJob(fields: Buffer[]): RunJobData | undefined {
+  let d: Buffer | undefined;
+  let b: Buffer | undefined;
+  for (let i = 0; i + 1 < fields.length; i += 2) {
+    const name = fields[i].toString();
+    if (name === 'd') d = fields[i + 1];
+    else if (name === 'b') b = fields[i + 1];
+  }
+  if (d === undefined) return undefined;
+  const data = JSON.parse(d.toString()) as RunJobData;
+  if (data.raw !== undefined) {
+    if (b === undefined || typeof data.input !== 'object' || data.input === null) return undefined;
+    (data.input as Record<string, unknown>)[data.raw] = b;
+  }
+  return data;
+}
 
 /** The gateway's side: enqueue, take back a request nobody started, and read the depth. */
 export class LiveQueue {
@@ -141,23 +187,24 @@ export class LiveQueue {
 
   constructor(private readonly redis: Redis) {}
 
-  /** Queues the request; returns its entry id (for `remove`). */
   /**
    * Queues a request; resolves with its entry id. `inputJson`: the JSON text `data.input` was
    * parsed from, written as it is (an ocr request's 200 KB body cost ~0.3–0.6 ms to stringify
    * again). With `keyHash` (the caller's API key, as the
    * gateway cached it), the request is only queued if that key is still there and not revoked,
-   * checked in the same call: otherwise it throws KeyRejectedError and queues nothing.
+   * checked in the same call: otherwise it throws KeyRejectedError and queues nothing. `body`:
+   * a binary request body, stored as it is beside the JSON (data.raw names its input field).
    */
-  async add(fn: string, data: RunJobData, o: { keyHash?: string; inputJson?: string } = {}): Promise<string> {
+  async add(fn: string, data: RunJobData, o: { keyHash?: string; inputJson?: string; body?: Buffer } = {}): Promise<string> {
     if (!this.grouped.has(fn)) {
       await ensureLiveGroup(this.redis, fn);
       this.grouped.add(fn);
     }
-    const { keyHash } = o;
-    const encoded = encodeLiveJob(data, o.inputJson);
-    if (keyHash === undefined) return (await this.redis.xadd(liveStream(fn), '*', 'd', encoded)) as string;
-    const r = (await evalScript(this.redis, ADD_IF_KEY, 2, tenantKeys.keysByHash, liveStream(fn), keyHash, encoded)) as string | number;
+    const { keyHash, body } = o;
+    const fields: (string | Buffer)[] = ['d', encodeLiveJob(data, o.inputJson)];
+    if (body) fields.push('b', body);
+    if (keyHash === undefined) return (await this.redis.xadd(liveStream(fn), '*', ...fields)) as string;
+    const r = (await evalScript(this.redis, ADD_IF_KEY, 2, tenantKeys.keysByHash, liveStream(fn), keyHash, ...fields)) as string | number;
     if (r === 0 || r === 1) throw new KeyRejectedError(keyHash, r === 1 ? 'revoked' : 'unknown');
     return r as string;
   }

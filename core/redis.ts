@@ -39,7 +39,7 @@ function coalesceWrites(client: Redis): void {
  * Runs a Lua script by its SHA1 (EVALSHA), loading it with EVAL only when Redis does not have it
  * yet (first call, or after a restart): the script text is not sent on every request.
  */
-export async function evalScript(redis: Redis, script: string, numKeys: number, ...args: (string | number)[]): Promise<unknown> {
+export async function evalScript(redis: Redis, script: string, numKeys: number, ...args: (string | number | Buffer)[]): Promise<unknown> {
   let sha = shas.get(script);
   if (!sha) shas.set(script, (sha = createHash('sha1').update(script).digest('hex')));
   try {

@@ -122,7 +122,7 @@ export class Registry {
 }
 
 function sameSpec(m: Manifest, spec: DeploySpec): boolean {
-  const pick = (x: DeploySpec) => JSON.stringify([x.models, x.inputSchema, x.batching, x.scaling, x.timeoutMs, x.pricing, x.maxQueueLength]);
+  const pick = (x: DeploySpec) => JSON.stringify([x.models, x.inputSchema, x.batching, x.scaling, x.timeoutMs, x.pricing, x.maxQueueLength, x.binaryInput]);
   return pick(m) === pick(spec);
 }
 

@@ -13,7 +13,7 @@
 // backlog pending, to be taken over again.
 import type { Redis } from 'ioredis';
 import type { RunJobData } from '../core/contracts.ts';
-import { decodeLiveJob, ensureLiveGroup, finishLiveEntries, leaveLiveGroup, LIVE_GROUP, liveStream, type LiveOutcome } from '../core/live-queue.ts';
+import { claimLiveEntries, decodeLiveJob, ensureLiveGroup, finishLiveEntries, leaveLiveGroup, LIVE_GROUP, liveStream, readLiveEntries, type LiveEntry, type LiveOutcome } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
 
 /** How long one read waits for work before looking again (bounds how long a drain waits for the reader). */
@@ -37,7 +37,8 @@ export interface LiveConsumerOptions {
   log: Logger;
 }
 
-type Entry = [id: string, fields: string[]];
+// Entries are read as Buffers (LiveEntry). Any replica may read a binary body: one whose version
+// has no binaryInput answers it 400 through its schema.
 
 export class LiveConsumer {
   private readonly stream: string;
@@ -54,7 +55,7 @@ export class LiveConsumer {
   /** Finishing calls under way (drain waits for them). */
   private readonly flushes = new Set<Promise<void>>();
   /** Taken over from silent replicas, held (and kept) by this one, run before anything new. */
-  private backlog: { id: string; fields: string[]; deliveries: number }[] = [];
+  private backlog: { id: string; fields: Buffer[]; deliveries: number }[] = [];
   /** Where the scan for silent replicas' entries goes on from (it covers the pending list in steps). */
   private claimCursor = '0-0';
 
@@ -117,9 +118,9 @@ export class LiveConsumer {
         await new Promise<void>((resolve) => (this.slotFreed = resolve));
         continue;
       }
-      let res: [string, Entry[]][] | null;
+      let entries: LiveEntry[];
       try {
-        res = (await this.reader!.xreadgroup('GROUP', LIVE_GROUP, this.o.consumer, 'COUNT', this.o.concurrency - this.active, 'BLOCK', BLOCK_MS, 'STREAMS', this.stream, '>')) as [string, Entry[]][] | null;
+        entries = await readLiveEntries(this.reader!, this.o.fn, this.o.consumer, this.o.concurrency - this.active, BLOCK_MS);
       } catch (err) {
         if (this.stopped) return;
         const message = (err as Error).message;
@@ -132,17 +133,15 @@ export class LiveConsumer {
         continue;
       }
       // Entries read while stopping are run all the same: they are this replica's now.
-      for (const [, entries] of res ?? []) {
-        for (const [id, fields] of entries) {
-          this.held.add(id);
-          this.launch(id, fields, 1);
-        }
+      for (const [id, fields] of entries) {
+        this.held.add(id);
+        this.launch(id, fields, 1);
       }
     }
   }
 
   /** Runs an entry this replica holds (it is in `held`). */
-  private launch(id: string, fields: string[], deliveries: number): void {
+  private launch(id: string, fields: Buffer[], deliveries: number): void {
     let data: RunJobData | undefined;
     try {
       data = decodeLiveJob(fields);
@@ -232,9 +231,9 @@ export class LiveConsumer {
   private async tend(): Promise<void> {
     if (this.held.size) await this.o.redis.xclaim(this.stream, LIVE_GROUP, this.o.consumer, 0, ...this.held, 'JUSTID');
     if (this.stopped || this.backlog.length >= this.o.concurrency) return;
-    const [next, claimed] = (await this.o.redis.xautoclaim(this.stream, LIVE_GROUP, this.o.consumer, this.o.lockMs, this.claimCursor, 'COUNT', this.o.concurrency)) as [string, (Entry | null)[]];
+    const [next, claimed] = await claimLiveEntries(this.o.redis, this.o.fn, this.o.consumer, this.o.lockMs, this.claimCursor, this.o.concurrency);
     this.claimCursor = next;
-    const fresh = claimed.filter((e): e is Entry => e !== null && !this.held.has(e[0]));
+    const fresh = claimed.filter(([id]) => !this.held.has(id));
     if (!fresh.length) return;
     for (const [id] of fresh) this.held.add(id);
     const pipe = this.o.redis.pipeline();

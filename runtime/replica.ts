@@ -7,7 +7,7 @@ import { PerformanceObserver } from 'node:perf_hooks';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Queue, Worker } from 'bullmq';
-import { decodeLiveJob, finishLiveEntries, leaveLiveGroup, LIVE_GROUP, liveStream, type LiveOutcome } from '../core/live-queue.ts';
+import { decodeLiveJob, finishLiveEntries, leaveLiveGroup, readLiveEntries, type LiveEntry, type LiveOutcome } from '../core/live-queue.ts';
 import { LiveConsumer } from './live-consumer.ts';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
@@ -362,10 +362,9 @@ export class Replica {
       return this.deliver(jobId, data, { rid: data.rid, status: 503, replica: this.o.id, timing: unrunTiming(Date.now() - data.enq) }, body, false);
     };
     // Live requests: read them all as this replica, answer, acknowledge.
-    const stream = liveStream(name);
     for (;;) {
-      const res = (await this.o.redis.xreadgroup('GROUP', LIVE_GROUP, this.o.id, 'COUNT', 1000, 'STREAMS', stream, '>').catch(() => null)) as [string, [string, string[]][]][] | null;
-      const entries = res?.[0]?.[1] ?? [];
+      // A few at a time: an entry may carry megabytes of binary body.
+      const entries = await readLiveEntries(this.o.redis, name, this.o.id, 32).catch((): LiveEntry[] => []);
       if (!entries.length) break;
       const finished: { id: string; outcome?: LiveOutcome }[] = [];
       for (const [entry, fields] of entries) {

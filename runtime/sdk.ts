@@ -1,6 +1,6 @@
 // The `embers` package: what a handler file imports. Everything here ends up in user bundles,
 // so it stays free of Node-only and native imports.
-import type { z } from 'zod';
+import { z } from 'zod';
 import type { Feeds, Tensor } from '../native/tensor.ts';
 
 export { tensor } from '../native/tensor.ts';
@@ -60,6 +60,15 @@ export interface HandlerContext<M extends string = string> extends SetupContext<
   readonly signal: AbortSignal;
 }
 
+/**
+ * A schema for a field that takes bytes: a binary request body (`binaryInput`) arrives as a
+ * Uint8Array (a Node Buffer).
+ * @example input: z.object({ image: z.union([z.string().min(1), bytes()]) }), binaryInput: 'image'
+ */
+export function bytes(): z.ZodType<Uint8Array> {
+  return z.instanceof(Uint8Array, { message: 'expected bytes (a binary request body)' });
+}
+
 export class HandlerError extends Error {
   /**
    * Throw from a handler to answer with a 4xx the caller can act on.
@@ -86,6 +95,14 @@ export interface FunctionOptions<S extends z.ZodType, M extends string, O> {
   models?: Record<M, string>;
   /** zod schema of the request body; invalid input is answered with 400 before the handler runs. */
   input: S;
+  /**
+   * The input field a binary request body fills: a request whose Content-Type is not JSON (say
+   * `image/png`) arrives as `{ [binaryInput]: <the body's bytes, a Uint8Array> }`, with no base64
+   * and no JSON on the way. The field's schema must accept a Uint8Array (`bytes()`), and may
+   * accept a base64 string too for JSON callers. Unset: every body is parsed as JSON.
+   * @example binaryInput: 'image'
+   */
+  binaryInput?: string;
   /** @default { maxBatchSize: 16, maxDelayMs: 4 } */
   batching?: BatchingOptions;
   /** @default { minReplicas: 0, maxReplicas: 4, idleTimeoutS: 300, targetConcurrency: 32 } */

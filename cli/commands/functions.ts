@@ -34,7 +34,7 @@ export function functionsCommand(): Command {
         endpoint: string;
         versions: { version: string; createdAt: string }[];
         replicas: ReplicaView[];
-        manifest: { models: Record<string, string>; scaling: Record<string, number> };
+        manifest: { models: Record<string, string>; scaling: Record<string, number>; binaryInput?: string };
         scale: { desired: number; inFlight: number; ready: number; reason: string } | null;
         coldStarts: ({ replica: string; at: string } & Record<string, number | string>)[];
       }>(
@@ -45,6 +45,7 @@ export function functionsCommand(): Command {
       const out = process.stdout;
       out.write(`${fn.name}  active ${fn.active}  ${fn.endpoint}\n`);
       for (const [h, uri] of Object.entries(fn.manifest.models)) out.write(`  model ${h}: ${uri}\n`);
+      if (fn.manifest.binaryInput) out.write(`  takes bytes: a body with a non-JSON Content-Type is its "${fn.manifest.binaryInput}"\n`);
       out.write(`versions: ${fn.versions.map((v) => v.version).join(', ')}\n`);
       const sc = fn.manifest.scaling;
       out.write(`scaling: min ${sc.minReplicas}, max ${sc.maxReplicas}, target ${sc.targetConcurrency} in flight per replica, idle ${sc.idleTimeoutS} s\n`);

@@ -2,6 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { Command } from 'commander';
 import { errorMessage } from '../client.ts';
 import { CliError } from '../errors.ts';
+import { isJsonType } from '../../core/contracts.ts';
 import { clientFrom, withConnection } from './common.ts';
 
 export function runCommand(): Command {
@@ -11,23 +12,21 @@ export function runCommand(): Command {
       .argument('<name>', 'function name')
       .option('-d, --data <json>', 'input as JSON text')
       .option('-f, --file <path>', 'input from a JSON file ("-" for stdin)')
+      .option('-b, --binary <path>', "send this file's bytes as the body (a function with binaryInput, e.g. ocr and a PNG)")
+      .option('--content-type <type>', 'with --binary: the Content-Type sent (default: from the file extension)')
       .option('-v, --verbose', 'print the request id and Server-Timing to stderr')
       .option('--async', 'queue it and print the job id at once (follow with `embers jobs show <id> --wait`)')
       .option('--webhook <url>', 'with --async: POST the finished job here (signed; see GET /v1/webhooks/secret)'),
-  ).action(async (name: string, opts: { url?: string; key?: string; data?: string; file?: string; verbose?: boolean; async?: boolean; webhook?: string }) => {
+  ).action(async (name: string, opts: RunOptions) => {
     if (opts.webhook && !opts.async) throw new CliError('--webhook needs --async', 2);
-    if (opts.data === undefined && opts.file === undefined) throw new CliError('give the input with --data \'{"…":…}\' or --file input.json', 2);
-    const text = opts.data ?? (opts.file === '-' ? await readStdin() : await readFile(opts.file!, 'utf8').catch(() => {
-      throw new CliError(`cannot read ${opts.file}`, 2);
-    }));
-    try {
-      JSON.parse(text);
-    } catch (err) {
-      throw new CliError(`input is not valid JSON: ${(err as Error).message}`, 2);
+    if ([opts.data, opts.file, opts.binary].filter((x) => x !== undefined).length !== 1) {
+      throw new CliError('give the input with one of --data \'{"…":…}\', --file input.json or --binary photo.png', 2);
     }
+    if (opts.contentType !== undefined && opts.binary === undefined) throw new CliError('--content-type goes with --binary', 2);
+    const { body, type } = opts.binary !== undefined ? await binaryBody(opts.binary, opts.contentType) : { body: await jsonBody(opts), type: 'application/json' };
     const query = opts.webhook ? `?webhook=${encodeURIComponent(opts.webhook)}` : '';
-    const headers: Record<string, string> = { 'content-type': 'application/json', ...(opts.async ? { prefer: 'respond-async' } : {}) };
-    const res = await clientFrom(opts).request('POST', `/v1/run/${encodeURIComponent(name)}${query}`, text, headers);
+    const headers: Record<string, string> = { 'content-type': type, ...(opts.async ? { prefer: 'respond-async' } : {}) };
+    const res = await clientFrom(opts).request('POST', `/v1/run/${encodeURIComponent(name)}${query}`, body, headers);
     if (opts.verbose) process.stderr.write(`request id ${res.headers.get('x-request-id')}  server-timing ${res.headers.get('server-timing') ?? '-'}\n`);
     if (res.status >= 400) throw new CliError(`${name} → ${res.status}: ${errorMessage(res.data)}`);
     if (opts.async) {
@@ -38,8 +37,60 @@ export function runCommand(): Command {
   });
 }
 
+interface RunOptions {
+  url?: string;
+  key?: string;
+  data?: string;
+  file?: string;
+  binary?: string;
+  contentType?: string;
+  verbose?: boolean;
+  async?: boolean;
+  webhook?: string;
+}
+
+async function jsonBody(opts: RunOptions): Promise<string> {
+  const text = opts.data ?? (opts.file === '-' ? await readStdin() : await readFile(opts.file!, 'utf8').catch(() => {
+    throw new CliError(`cannot read ${opts.file}`, 2);
+  }));
+  try {
+    JSON.parse(text);
+  } catch (err) {
+    throw new CliError(`input is not valid JSON: ${(err as Error).message}`, 2);
+  }
+  return text;
+}
+
+/** Content-Types by file extension, for --binary; anything else is application/octet-stream. */
+const TYPES: Record<string, string> = {
+  png: 'image/png',
+  jpg: 'image/jpeg',
+  jpeg: 'image/jpeg',
+  webp: 'image/webp',
+  gif: 'image/gif',
+  wav: 'audio/wav',
+  mp3: 'audio/mpeg',
+  flac: 'audio/flac',
+  ogg: 'audio/ogg',
+  pdf: 'application/pdf',
+};
+
+async function binaryBody(path: string, contentType: string | undefined): Promise<{ body: Uint8Array; type: string }> {
+  const body = path === '-' ? await readStdinBytes() : await readFile(path).catch(() => {
+    throw new CliError(`cannot read ${path}`, 2);
+  });
+  if (body.length === 0) throw new CliError(`${path === '-' ? 'stdin' : path} is empty`, 2);
+  const type = contentType ?? TYPES[/\.([^./]+)$/.exec(path)?.[1]?.toLowerCase() ?? ''] ?? 'application/octet-stream';
+  if (isJsonType(type)) throw new CliError(`--content-type ${type} is read as JSON; use --data or --file for JSON, or a type such as application/octet-stream for bytes`, 2);
+  return { body, type };
+}
+
+async function readStdinBytes(): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks);
+}
+
 async function readStdin(): Promise<string> {
-  let s = '';
-  for await (const chunk of process.stdin) s += chunk;
-  return s;
+  return (await readStdinBytes()).toString('utf8');
 }

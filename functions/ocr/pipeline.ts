@@ -33,10 +33,10 @@ export interface OcrLine {
   box: Quad;
 }
 
-/** Base64 (optionally a data: URL) → RGB pixels; anything undecodable is the caller's 400. */
-export async function decodeInput(image: string): Promise<RgbImage> {
-  const bytes = base64Bytes(image);
-  if (bytes.length === 0) throw new HandlerError(400, 'image is not a decodable PNG or JPEG: the base64 decodes to no bytes');
+/** Base64 (optionally a data: URL) or the file's bytes → RGB pixels; anything undecodable is the caller's 400. */
+export async function decodeInput(image: string | Uint8Array): Promise<RgbImage> {
+  const bytes = typeof image === 'string' ? base64Bytes(image) : image;
+  if (bytes.length === 0) throw new HandlerError(400, `image is not a decodable PNG or JPEG: ${typeof image === 'string' ? 'the base64 decodes to' : 'the body has'} no bytes`);
   try {
     return await decodeImage(bytes);
   } catch (err) {

@@ -102,6 +102,7 @@ function describeVersion(m: Manifest) {
     scaling: m.scaling,
     timeoutMs: m.timeoutMs,
     inputSchema: m.inputSchema,
+    ...(m.binaryInput ? { binaryInput: m.binaryInput } : {}),
     bundle: m.bundle,
   };
 }

@@ -1,11 +1,11 @@
 // POST /v1/run/:name — validate, enqueue on the function's queue, wait for the reply.
 import { randomUUID } from 'node:crypto';
-import { Hono } from 'hono';
+import { Hono, type Context } from 'hono';
 import { limitBody } from '../middleware/body-limit.ts';
-import { FUNCTION_NAME, keys, type ColdStartPhases, type RunJobData } from '../../core/contracts.ts';
+import { FUNCTION_NAME, isJsonType, keys, type ColdStartPhases, type RunJobData } from '../../core/contracts.ts';
 import { JobStore } from '../../core/jobs.ts';
 import { describeErrors } from '../../core/validate.ts';
-import { ApiError, readJsonText } from '../errors.ts';
+import { ApiError, readBytes, readJsonText } from '../errors.ts';
 import { acquireSlot, checkRate } from '../quotas.ts';
 import type { GatewayEnv, GatewayDeps } from '../app.ts';
 import { canAccess, type AuthContext } from '../../core/tenants.ts';
@@ -32,17 +32,19 @@ export function runRoutes(deps: GatewayDeps) {
       requireScope(c, 'run');
       const failure = functions.startFailure(name);
       if (failure) throw new ApiError(503, 'replica_start_failed', `${name} cannot start right now: ${failure.phase} failed: ${failure.message}`);
-      const { value: input, text: inputJson } = await readJsonText(c);
-      if (!fn.validate(input)) {
-        throw new ApiError(400, 'invalid_input', `input does not match the schema of ${name}: ${describeErrors(fn.validate)}`, fn.validate.errors);
+      const { input, inputJson, body: bytes, raw } = await readInput(c, name, fn.manifest.binaryInput);
+      if (raw === undefined && !fn.validate(input)) {
+        const binary = fn.manifest.binaryInput;
+        const hint = binary ? ` (to send "${binary}" as bytes, make them the body, with their own Content-Type)` : '';
+        throw new ApiError(400, 'invalid_input', `input does not match the schema of ${name}: ${describeErrors(fn.validate)}${hint}`, fn.validate.errors);
       }
       const enq = Date.now();
       const auth = c.get('auth');
       await checkRate(deps.redis, auth);
       await deps.queueDepth.check(name, fn.manifest.maxQueueLength ?? 10_000);
-      const bill = { t: fn.tenant, k: auth.keyId, bin: Number(c.req.header('content-length') ?? 0) || 0 };
+      const bill = { t: fn.tenant, k: auth.keyId, bin: bytes?.length ?? (Number(c.req.header('content-length') ?? 0) || 0) };
       if (/\brespond-async\b/i.test(c.req.header('prefer') ?? '')) {
-        const job = await enqueueAsync(deps, name, { rid, input, enq, ...bill }, inputJson, auth, webhookOf(c.req.query('webhook') ?? c.req.header('embers-webhook')));
+        const job = await enqueueAsync(deps, name, { rid, input, raw, enq, ...bill }, { inputJson, body: bytes }, auth, webhookOf(c.req.query('webhook') ?? c.req.header('embers-webhook')));
         const url = `${new URL(c.req.url).origin}/v1/jobs/${job}`;
         c.header('location', url);
         c.header('preference-applied', 'respond-async');
@@ -50,14 +52,14 @@ export function runRoutes(deps: GatewayDeps) {
       }
       if (!replies.listening) throw new ApiError(503, 'unavailable', 'this gateway is reconnecting to Redis and cannot receive replies yet; retry shortly');
       // Time in the queue (cold starts included) and handler time are bounded separately.
-      const data: RunJobData = { rid, id: randomUUID(), gw: gatewayId, input, enq, deadline: enq + deps.queueTimeoutMs, ...bill };
+      const data: RunJobData = { rid, id: randomUUID(), gw: gatewayId, input, raw, enq, deadline: enq + deps.queueTimeoutMs, ...bill };
       const release = await acquireSlot(deps.redis, auth, rid, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS);
       const wait = replies.expect(rid, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS);
       metrics.inflight.inc();
       let entry: string | undefined;
       let reply;
       try {
-        entry = await live.add(name, data, { keyHash: auth.verifyHash, inputJson });
+        entry = await live.add(name, data, { keyHash: auth.verifyHash, inputJson, body: bytes });
         deps.wake(name);
         reply = await wait;
       } catch (err) {
@@ -94,12 +96,43 @@ export function runRoutes(deps: GatewayDeps) {
   return app;
 }
 
+/**
+ * The run's input. A JSON body is parsed (its text is queued as it came); a function with
+ * `binaryInput` takes any other Content-Type as bytes, queued beside an input of `{}` that the
+ * replica completes with them (`raw` names the field).
+ */
+async function readInput(c: Context<GatewayEnv>, name: string, binaryInput: string | undefined): Promise<{ input: unknown; inputJson: string; body?: Buffer; raw?: string }> {
+  const type = c.req.header('content-type');
+  if (binaryInput !== undefined && !isJsonType(type)) {
+    if (/^\s*multipart\//i.test(type!)) {
+      throw new ApiError(415, 'unsupported_media_type', `${name} takes its "${binaryInput}" as the whole body with the file's own Content-Type (e.g. curl --data-binary @photo.png -H 'content-type: image/png'), not as a ${type!.split(';')[0]} form`);
+    }
+    const body = await readBytes(c);
+    if (body.length === 0) throw new ApiError(400, 'invalid_input', `request body is empty; send the bytes for ${name}'s "${binaryInput}" (Content-Type ${type})`);
+    return { input: {}, inputJson: '{}', body, raw: binaryInput };
+  }
+  try {
+    const { value, text } = await readJsonText(c);
+    return { input: value, inputJson: text };
+  } catch (err) {
+    if (!(err instanceof ApiError) || err.code !== 'invalid_json') throw err;
+    // Say what the caller likely meant rather than only quote the parser.
+    if (!isJsonType(type)) {
+      throw new ApiError(415, 'unsupported_media_type', `${name} takes JSON bodies (Content-Type application/json), not ${type}; a function takes binary bodies when its definition sets binaryInput`);
+    }
+    if (binaryInput !== undefined) {
+      throw new ApiError(400, 'invalid_json', `${err.message}; to send ${name}'s "${binaryInput}" as bytes instead, give the body its own Content-Type (e.g. image/png or application/octet-stream; curl -d sends application/x-www-form-urlencoded, read as JSON)`);
+    }
+    throw err;
+  }
+}
+
 /** Queues an async run: its record first (so GET never misses it), then the job itself. */
-async function enqueueAsync(deps: GatewayDeps, name: string, data: RunJobData, inputJson: string, auth: AuthContext, webhook: string | undefined): Promise<string> {
+async function enqueueAsync(deps: GatewayDeps, name: string, data: RunJobData, payload: { inputJson: string; body?: Buffer }, auth: AuthContext, webhook: string | undefined): Promise<string> {
   const id = JobStore.newId();
   try {
     await deps.jobs.create({ id, fn: name, tenant: data.t!, key: auth.keyId, webhook });
-    await deps.live.add(name, { ...data, job: id }, { keyHash: auth.verifyHash, inputJson });
+    await deps.live.add(name, { ...data, job: id }, { keyHash: auth.verifyHash, ...payload });
   } catch (err) {
     await deps.redis.del(keys.job(id)).catch(() => 0);
     if (err instanceof KeyRejectedError) throw keyRejected(deps, err, auth.keyId);

@@ -80,13 +80,24 @@ describe('embers CLI', () => {
     await writeFile(path.join(tmp, 'plain.ts'), 'export default { name: "plain" };\n');
     await writeFile(path.join(tmp, 'badname.ts'), `import { defineFunction } from 'embers';\nimport { z } from 'zod';\nexport default defineFunction({ name: 'Bad_Name', input: z.object({}), handler: () => 1 });\n`);
     await writeFile(path.join(tmp, 'nomodel.ts'), `import { defineFunction } from 'embers';\nimport { z } from 'zod';\nexport default defineFunction({ name: 'nomodel', models: { m: './missing.onnx' }, input: z.object({}), handler: () => 1 });\n`);
+    await writeFile(path.join(tmp, 'nofield.ts'), `import { bytes, defineFunction, z } from 'embers';\nexport default defineFunction({ name: 'nofield', input: z.object({ data: bytes() }), binaryInput: 'photo', handler: () => 1 });\n`);
+    await writeFile(path.join(tmp, 'notbytes.ts'), `import { defineFunction, z } from 'embers';\nexport default defineFunction({ name: 'notbytes', input: z.object({ data: z.string() }), binaryInput: 'data', handler: () => 1 });\n`);
+    await writeFile(path.join(tmp, 'needs.ts'), `import { bytes, defineFunction, z } from 'embers';\nexport default defineFunction({ name: 'needs', input: z.object({ data: bytes(), lang: z.enum(['en', 'de']) }), binaryInput: 'data', handler: () => 1 });\n`);
+    await writeFile(path.join(tmp, 'pixel.gif'), 'GIF89a');
     const cases: [string[], number, RegExp, Record<string, string>?][] = [
       [['deploy', 'nope.ts'], 2, /no such file: nope\.ts/],
+      [['deploy', 'nofield.ts'], 1, /binaryInput "photo" is not a field of the input schema \(its fields: data\)/],
+      [['deploy', 'notbytes.ts'], 1, /binaryInput "data": the input schema does not accept bytes there/],
+      [['deploy', 'needs.ts'], 1, /binaryInput "data": a binary request body fills only "data", but the input schema also requires lang; make those \.optional\(\)/],
+      [['run', 'slow', '--binary', 'pixel.gif'], 1, /415: slow takes JSON bodies \(Content-Type application\/json\), not image\/gif/],
+      [['run', 'echo', '--binary', 'missing.png'], 2, /cannot read missing\.png/],
+      [['run', 'echo', '--data', '{}', '--binary', 'pixel.gif'], 2, /one of --data/],
+      [['run', 'echo', '--data', '{}', '--content-type', 'image/png'], 2, /--content-type goes with --binary/],
       [['deploy', 'syntax.ts'], 1, /cannot bundle .*syntax\.ts/],
       [['deploy', 'plain.ts'], 1, /no default export made with defineFunction/],
       [['deploy', 'badname.ts'], 1, /name: function names are 1-63 lower-case/],
       [['deploy', 'nomodel.ts'], 1, /model file "\.\/missing\.onnx" not found/],
-      [['run', 'echo'], 2, /give the input with --data/],
+      [['run', 'echo'], 2, /give the input with one of --data/],
       [['run', 'echo', '--data', '{oops'], 2, /input is not valid JSON/],
       [['run', 'no-such-fn', '--data', '{}'], 1, /404: no function named "no-such-fn"/],
       [['functions', 'show', 'ghost'], 1, /404: no function named "ghost"/],
@@ -105,6 +116,33 @@ describe('embers CLI', () => {
       assert.match(r.stderr, message, `embers ${args.join(' ')}`);
       assert.doesNotMatch(r.stderr, /^\s+at /m, 'no stack trace for a user mistake');
     }
+  });
+
+  it('sends a file as a binary body to a function with binaryInput', async () => {
+    await writeFile(path.join(tmp, 'bytes.ts'), `import { bytes, defineFunction, z } from 'embers';
+export default defineFunction({
+  name: 'bytes',
+  input: z.object({ data: bytes().refine((b) => b.length > 0, 'no bytes'), note: z.string().default('none') }),
+  binaryInput: 'data',
+  handler: ({ data, note }) => ({ n: data.length, hash: data.reduce((h, b) => (h * 31 + b) >>> 0, 0), note }),
+});
+`);
+    const dep = await embers(['deploy', 'bytes.ts']);
+    assert.equal(dep.code, 0, dep.stderr);
+    assert.match((await embers(['functions', 'show', 'bytes'])).stdout, /takes bytes: a body with a non-JSON Content-Type is its "data"/);
+    // Every byte value, so nothing on the way may read the body as text; small (it arrives with
+    // the headers) and large (it streams in after them).
+    for (const n of [512, 700_001]) {
+      const bytes = Buffer.from(Array.from({ length: n }, (_, i) => (i * 7 + 255) % 256));
+      await writeFile(path.join(tmp, 'all.bin'), bytes);
+      const res = await embers(['run', 'bytes', '--binary', 'all.bin', '-v']);
+      assert.equal(res.code, 0, res.stderr);
+      assert.deepEqual(JSON.parse(res.stdout), { n, hash: bytes.reduce((h, b) => (h * 31 + b) >>> 0, 0), note: 'none' });
+    }
+    // Bytes never come in JSON: the gateway refuses the field there, and says how to send it.
+    const json = await embers(['run', 'bytes', '--data', '{"data":"x"}']);
+    assert.equal(json.code, 1);
+    assert.match(json.stderr, /400: input does not match the schema of bytes: \/data .*to send "data" as bytes, make them the body/);
   });
 
   it('deploys the shipped echo function through the CLI and calls it', async () => {

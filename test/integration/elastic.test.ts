@@ -92,11 +92,14 @@ describe('cold starts', () => {
 
 describe('faults', () => {
   it('a replica that cannot start is reported with its phase and error, and callers get a 503', async () => {
-    const res = await run('broken', {});
-    assert.equal(res.status, 503);
-    const err = ((await res.json()) as { error: { code: string; message: string } }).error;
-    assert.equal(err.code, 'replica_start_failed');
-    assert.match(err.message, /setup failed: the license server is unreachable/);
+    // Both wait for the cold start: the failing replica answers what waits, a binary body too.
+    const bytes = p.fetch('/v1/run/broken', { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: new Uint8Array([0xff, 0xfe, 0x00, 0x80]) });
+    for (const res of [await run('broken', {}), await bytes]) {
+      assert.equal(res.status, 503);
+      const err = ((await res.json()) as { error: { code: string; message: string } }).error;
+      assert.equal(err.code, 'replica_start_failed');
+      assert.match(err.message, /setup failed: the license server is unreachable/);
+    }
     const { coldStarts } = (await view('broken')) as unknown as { coldStarts: { error?: { phase: string; message: string } }[] };
     assert.deepEqual(coldStarts[0].error, { phase: 'setup', message: 'the license server is unreachable' });
   });

@@ -65,6 +65,28 @@ describe('run', () => {
     }
   });
 
+  it('ocr takes the image itself as the body (binaryInput), sync and async, reading what the base64 JSON reads', async () => {
+    const png = await textImage(['FIRST LINE 11', 'SECOND LINE 22']);
+    const jpeg = await sharp(png).jpeg({ quality: 90 }).toBuffer();
+    const viaJson = await (await run('ocr', { image: png.toString('base64') })).json();
+    for (const [type, bytes] of [['image/png', png], ['image/jpeg; charset=binary', jpeg], ['application/octet-stream', png]] as const) {
+      const res = await p.fetch('/v1/run/ocr', { method: 'POST', headers: { 'content-type': type }, body: new Uint8Array(bytes) });
+      assert.equal(res.status, 200, await res.clone().text());
+      const out = (await res.json()) as { lines: { text: string }[] };
+      if (bytes === png) assert.deepEqual(out, viaJson, type);
+      else assert.ok(out.lines.some((l) => squash(l.text).includes('SECONDLINE22')), JSON.stringify(out));
+    }
+    const queued = await p.fetch('/v1/run/ocr', { method: 'POST', headers: { 'content-type': 'image/png', prefer: 'respond-async' }, body: new Uint8Array(png) });
+    assert.equal(queued.status, 202);
+    const { id } = (await queued.json()) as { id: string };
+    const job = await eventually(async () => {
+      const j = (await (await p.fetch(`/v1/jobs/${id}`)).json()) as { status: string; output?: unknown; error?: unknown };
+      return ['succeeded', 'failed'].includes(j.status) && j;
+    }, 'the async binary run to finish');
+    assert.equal(job.status, 'succeeded', JSON.stringify(job.error));
+    assert.deepEqual(job.output, viaJson);
+  });
+
   it('concurrent requests share batches, as the replica counts them', async () => {
     const before = await ocrModelStats();
     const results = await Promise.all(Array.from({ length: 24 }, () => run('ocr', { image: helloPng })));
@@ -123,6 +145,11 @@ describe('bad input gets a clear 4xx and the JSON error contract', () => {
     ['fields that fail the schema', () => run('ocr', { picture: 'x' }), 400, 'invalid_input'],
     ['wrong type', () => run('ocr', { image: 42 }), 400, 'invalid_input'],
     ['base64 that is not an image', () => run('ocr', { image: Buffer.from('definitely not a png').toString('base64') }), 400, 'invalid_input'],
+    ['a binary body that is not an image', () => run('ocr', 'definitely not a png', { 'content-type': 'image/png' }), 400, 'invalid_input'],
+    ['an empty binary body', () => run('ocr', '', { 'content-type': 'image/png' }), 400, 'invalid_input'],
+    ['a binary body to a function that takes JSON only', () => run('echo', 'GIF89a', { 'content-type': 'image/gif' }), 415, 'unsupported_media_type'],
+    ['a multipart form to a function that takes bytes', () => run('ocr', '--x\r\n\r\n--x--', { 'content-type': 'multipart/form-data; boundary=x' }), 415, 'unsupported_media_type'],
+    ['bytes without a Content-Type of their own (curl -d)', () => run('ocr', 'GIF89a', { 'content-type': 'application/x-www-form-urlencoded' }), 400, 'invalid_json'],
     ['a body over the limit', () => run('echo', { blob: 'x'.repeat(600 * 1024) }), 413, 'too_large'],
     ['an unknown function', () => run('no-such-fn', {}), 404, 'function_not_found'],
     ['a function name that could escape its key space', () => run('..%2F..%2Fetc', {}), 404, 'function_not_found'],

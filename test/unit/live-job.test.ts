@@ -5,6 +5,8 @@ import { decodeLiveJob, encodeLiveJob } from '../../core/live-queue.ts';
 import { hourKey, hourOf, type UsageRecord } from '../../core/usage.ts';
 
 describe('live job encoding', () => {
+  // Replicas read stream entries as Buffers.
+  const fields = (...xs: string[]) => xs.map((x) => Buffer.from(x));
   const data = (input: unknown): RunJobData => ({ rid: 'r-1', id: 'u-1', gw: 'gw-1', input, enq: 1_700_000_000_000, deadline: 1_700_000_030_000, t: 'default', k: 'default', bin: 12 });
 
   it('splices the body text in as the input: the replica parses what the gateway parsed', () => {
@@ -18,10 +20,21 @@ describe('live job encoding', () => {
     ];
     for (const text of bodies) {
       const input = JSON.parse(text);
-      const decoded = decodeLiveJob(['d', encodeLiveJob(data(input), text)]);
+      const decoded = decodeLiveJob(fields('d', encodeLiveJob(data(input), text)));
       assert.deepEqual(decoded, data(input), text);
-      assert.deepEqual(decoded, decodeLiveJob(['d', encodeLiveJob(data(input))]), text);
+      assert.deepEqual(decoded, decodeLiveJob(fields('d', encodeLiveJob(data(input)))), text);
     }
+  });
+
+  it('sets a binary body (field b, read as a Buffer) as the input field data.raw names', () => {
+    const bytes = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0xff, 0x00, 0xc3]);
+    const fields = [Buffer.from('d'), Buffer.from(encodeLiveJob({ ...data({}), raw: 'image' }, '{}')), Buffer.from('b'), bytes];
+    const decoded = decodeLiveJob(fields);
+    assert.deepEqual(decoded, { ...data({ image: bytes }), raw: 'image' });
+    assert.ok(Buffer.isBuffer((decoded!.input as { image: unknown }).image), 'the bytes as they came, not text');
+    // Entries read as Buffers decode like strings; an entry whose body is missing is unreadable.
+    assert.deepEqual(decodeLiveJob([Buffer.from('d'), Buffer.from(encodeLiveJob(data({ a: 1 })))]), data({ a: 1 }));
+    assert.equal(decodeLiveJob(fields.slice(0, 2)), undefined);
   });
 
   it('without the text, stringifies the input', () => {
