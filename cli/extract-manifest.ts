@@ -27,8 +27,10 @@ function checkBinaryInput(input: z.ZodType, field: string, jsonSchema: object): 
   const { properties, required } = jsonSchema as { properties?: object; required?: string[] };
   const fields = Object.keys(properties ?? {});
   const probe = input.safeParse({ [field]: Buffer.from([1]) });
-  // A field of the object, or (a union of objects, say) one the schema takes bytes in.
-  if (!fields.includes(field) && !probe.success) {
+  // A field of the object, or (a union of objects, say) one the schema takes bytes in and keeps:
+  // an object schema strips a key it does not know, and would run on its defaults.
+  const kept = probe.success && (probe.data as Record<string, unknown> | null)?.[field] instanceof Uint8Array;
+  if (!fields.includes(field) && !kept) {
     throw new ManifestError(`binaryInput "${field}" is not a field of the input schema (its fields: ${fields.join(', ') || 'none'}); name the field a binary request body fills`);
   }
   const issues = probe.success ? [] : probe.error.issues.filter((i) => i.path[0] === field && (i.code === 'invalid_type' || i.code === 'invalid_union'));

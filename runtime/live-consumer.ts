@@ -38,7 +38,7 @@ export interface LiveConsumerOptions {
 }
 
 // Entries are read as Buffers (LiveEntry). Any replica may read a binary body: one whose version
-// has no binaryInput answers it 400 through its schema.
+// does not take bytes in that field answers it 415 (runtime/replica.ts).
 
 export class LiveConsumer {
   private readonly stream: string;
@@ -231,7 +231,7 @@ export class LiveConsumer {
   private async tend(): Promise<void> {
     if (this.held.size) await this.o.redis.xclaim(this.stream, LIVE_GROUP, this.o.consumer, 0, ...this.held, 'JUSTID');
     if (this.stopped || this.backlog.length >= this.o.concurrency) return;
-    const [next, claimed] = await claimLiveEntries(this.o.redis, this.o.fn, this.o.consumer, this.o.lockMs, this.claimCursor, this.o.concurrency);
+    const [next, claimed] = await claimLiveEntries(this.o.redis, this.o.fn, this.o.consumer, this.o.lockMs, this.claimCursor, this.o.concurrency - this.backlog.length);
     this.claimCursor = next;
     const fresh = claimed.filter(([id]) => !this.held.has(id));
     if (!fresh.length) return;

@@ -57,11 +57,14 @@ async function stop(signal: string) {
   process.exit(0);
 }
 process.on('SIGTERM', () => void stop('SIGTERM'));
-// A terminal's Ctrl-C reaches the whole process group. A replica forked by an agent leaves the
-// stopping to it: the agent stops its replicas after the gateway has answered what it accepted.
-process.on('SIGINT', () => {
-  if (!process.connected) void stop('SIGINT');
-});
+// A terminal's Ctrl-C (SIGINT), and its closing (SIGHUP), reach the whole process group. A
+// replica forked by an agent leaves the stopping to it: the agent stops its replicas after the
+// gateway has answered what it accepted.
+for (const signal of ['SIGINT', 'SIGHUP'] as const) {
+  process.on(signal, () => {
+    if (!process.connected) void stop(signal);
+  });
+}
 // IPC channel closes when the agent dies: do not outlive it.
 process.on('disconnect', () => void stop('agent gone'));
 

@@ -531,7 +531,12 @@ export class Replica {
         log().error({ crashes }, 'poison request answered without running');
       } else {
         const parsed = (this.def.input as z.ZodType).safeParse(input);
-        if (!parsed.success) {
+        if (data.raw !== undefined && data.raw !== this.o.manifest.binaryInput) {
+          // Bytes queued for a version that took them, run by one that does not (a rollout):
+          // its schema would strip the field and run on defaults.
+          status = 415;
+          body = JSON.stringify(errorBody('unsupported_media_type', `${this.o.manifest.name} version ${this.o.manifest.version} takes ${this.o.manifest.binaryInput ? `bytes as its "${this.o.manifest.binaryInput}"` : 'JSON bodies only'}, and the bytes were sent for "${data.raw}" (a new version became active meanwhile); send the request again`));
+        } else if (!parsed.success) {
           status = 400;
           body = JSON.stringify(errorBody('invalid_input', `input does not match the schema of ${this.o.manifest.name}: ${z.prettifyError(parsed.error)}`, parsed.error.issues));
         } else {

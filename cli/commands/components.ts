@@ -24,8 +24,8 @@ function onStop(log: Logger, stop: () => Promise<void>): void {
     log.info({ signal }, 'stopping');
     void stop().finally(() => process.exit(0));
   };
-  process.on('SIGINT', () => handler('SIGINT'));
-  process.on('SIGTERM', () => handler('SIGTERM'));
+  // SIGHUP: the terminal it runs in closed.
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, () => handler(signal));
 }
 
 export function gatewayCommand(): Command {

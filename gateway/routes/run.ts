@@ -42,7 +42,7 @@ export function runRoutes(deps: GatewayDeps) {
       const auth = c.get('auth');
       await checkRate(deps.redis, auth);
       await deps.queueDepth.check(name, fn.manifest.maxQueueLength ?? 10_000);
-      const bill = { t: fn.tenant, k: auth.keyId, bin: bytes?.length ?? (Number(c.req.header('content-length') ?? 0) || 0) };
+      const bill = { t: fn.tenant, k: auth.keyId, bin: bytes?.length ?? (Number(c.req.header('content-length')) || Buffer.byteLength(inputJson)) };
       if (/\brespond-async\b/i.test(c.req.header('prefer') ?? '')) {
         const job = await enqueueAsync(deps, name, { rid, input, raw, enq, ...bill }, { inputJson, body: bytes }, auth, webhookOf(c.req.query('webhook') ?? c.req.header('embers-webhook')));
         const url = `${new URL(c.req.url).origin}/v1/jobs/${job}`;

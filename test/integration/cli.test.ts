@@ -80,7 +80,7 @@ describe('embers CLI', () => {
     await writeFile(path.join(tmp, 'plain.ts'), 'export default { name: "plain" };\n');
     await writeFile(path.join(tmp, 'badname.ts'), `import { defineFunction } from 'embers';\nimport { z } from 'zod';\nexport default defineFunction({ name: 'Bad_Name', input: z.object({}), handler: () => 1 });\n`);
     await writeFile(path.join(tmp, 'nomodel.ts'), `import { defineFunction } from 'embers';\nimport { z } from 'zod';\nexport default defineFunction({ name: 'nomodel', models: { m: './missing.onnx' }, input: z.object({}), handler: () => 1 });\n`);
-    await writeFile(path.join(tmp, 'nofield.ts'), `import { bytes, defineFunction, z } from 'embers';\nexport default defineFunction({ name: 'nofield', input: z.object({ data: bytes() }), binaryInput: 'photo', handler: () => 1 });\n`);
+    await writeFile(path.join(tmp, 'nofield.ts'), `import { bytes, defineFunction, z } from 'embers';\nexport default defineFunction({ name: 'nofield', input: z.object({ data: bytes().optional() }), binaryInput: 'photo', handler: () => 1 });\n`);
     await writeFile(path.join(tmp, 'notbytes.ts'), `import { defineFunction, z } from 'embers';\nexport default defineFunction({ name: 'notbytes', input: z.object({ data: z.string() }), binaryInput: 'data', handler: () => 1 });\n`);
     await writeFile(path.join(tmp, 'needs.ts'), `import { bytes, defineFunction, z } from 'embers';\nexport default defineFunction({ name: 'needs', input: z.object({ data: bytes(), lang: z.enum(['en', 'de']) }), binaryInput: 'data', handler: () => 1 });\n`);
     await writeFile(path.join(tmp, 'pixel.gif'), 'GIF89a');
@@ -192,72 +192,74 @@ export default defineFunction({
     }
   });
 
-  it('embers dev stops everything it started on one Ctrl-C to its terminal (the whole process group)', { timeout: 90_000 }, async () => {
-    // A terminal's Ctrl-C signals every process of the foreground group: redis-server and the
-    // replicas too. The platform must still stop in its own order, answer what it accepted, and
-    // stop promptly.
-    const fns = path.join(tmp, 'dev-functions');
-    await mkdir(fns, { recursive: true });
-    await copyFile(shipped('echo.ts'), path.join(fns, 'echo.ts'));
-    await writeFile(
-      path.join(fns, 'nap.ts'),
-      `import { defineFunction } from 'embers';\nimport { z } from 'zod';\nexport default defineFunction({ name: 'nap', input: z.object({ ms: z.number() }), handler: async ({ ms }) => { await new Promise((r) => setTimeout(r, ms)); return { slept: ms }; } });\n`,
-    );
-    const port = await freePort();
-    const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('EMBERS_')));
-    const dev = spawn(process.execPath, [path.join(ROOT, 'cli/bin.mjs'), 'dev', '--functions', fns], {
-      cwd: tmp,
-      env: { ...env, EMBERS_PORT: String(port), EMBERS_DATA_DIR: path.join(tmp, 'dev-data'), EMBERS_LOG_LEVEL: 'warn', EMBERS_LOG_PRETTY: 'false' },
-      detached: true,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    const exited = new Promise<number | null>((resolve) => dev.once('exit', (code) => resolve(code)));
-    try {
-      const banner = await new Promise<RegExpExecArray>((resolve, reject) => {
-        const on = (d: Buffer) => {
-          out += d;
-          const m = /API key:\s+(\S+)/.exec(out);
-          if (m && out.includes('Embers is running')) resolve(m);
-        };
-        dev.stdout!.on('data', on);
-        dev.stderr!.on('data', on);
-        void exited.then((code) => reject(new Error(`embers dev exited (${code}) before its banner:\n${out}`)));
-      });
-      const run = (fn: string, body: unknown) =>
-        fetch(`http://127.0.0.1:${port}/v1/run/${fn}`, { method: 'POST', headers: { authorization: `Bearer ${banner[1]}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
-      assert.deepEqual(await (await run('echo', { hi: 1 })).json(), { hi: 1 });
-      assert.equal((await run('nap', { ms: 0 })).status, 200);
-      // Accepted before the Ctrl-C, still running when it comes: answered, not cut.
-      const inFlight = run('nap', { ms: 1500 });
-      await new Promise((r) => setTimeout(r, 300));
-      process.kill(-dev.pid!, 'SIGINT');
-      const late = await inFlight;
-      assert.equal(late.status, 200);
-      assert.deepEqual(await late.json(), { slept: 1500 });
-      assert.equal(await exited, 0, `exit code after one Ctrl-C; output:\n${out.slice(-3000)}`);
-      assert.doesNotMatch(out, /ECONNREFUSED|second signal/);
-      // Nothing left behind: no replica (they have the data dir in their environment), no
-      // redis-server (it runs in its data dir; it rewrites its command line and environment).
-      const data = path.join(tmp, 'dev-data');
-      await eventually(
-        async () => {
-          for (const d of (await readdir('/proc').catch(() => [] as string[])).filter((x) => /^\d+$/.test(x))) {
-            const environ = await readFile(`/proc/${d}/environ`, 'utf8').catch(() => '');
-            const cwd = await readlink(`/proc/${d}/cwd`).catch(() => '');
-            if (environ.includes(data) || cwd.startsWith(data)) return false;
-          }
-          return true;
-        },
-        'every process of that embers dev to exit',
-        10_000,
+  for (const [signal, what] of [['SIGINT', 'one Ctrl-C to its terminal'], ['SIGHUP', 'its terminal closing']] as const) {
+    it(`embers dev stops everything it started on ${what} (${signal} to the whole process group)`, { timeout: 90_000 }, async () => {
+      // A terminal's Ctrl-C signals every process of the foreground group: redis-server and the
+      // replicas too. The platform must still stop in its own order, answer what it accepted, and
+      // stop promptly.
+      const fns = path.join(tmp, 'dev-functions');
+      await mkdir(fns, { recursive: true });
+      await copyFile(shipped('echo.ts'), path.join(fns, 'echo.ts'));
+      await writeFile(
+        path.join(fns, 'nap.ts'),
+        `import { defineFunction } from 'embers';\nimport { z } from 'zod';\nexport default defineFunction({ name: 'nap', input: z.object({ ms: z.number() }), handler: async ({ ms }) => { await new Promise((r) => setTimeout(r, ms)); return { slept: ms }; } });\n`,
       );
-    } finally {
+      const port = await freePort();
+      const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('EMBERS_')));
+      const dev = spawn(process.execPath, [path.join(ROOT, 'cli/bin.mjs'), 'dev', '--functions', fns], {
+        cwd: tmp,
+        env: { ...env, EMBERS_PORT: String(port), EMBERS_DATA_DIR: path.join(tmp, `dev-data-${signal}`), EMBERS_LOG_LEVEL: 'warn', EMBERS_LOG_PRETTY: 'false' },
+        detached: true,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let out = '';
+      const exited = new Promise<number | null>((resolve) => dev.once('exit', (code) => resolve(code)));
       try {
-        process.kill(-dev.pid!, 'SIGKILL');
-      } catch {
-        // Gone, as it should be.
+        const banner = await new Promise<RegExpExecArray>((resolve, reject) => {
+          const on = (d: Buffer) => {
+            out += d;
+            const m = /API key:\s+(\S+)/.exec(out);
+            if (m && out.includes('Embers is running')) resolve(m);
+          };
+          dev.stdout!.on('data', on);
+          dev.stderr!.on('data', on);
+          void exited.then((code) => reject(new Error(`embers dev exited (${code}) before its banner:\n${out}`)));
+        });
+        const run = (fn: string, body: unknown) =>
+          fetch(`http://127.0.0.1:${port}/v1/run/${fn}`, { method: 'POST', headers: { authorization: `Bearer ${banner[1]}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+        assert.deepEqual(await (await run('echo', { hi: 1 })).json(), { hi: 1 });
+        assert.equal((await run('nap', { ms: 0 })).status, 200);
+        // Accepted before the Ctrl-C, still running when it comes: answered, not cut.
+        const inFlight = run('nap', { ms: 1500 });
+        await new Promise((r) => setTimeout(r, 300));
+        process.kill(-dev.pid!, signal);
+        const late = await inFlight;
+        assert.equal(late.status, 200);
+        assert.deepEqual(await late.json(), { slept: 1500 });
+        assert.equal(await exited, 0, `exit code after one ${signal}; output:\n${out.slice(-3000)}`);
+        assert.doesNotMatch(out, /ECONNREFUSED|second signal/);
+        // Nothing left behind: no replica (they have the data dir in their environment), no
+        // redis-server (it runs in its data dir; it rewrites its command line and environment).
+        const data = path.join(tmp, `dev-data-${signal}`);
+        await eventually(
+          async () => {
+            for (const d of (await readdir('/proc').catch(() => [] as string[])).filter((x) => /^\d+$/.test(x))) {
+              const environ = await readFile(`/proc/${d}/environ`, 'utf8').catch(() => '');
+              const cwd = await readlink(`/proc/${d}/cwd`).catch(() => '');
+              if (environ.includes(data) || cwd.startsWith(data)) return false;
+            }
+            return true;
+          },
+          'every process of that embers dev to exit',
+          10_000,
+        );
+      } finally {
+        try {
+          process.kill(-dev.pid!, 'SIGKILL');
+        } catch {
+          // Gone, as it should be.
+        }
       }
-    }
-  });
+    });
+  }
 });

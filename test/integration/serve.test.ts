@@ -3,6 +3,8 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import sharp from 'sharp';
+import { decodeReplies, keys, type ReplyHeader } from '../../core/contracts.ts';
+import { LiveQueue } from '../../core/live-queue.ts';
 import { eventually, shipped, startTestPlatform, textImage, type TestPlatform } from '../helpers/platform.ts';
 
 let p: TestPlatform;
@@ -85,6 +87,23 @@ describe('run', () => {
     }, 'the async binary run to finish');
     assert.equal(job.status, 'succeeded', JSON.stringify(job.error));
     assert.deepEqual(job.output, viaJson);
+  });
+
+  it('bytes queued for a field the running version does not take (a rollout) are answered 415, not run on defaults', async () => {
+    // As if the bytes were accepted for a version of echo with binaryInput "image", and a version
+    // without it became active before a replica took them: queued as the gateway queues them.
+    const sub = p.redis().duplicate();
+    try {
+      const channel = keys.replyChannel('gw-rollout-test');
+      const got = new Promise<{ header: ReplyHeader; body: string }>((resolve) => sub.on('message', (_c: string, m: string) => resolve(decodeReplies(m)[0])));
+      await sub.subscribe(channel);
+      await new LiveQueue(p.redis()).add('echo', { rid: 'rollout-1', id: 'u-rollout-1', gw: 'gw-rollout-test', input: {}, raw: 'image', enq: Date.now(), deadline: Date.now() + 30_000 }, { inputJson: '{}', body: Buffer.from([0x89, 0x50, 0x4e, 0x47]) });
+      const reply = await got;
+      assert.equal(reply.header.status, 415);
+      assert.match(JSON.parse(reply.body).error.message, /echo version \S+ takes JSON bodies only, and the bytes were sent for "image".*send the request again/);
+    } finally {
+      sub.disconnect();
+    }
   });
 
   it('concurrent requests share batches, as the replica counts them', async () => {
