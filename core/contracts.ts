@@ -85,6 +85,8 @@ export interface RunJobData {
    * becomes `input[raw]`, a Buffer, when the replica reads the entry.
    */
   raw?: string;
+  /** Set when a replica reads an entry whose binary body (field `b`) is missing: answered 500, not run. */
+  bodyMissing?: true;
   /** Enqueue time (ms since epoch) for queue timing. */
   enq: number;
   /** Latest start (ms since epoch) of a synchronous run: still queued then, it is answered 504 without running. */

@@ -163,7 +163,10 @@ export async function claimLiveEntries(redis: Redis, fn: string, consumer: strin
   return [next.toString(), claimed.filter((e) => e !== null).map(([id, fields]) => [id.toString(), fields])];
 }
 
-/** An entry's job (field `d`), with its binary body (field `b`, if any) set as `input[data.raw]`. */
+/**
+ * An entry's job (field `d`), with its binary body (field `b`, if any) set as `input[data.raw]`;
+ * `bodyMissing` set when `data.raw` names a body the entry does not have.
+ */
 export function decodeLiveJob(fields: Buffer[]): RunJobData | undefined {
   let d: Buffer | undefined;
   let b: Buffer | undefined;
@@ -175,8 +178,10 @@ export function decodeLiveJob(fields: Buffer[]): RunJobData | undefined {
   if (d === undefined) return undefined;
   const data = JSON.parse(d.toString()) as RunJobData;
   if (data.raw !== undefined) {
-    if (b === undefined || typeof data.input !== 'object' || data.input === null) return undefined;
-    (data.input as Record<string, unknown>)[data.raw] = b;
+    if (typeof data.input !== 'object' || data.input === null) return undefined;
+    // A damaged entry still names who waits for it: they get an answer, not silence.
+    if (b === undefined) data.bodyMissing = true;
+    else (data.input as Record<string, unknown>)[data.raw] = b;
   }
   return data;
 }

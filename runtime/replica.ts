@@ -531,7 +531,11 @@ export class Replica {
         log().error({ crashes }, 'poison request answered without running');
       } else {
         const parsed = (this.def.input as z.ZodType).safeParse(input);
-        if (data.raw !== undefined && data.raw !== this.o.manifest.binaryInput) {
+        if (data.bodyMissing) {
+          status = 500;
+          body = JSON.stringify(errorBody('queue_entry_damaged', `${this.o.manifest.name}: the request's body was missing from its queue entry, so it was not run; send it again`));
+          log().error('binary body missing from the queue entry: answered without running');
+        } else if (data.raw !== undefined && data.raw !== this.o.manifest.binaryInput) {
           // Bytes queued for a version that took them, run by one that does not (a rollout):
           // its schema would strip the field and run on defaults.
           status = 415;

@@ -89,18 +89,26 @@ describe('run', () => {
     assert.deepEqual(job.output, viaJson);
   });
 
-  it('bytes queued for a field the running version does not take (a rollout) are answered 415, not run on defaults', async () => {
+  it('bytes queued for a field the running version does not take (a rollout) are answered 415, not run on defaults; a damaged entry is answered 500', async () => {
     // As if the bytes were accepted for a version of echo with binaryInput "image", and a version
     // without it became active before a replica took them: queued as the gateway queues them.
     const sub = p.redis().duplicate();
     try {
       const channel = keys.replyChannel('gw-rollout-test');
-      const got = new Promise<{ header: ReplyHeader; body: string }>((resolve) => sub.on('message', (_c: string, m: string) => resolve(decodeReplies(m)[0])));
+      const replies = new Map<string, { header: ReplyHeader; body: string }>();
+      sub.on('message', (_c: string, m: string) => decodeReplies(m).forEach((r) => replies.set(r.header.rid, r)));
       await sub.subscribe(channel);
-      await new LiveQueue(p.redis()).add('echo', { rid: 'rollout-1', id: 'u-rollout-1', gw: 'gw-rollout-test', input: {}, raw: 'image', enq: Date.now(), deadline: Date.now() + 30_000 }, { inputJson: '{}', body: Buffer.from([0x89, 0x50, 0x4e, 0x47]) });
-      const reply = await got;
-      assert.equal(reply.header.status, 415);
-      assert.match(JSON.parse(reply.body).error.message, /echo version \S+ takes JSON bodies only, and the bytes were sent for "image".*send the request again/);
+      const q = new LiveQueue(p.redis());
+      const job = (rid: string) => ({ rid, id: `u-${rid}`, gw: 'gw-rollout-test', input: {}, raw: 'image', enq: Date.now(), deadline: Date.now() + 30_000 });
+      await q.add('echo', job('rollout-1'), { inputJson: '{}', body: Buffer.from([0x89, 0x50, 0x4e, 0x47]) });
+      // And a damaged entry, its body missing: answered too, not dropped.
+      await q.add('echo', job('rollout-2'), { inputJson: '{}' });
+      await eventually(async () => replies.size === 2, 'both answers');
+      const [moved, damaged] = [replies.get('rollout-1')!, replies.get('rollout-2')!];
+      assert.equal(moved.header.status, 415);
+      assert.match(JSON.parse(moved.body).error.message, /echo version \S+ takes JSON bodies only, and the bytes were sent for "image".*send the request again/);
+      assert.equal(damaged.header.status, 500);
+      assert.match(JSON.parse(damaged.body).error.message, /body was missing from its queue entry, so it was not run; send it again/);
     } finally {
       sub.disconnect();
     }
