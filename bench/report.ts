@@ -108,19 +108,8 @@ export function formatReport(r: BenchResult): string {
   );
   for (const p of r.ocr) out.push(...errorsNote('Embers ocr', p.embers), ...errorsNote('naive ocr', p.naive));
 
-  const { echo, ping, concurrency } = r.overhead;
-  const et = echo.serverTiming ?? {};
-  out.push('', `Overhead at concurrency ${concurrency}: Embers POST /v1/run/echo vs naive GET /ping, taking turns echo, ping, ping, echo`);
-  out.push(
-    table(
-      ['endpoint', 'req/s', 'p50', 'p90', 'p99', 'server-side means (ms)'],
-      [
-        ['echo', num(echo.reqPerSec, 0), num(echo.latencyMs.p50, 2), num(echo.latencyMs.p90, 2), num(echo.latencyMs.p99, 2), `queue ${num(et.queue, 2)}, handler ${num(et.handler, 2)}, total ${num(et.total, 2)}`],
-        ['ping', num(ping.reqPerSec, 0), num(ping.latencyMs.p50, 2), num(ping.latencyMs.p90, 2), num(ping.latencyMs.p99, 2), '-'],
-      ],
-    ),
-  );
-  out.push(...errorsNote('echo', echo), ...errorsNote('ping', ping));
+  out.push(...formatOverhead(r.overhead));
+  const { echo, ping } = r.overhead;
 
   const roles = ['gateway+agent', 'redis', 'replicas', 'naive', 'loadgen', 'other'];
   const cpuRow = (name: string, p: Measured) => [name, String(p.concurrency), ...roles.map((k) => num(p.cores[k], 2))];
@@ -166,4 +155,35 @@ export function formatReport(r: BenchResult): string {
   if (r.coldStart) out.push(coldSummaryLine(r.coldStart));
   out.push(`Took ${num(r.durationSeconds, 0)} s.`);
   return out.join('\n');
+}
+
+/** The `echo` against ping section's lines. */
+export function formatOverhead(o: BenchResult['overhead']): string[] {
+  const out: string[] = [];
+  const { echo, ping, concurrency } = o;
+  const et = echo.serverTiming ?? {};
+  out.push('', `Overhead at concurrency ${concurrency}: Embers POST /v1/run/echo vs naive GET /ping, taking turns echo, ping, ping, echo`);
+  out.push(
+    table(
+      ['endpoint', 'req/s', 'p50', 'p90', 'p99', 'server-side means (ms)'],
+      [
+        ['echo', num(echo.reqPerSec, 0), num(echo.latencyMs.p50, 2), num(echo.latencyMs.p90, 2), num(echo.latencyMs.p99, 2), `queue ${num(et.queue, 2)}, handler ${num(et.handler, 2)}, total ${num(et.total, 2)}`],
+        ['ping', num(ping.reqPerSec, 0), num(ping.latencyMs.p50, 2), num(ping.latencyMs.p90, 2), num(ping.latencyMs.p99, 2), '-'],
+      ],
+    ),
+  );
+  out.push(...errorsNote('echo', echo), ...errorsNote('ping', ping));
+  const { sweep, bestEchoVsBestPing } = o;
+  if (sweep?.length) {
+    const sum = (cores: Record<string, number>) => Object.values(cores).reduce((a, b) => a + b, 0);
+    out.push('', 'echo and ping by concurrency, taking turns at each (cores: all processes measured, busy; 2 = the whole machine):');
+    out.push(
+      table(
+        ['conc', 'echo req/s', 'p50', 'cores', 'ping req/s', 'p50', 'cores', 'echo÷ping'],
+        sweep.map((x) => [String(x.concurrency), num(x.echoReqPerSec, 0), num(x.echoP50Ms, 2), num(sum(x.echoCores), 2), num(x.pingReqPerSec, 0), num(x.pingP50Ms, 2), num(sum(x.pingCores), 2), num(x.echoVsPing, 3)]),
+      ),
+    );
+    if (bestEchoVsBestPing !== undefined) out.push(`  best echo ÷ best ping, each at its own concurrency: ${num(bestEchoVsBestPing, 3)} (informative; the target is at c = ${concurrency})`);
+  }
+  return out;
 }

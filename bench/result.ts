@@ -14,6 +14,18 @@ export interface Measured extends LoadResult {
   runsReqPerSec?: number[];
 }
 
+export interface OverheadPoint {
+  concurrency: number;
+  echoReqPerSec: number;
+  pingReqPerSec: number;
+  echoVsPing: number;
+  echoP50Ms: number;
+  pingP50Ms: number;
+  /** Cores busy by role during each side's turns. */
+  echoCores: Record<string, number>;
+  pingCores: Record<string, number>;
+}
+
 export interface EmbersOcrPoint extends Measured {
   /** Per model, summed over the ready replicas, from the batching counters. */
   batch: Record<string, BatchDelta>;
@@ -75,7 +87,15 @@ export interface BenchResult {
   ocr: OcrPoint[];
   /** Raw, Embers and a plain HTTP server at concurrency 1, taking turns in short blocks: what Embers adds. */
   pairedC1: PairedC1;
-  overhead: { concurrency: number; echo: Measured; ping: Measured };
+  overhead: {
+    concurrency: number;
+    echo: Measured;
+    ping: Measured;
+    /** `echo` and ping taking turns at other concurrencies too (this point's included): where each saturates. */
+    sweep?: OverheadPoint[];
+    /** The best `echo` req/s of the sweep ÷ the best ping req/s (not a target: the target is at `concurrency`). */
+    bestEchoVsBestPing?: number;
+  };
   ratios: Ratios;
   pass: Record<string, boolean>;
   /** ocr started from zero, models in S3 and then on the node's disk (bench/cold.ts). */

@@ -18,14 +18,16 @@ import { coresByRole, sampleCpu } from './cpu.ts';
 import { closedLoop, closedLoopRun, poolRuns, type LoadRun, type Target } from './load.ts';
 import { ORT_VERSION, settingLabel } from './ort.ts';
 import { bestCls, machine, RAW_SETTINGS, rawCls, rawPipelines } from './raw.ts';
-import { formatReport } from './report.ts';
-import { computeRatios, type BenchResult, type ColdOnlyResult, type Measured, type OcrPoint } from './result.ts';
+import { formatOverhead, formatReport } from './report.ts';
+import { computeRatios, type BenchResult, type ColdOnlyResult, type Measured, type OcrPoint, type OverheadPoint } from './result.ts';
 import { HEARTBEAT_MS, ROOT, batchCounters, batchDelta, startEmbers, startNaive } from './servers.ts';
 import { BLOCK, pairedC1 } from './paired.ts';
-import { sleep, windowFromEnv } from './stats.ts';
+import { sleep, windowFromEnv, type Window } from './stats.ts';
 
 const CONCURRENCIES = [1, 8, 32, 128];
 const OVERHEAD_CONCURRENCY = 32;
+/** Where `echo` and ping also take turns, to show where each saturates (not targets). */
+const SWEEP_CONCURRENCIES = [8, 128, 256];
 const ECHO_BODY = '{"hello":"embers"}';
 const RESULTS = path.join(ROOT, 'bench/results');
 
@@ -147,12 +149,74 @@ async function mainBodyOnly(): Promise<void> {
   }
 }
 
+/**
+ * `a` and `b` in the order a, b, b, a, each for half the window, pooled per target: a drift
+ * of the machine over the four runs (these VMs drift by up to 2× within minutes) cancels to
+ * first order in a ÷ b, where a then b would put it all on the ratio.
+ */
+async function takeTurns(groups: number[], window: Window, a: Target, b: Target, concurrency: number): Promise<[Measured, Measured]> {
+  const half = { warmupMs: window.warmupMs, measureMs: window.measureMs / 2 };
+  const runs: Record<'a' | 'b', { run: LoadRun; cores: Record<string, number>; seconds: number }[]> = { a: [], b: [] };
+  for (const which of ['a', 'b', 'b', 'a'] as const) {
+    const cpu0 = sampleCpu(groups);
+    const t0 = performance.now();
+    const run = await closedLoopRun(which === 'a' ? a : b, { concurrency, window: half });
+    const seconds = (performance.now() - t0) / 1000;
+    runs[which].push({ run, cores: coresByRole(cpu0, sampleCpu(groups), seconds), seconds });
+  }
+  const pooled = (parts: (typeof runs)['a']): Measured => {
+    const total = parts.reduce((n, p) => n + p.seconds, 0);
+    const cores: Record<string, number> = {};
+    for (const p of parts) for (const [role, n] of Object.entries(p.cores)) cores[role] = (cores[role] ?? 0) + (n * p.seconds) / total;
+    return { ...poolRuns(parts.map((p) => p.run)), cores, runsReqPerSec: parts.map((p) => p.run.result.reqPerSec) };
+  };
+  return [pooled(runs.a), pooled(runs.b)];
+}
+
+/**
+ * `echo` against the naive server's ping, taking turns, at OVERHEAD_CONCURRENCY (the target's
+ * point) and at SWEEP_CONCURRENCIES: ping saturates at the lowest (its load generator at one
+ * core), `echo` only with many requests in flight through its four processes.
+ */
+async function overheadSection(embers: { port: number; apiKey: string }, pingPort: number, groups: number[], window: Window): Promise<BenchResult['overhead']> {
+  const pingTarget: Target = { port: pingPort, method: 'GET', path: '/ping' };
+  log(`overhead c=${OVERHEAD_CONCURRENCY}: echo, ping, ping, echo`);
+  const [echo, ping] = await takeTurns(groups, window, echoTarget(embers), pingTarget, OVERHEAD_CONCURRENCY);
+  const sweep: OverheadPoint[] = [];
+  for (const concurrency of [...new Set([...SWEEP_CONCURRENCIES, OVERHEAD_CONCURRENCY])].sort((x, y) => x - y)) {
+    const [e, p] = concurrency === OVERHEAD_CONCURRENCY ? [echo, ping] : await takeTurns(groups, window, echoTarget(embers), pingTarget, concurrency);
+    sweep.push({ concurrency, echoReqPerSec: e.reqPerSec, pingReqPerSec: p.reqPerSec, echoVsPing: e.reqPerSec / p.reqPerSec, echoP50Ms: e.latencyMs.p50, pingP50Ms: p.latencyMs.p50, echoCores: e.cores, pingCores: p.cores });
+    log(`overhead c=${concurrency}: echo ${e.reqPerSec.toFixed(0)} req/s, ping ${p.reqPerSec.toFixed(0)} req/s`);
+  }
+  const bestEchoVsBestPing = Math.max(...sweep.map((x) => x.echoReqPerSec)) / Math.max(...sweep.map((x) => x.pingReqPerSec));
+  return { concurrency: OVERHEAD_CONCURRENCY, echo, ping, sweep, bestEchoVsBestPing };
+}
+
+/** `BENCH_ONLY=overhead`: the `echo` against ping section alone. */
+async function mainOverheadOnly(): Promise<void> {
+  const began = performance.now();
+  const window = windowFromEnv();
+  log('starting the naive server and embers dev');
+  const naive = await startNaive();
+  const embers = await startEmbers({ echo: ECHO_BODY });
+  try {
+    const overhead = await overheadSection(embers, naive.port, [naive.child.pid, embers.child.pid], window);
+    const result = { date: new Date().toISOString(), durationSeconds: (performance.now() - began) / 1000, machine: { ...machine(), ortVersion: ORT_VERSION }, git: gitInfo(), window, overhead };
+    await mkdir(RESULTS, { recursive: true });
+    await writeFile(path.join(RESULTS, 'latest-overhead.json'), `${JSON.stringify(result, null, 2)}\n`);
+    process.stdout.write(`\n${formatOverhead(overhead).join('\n')}\n`);
+  } finally {
+    await Promise.all([naive.stop(), embers.stop()]);
+  }
+}
+
 async function main(): Promise<void> {
   const only = process.env.BENCH_ONLY ?? '';
   if (only === 'cold') return mainColdOnly();
   if (only === 'batch') return mainBatchOnly();
   if (only === 'body') return mainBodyOnly();
-  if (only !== '') throw new Error(`BENCH_ONLY must be "cold", "batch", "body" or unset, got "${only}"`);
+  if (only === 'overhead') return mainOverheadOnly();
+  if (only !== '') throw new Error(`BENCH_ONLY must be "cold", "batch", "body", "overhead" or unset, got "${only}"`);
   const began = performance.now();
   const host = machine();
   const window = windowFromEnv();
@@ -177,29 +241,7 @@ async function main(): Promise<void> {
   };
 
   const groups = [naive.child.pid, embers.child.pid];
-  /**
-   * `a` and `b` in the order a, b, b, a, each for half the window, pooled per target: a drift
-   * of the machine over the four runs (these VMs drift by up to 2× within minutes) cancels to
-   * first order in a ÷ b, where a then b would put it all on the ratio.
-   */
-  const measurePair = async (a: Target, b: Target, concurrency: number): Promise<[Measured, Measured]> => {
-    const half = { warmupMs: window.warmupMs, measureMs: window.measureMs / 2 };
-    const runs: Record<'a' | 'b', { run: LoadRun; cores: Record<string, number>; seconds: number }[]> = { a: [], b: [] };
-    for (const which of ['a', 'b', 'b', 'a'] as const) {
-      const cpu0 = sampleCpu(groups);
-      const t0 = performance.now();
-      const run = await closedLoopRun(which === 'a' ? a : b, { concurrency, window: half });
-      const seconds = (performance.now() - t0) / 1000;
-      runs[which].push({ run, cores: coresByRole(cpu0, sampleCpu(groups), seconds), seconds });
-    }
-    const pooled = (parts: (typeof runs)['a']): Measured => {
-      const total = parts.reduce((n, p) => n + p.seconds, 0);
-      const cores: Record<string, number> = {};
-      for (const p of parts) for (const [role, n] of Object.entries(p.cores)) cores[role] = (cores[role] ?? 0) + (n * p.seconds) / total;
-      return { ...poolRuns(parts.map((p) => p.run)), cores, runsReqPerSec: parts.map((p) => p.run.result.reqPerSec) };
-    };
-    return [pooled(runs.a), pooled(runs.b)];
-  };
+  const measurePair = (a: Target, b: Target, concurrency: number) => takeTurns(groups, window, a, b, concurrency);
 
   const embersOcr: Target = { port: embers.port, method: 'POST', path: '/v1/run/ocr', headers: { ...auth, 'content-type': 'application/json' }, body: ocrBody };
   const naiveOcr: Target = { port: naive.port, method: 'POST', path: '/ocr', headers: { 'content-type': 'application/json' }, body: ocrBody };
@@ -233,8 +275,8 @@ async function main(): Promise<void> {
     before = after;
   }
 
-  log(`overhead c=${OVERHEAD_CONCURRENCY}: echo, ping, ping, echo`);
-  const [echo, ping] = await measurePair(echoTarget(embers), { port: naive.port, method: 'GET', path: '/ping' }, OVERHEAD_CONCURRENCY);
+  const overhead = await overheadSection(embers, naive.port, groups, window);
+  const { echo, ping } = overhead;
 
   let bodies: BodySection | undefined;
   let bodiesError: string | undefined;
@@ -275,7 +317,7 @@ async function main(): Promise<void> {
     outputs: { ...outputs, match: outputs.raw === outputs.embers && outputs.raw === outputs.naive },
     ocr,
     pairedC1: paired,
-    overhead: { concurrency: OVERHEAD_CONCURRENCY, echo, ping },
+    overhead,
     ratios,
     pass,
     ...cold,
