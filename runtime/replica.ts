@@ -105,7 +105,8 @@ export class Replica {
   /** Jobs running now, by lane. */
   private readonly lanes = { live: 0, batch: 0 };
   /** Model inferences running now, across the replica's models. */
-  private inferring = 0;
+  /** Live requests' inferences under way (batch lines' not counted). */
+  private liveInferring = 0;
   /** Inferences started so far: tells whether another started while a lone one ran. */
   private inferStarts = 0;
   /** Whether the models' other instances were asked to load. */
@@ -470,18 +471,21 @@ export class Replica {
   /**
    * One inference. It may run wide (on every core, on the replica's own thread: ModelSession's
    * inline session, where its chooser measured that cheaper than a narrow one) when no other
-   * inference runs, it serves the only live request in the replica, and no other replica on the
+   * live inference runs, it serves the only live request in the replica, and no other replica on the
    * node announced live requests (live-first.ts: the inline session's threads spin while it runs,
    * so two replicas running wide at once would each spin against the other); batch lines start
    * no inference while a live request runs. Batch lines never run inline: the inline session
    * holds the replica's thread, and a live request arriving meanwhile would wait for the whole
    * inference. A peer's announcement can lag its first request by a round trip, so two replicas
-   * can still overlap briefly.
+   * can still overlap briefly. A batch line's inference already running when a live request
+   * arrives does not keep it narrow: the live one runs wide beside it (sporadic live `ocr`
+   * under a batch, p50 83.8–86.0 → 71.5–82.0 ms in A/B runs; infer 66–68 → 53–57 ms), where a
+   * one-thread instance took raw's 1-thread time.
    */
   private async infer(session: ModelSession, feeds: Feeds, low: boolean): Promise<{ outputs: Feeds; inferMs: number; wide: boolean; lone: boolean }> {
     // Not during setup and warmup: a replica that never sees a lone request never loads it.
-    const lone = !low && this.state === 'ready' && this.inferring === 0 && this.lanes.live <= 1 && !this.gate.peersLive;
-    this.inferring++;
+    const lone = !low && this.state === 'ready' && this.liveInferring === 0 && this.lanes.live <= 1 && !this.gate.peersLive;
+    if (!low) this.liveInferring++;
     const started = ++this.inferStarts;
     // With batch lines in the replica, a lone live inference runs wide, as before the chooser:
     // on the replica's thread it holds off their pre- and post-processing, which would otherwise
@@ -494,7 +498,7 @@ export class Replica {
       if (r.timed && this.inferStarts === started && this.lanes.batch === 0) session.noteLone(r.timed);
       return r;
     } finally {
-      this.inferring--;
+      if (!low) this.liveInferring--;
     }
   }
 
