@@ -1,4 +1,5 @@
 // The printed report: tables and the ratios against their targets.
+import os from 'node:os';
 import { coldSummaryLine, formatCold } from './cold.ts';
 import type { LoadResult } from './load.ts';
 import { TARGETS, type BenchResult, type Measured } from './result.ts';
@@ -113,7 +114,7 @@ export function formatReport(r: BenchResult): string {
 
   const roles = ['gateway+agent', 'redis', 'replicas', 'naive', 'loadgen', 'other'];
   const cpuRow = (name: string, p: Measured) => [name, String(p.concurrency), ...roles.map((k) => num(p.cores[k], 2))];
-  out.push('', 'CPU during each point (cores busy, warm-up and drain included; 2 = the whole machine):');
+  out.push('', `CPU during each point (cores busy, warm-up and drain included; ${r.machine.cores} = the whole machine):`);
   out.push(
     table(
       ['server', 'conc', ...roles],
@@ -176,7 +177,7 @@ export function formatOverhead(o: BenchResult['overhead']): string[] {
   const { sweep, bestEchoVsBestPing } = o;
   if (sweep?.length) {
     const sum = (cores: Record<string, number>) => Object.values(cores).reduce((a, b) => a + b, 0);
-    out.push('', 'echo and ping by concurrency, taking turns at each (cores: all processes measured, busy; 2 = the whole machine):');
+    out.push('', `echo and ping by concurrency, taking turns at each (cores: all processes measured, busy; ${os.cpus().length} = the whole machine):`);
     out.push(
       table(
         ['conc', 'echo req/s', 'p50', 'cores', 'ping req/s', 'p50', 'cores', 'echo÷ping'],

@@ -1,4 +1,4 @@
-import { pino, type Logger } from 'pino';
+import { pino, type DestinationStream, type Logger } from 'pino';
 
 export type { Logger };
 
@@ -6,10 +6,22 @@ export type { Logger };
 export function createLogger(name: string, level = process.env.EMBERS_LOG_LEVEL ?? 'info'): Logger {
   const prettyEnv = process.env.EMBERS_LOG_PRETTY;
   const pretty = prettyEnv ? prettyEnv === '1' || prettyEnv === 'true' : process.stdout.isTTY;
-  return pino({
-    name,
-    level,
-    redact: { paths: ['req.headers.authorization', '*.authorization', '*.apiKey', '*.secretAccessKey'], censor: '[redacted]' },
-    ...(pretty ? { transport: { target: 'pino-pretty', options: { colorize: true, ignore: 'pid,hostname', translateTime: 'HH:MM:ss.l' } } } : {}),
+  const destination: DestinationStream & { on(event: 'error', fn: (err: Error) => void): unknown } = pretty
+    ? pino.transport({ target: 'pino-pretty', options: { colorize: true, ignore: 'pid,hostname', translateTime: 'HH:MM:ss.l' } })
+    : pino.destination({ dest: 1, sync: true });
+  const logger = pino(
+    {
+      name,
+      level,
+      redact: { paths: ['req.headers.authorization', '*.authorization', '*.apiKey', '*.secretAccessKey'], censor: '[redacted]' },
+    },
+    destination,
+  );
+  // A closed terminal (EIO: the terminal hung up, and `embers dev` is stopping on its SIGHUP), a
+  // closed pipe (EPIPE), or the pretty printer's thread gone with them: the log has nowhere to go,
+  // and must not take the process down with it (unhandled, the error would end a drain midway).
+  destination.on('error', () => {
+    logger.level = 'silent';
   });
+  return logger;
 }

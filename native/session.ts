@@ -122,8 +122,8 @@ class InlineSession {
   static async create(path: string, threads: number): Promise<InlineSession> {
     // Named exports: how tsx and Node hand out this CommonJS module's default differs.
     const { InferenceSession, Tensor } = await import('onnxruntime-node');
-    // It runs only when no other inference does, so its threads may spin while it runs (not
-    // after). On a 2-vCPU VM, the ocr pipeline in-process in blocks of 6, taking turns: 36.9 ms
+    // It runs only for a replica's only live inference (a batch line's inference already under
+    // way may finish beside it), so its threads may spin while it runs (not after). On a 2-vCPU VM, the ocr pipeline in-process in blocks of 6, taking turns: 36.9 ms
     // p50 on 2 threads spinning while running, 40.6 on 1 thread, 45.0 on 2 not spinning, 66.4 on
     // 2 spinning on after each run. In replicas at c = 1, 30 rounds of blocks of 8: the lone
     // recogniser's cost 276 (wide) against 416 (narrow) ms per million input values spinning,
@@ -152,7 +152,8 @@ class InlineSession {
  *   a time: with two models of unequal cost in a pipeline, the costlier one alone would hold the
  *   replica to one core).
  * - The inline session has `wideThreads` intra-op threads and runs on the caller's thread (the
- *   replica's): it serves an inference that has the replica to itself (the caller says so), so a
+ *   replica's): it serves the replica's only live inference (the caller says so; a batch line's
+ *   inference already under way may finish beside it), so a
  *   lone request runs on every core and skips the two thread hops of a worker (~0.3–0.4 ms each
  *   on these VMs when the other thread sleeps), where the chooser (LoneChooser) measured that
  *   cheaper than a narrow session. It holds the replica's thread while it runs, which is why
@@ -249,7 +250,7 @@ export class ModelSession {
   }
 
   /**
-   * Runs one (already batched) inference; `lone` says it has the replica to itself and may run
+   * Runs one (already batched) inference; `lone` says it is the replica's only live one and may run
    * on the inline session when that is loaded and free (the first such ask marks it wanted).
    * Once it is loaded, a lone run goes wide or narrow as the chooser has measured to be faster
    * (LoneChooser), and comes back `timed`: pass that to noteLone() if nothing else ran beside it.

@@ -104,9 +104,9 @@ export class Replica {
   private readonly gate: LiveFirst;
   /** Jobs running now, by lane. */
   private readonly lanes = { live: 0, batch: 0 };
-  /** Model inferences running now, across the replica's models. */
-  /** Live requests' inferences under way (batch lines' not counted). */
+  /** Inferences under way, across the replica's models: live requests' and batch lines'. */
   private liveInferring = 0;
+  private batchInferring = 0;
   /** Inferences started so far: tells whether another started while a lone one ran. */
   private inferStarts = 0;
   /** Whether the models' other instances were asked to load. */
@@ -485,20 +485,24 @@ export class Replica {
   private async infer(session: ModelSession, feeds: Feeds, low: boolean): Promise<{ outputs: Feeds; inferMs: number; wide: boolean; lone: boolean }> {
     // Not during setup and warmup: a replica that never sees a lone request never loads it.
     const lone = !low && this.state === 'ready' && this.liveInferring === 0 && this.lanes.live <= 1 && !this.gate.peersLive;
-    if (!low) this.liveInferring++;
+    if (low) this.batchInferring++;
+    else this.liveInferring++;
     const started = ++this.inferStarts;
     // With batch lines in the replica, a lone live inference runs wide, as before the chooser:
     // on the replica's thread it holds off their pre- and post-processing, which would otherwise
     // share the cores with it and delay its request (live p99 with a batch running went ×1.00–1.03
     // → ×1.23–1.33 in two bench runs where the detector's lone runs had gone narrow).
     try {
-      const r = await session.run(feeds, lone, this.lanes.batch > 0);
+      // (A batch line that timed out leaves its lane while its inference runs on: both counted.)
+      const batchBeside = this.lanes.batch > 0 || this.batchInferring > 0;
+      const r = await session.run(feeds, lone, batchBeside);
       // A lone run that another inference or a batch line joined shared the cores: its time says
       // nothing about wide against narrow.
-      if (r.timed && this.inferStarts === started && this.lanes.batch === 0) session.noteLone(r.timed);
+      if (r.timed && this.inferStarts === started && !batchBeside && this.lanes.batch === 0 && this.batchInferring === 0) session.noteLone(r.timed);
       return r;
     } finally {
-      if (!low) this.liveInferring--;
+      if (low) this.batchInferring--;
+      else this.liveInferring--;
     }
   }
 

@@ -19,12 +19,16 @@ function shared(): { config: Config; log: Logger; redisUrl: string } {
 function onStop(log: Logger, stop: () => Promise<void>): void {
   let stopping = false;
   const handler = (signal: string) => {
+    // SIGHUP: the terminal it runs in closed. Writes to it fail from now on (the logger mutes
+    // itself, core/log.ts), and the kernel may send SIGHUP twice: only a second Ctrl-C or
+    // SIGTERM means "now".
+    if (signal === 'SIGHUP') for (const s of [process.stdout, process.stderr]) s.on('error', () => {});
+    if (stopping && signal === 'SIGHUP') return;
     if (stopping) process.exit(130);
     stopping = true;
     log.info({ signal }, 'stopping');
     void stop().finally(() => process.exit(0));
   };
-  // SIGHUP: the terminal it runs in closed.
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, () => handler(signal));
 }
 

@@ -22,7 +22,15 @@ export function devCommand(name: 'dev' | 'start'): Command {
       const platform = await startPlatform(config, log);
       let stopping = false;
       const stop = async (signal: string) => {
+        if (signal === 'SIGHUP') {
+          // The terminal is gone: what is still written to it fails (EIO). The logger mutes
+          // itself (core/log.ts); so must anything written to stdout and stderr directly.
+          for (const s of [process.stdout, process.stderr]) s.on('error', () => {});
+        }
         if (stopping) {
+          // A closed terminal can send SIGHUP twice (the shell passes it on, and the kernel sends
+          // it to the foreground group): only a person's second Ctrl-C means "now".
+          if (signal === 'SIGHUP') return;
           log.warn('second signal: exiting now');
           process.exit(130);
         }

@@ -1,6 +1,7 @@
 // The `embers` command as a user runs it: real processes against a real platform.
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { copyFile, mkdir, readdir, readFile, readlink } from 'node:fs/promises';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { freePort } from '../../infra/local/ports.ts';
@@ -192,11 +193,30 @@ export default defineFunction({
     }
   });
 
-  for (const [signal, what] of [['SIGINT', 'one Ctrl-C to its terminal'], ['SIGHUP', 'its terminal closing']] as const) {
-    it(`embers dev stops everything it started on ${what} (${signal} to the whole process group)`, { timeout: 90_000 }, async () => {
-      // A terminal's Ctrl-C signals every process of the foreground group: redis-server and the
-      // replicas too. The platform must still stop in its own order, answer what it accepted, and
-      // stop promptly.
+  /** Processes of an `embers dev` on `data`: replicas have it in their environment, redis-server runs in it. */
+  async function processesOn(data: string): Promise<number[]> {
+    const pids: number[] = [];
+    for (const d of (await readdir('/proc').catch(() => [] as string[])).filter((x) => /^\d+$/.test(x))) {
+      const environ = await readFile(`/proc/${d}/environ`, 'utf8').catch(() => '');
+      const cwd = await readlink(`/proc/${d}/cwd`).catch(() => '');
+      if (environ.includes(data) || cwd.startsWith(data)) pids.push(Number(d));
+    }
+    return pids;
+  }
+
+  const hasScript = existsSync('/usr/bin/script') || existsSync('/bin/script');
+  const stops = [
+    { how: 'ctrl-c', what: 'one Ctrl-C to its terminal (SIGINT to the whole process group)' },
+    // A real terminal that goes away: script(1) gives embers dev a pseudo-terminal, and killing
+    // script closes it. The kernel then sends SIGHUP (to the session and its foreground group,
+    // so some processes get it twice), and every later write to the terminal fails with EIO.
+    { how: 'hangup', what: 'its terminal closing (SIGHUP, then EIO on every write to it)' },
+  ] as const;
+  for (const { how, what } of stops) {
+    it(`embers dev stops everything it started on ${what}`, { timeout: 90_000, skip: how === 'hangup' && !hasScript && 'script(1) (util-linux) is not installed' }, async () => {
+      // A terminal's Ctrl-C or hangup signals every process of the foreground group: redis-server
+      // and the replicas too. The platform must still stop in its own order, answer what it
+      // accepted, and stop promptly.
       const fns = path.join(tmp, 'dev-functions');
       await mkdir(fns, { recursive: true });
       await copyFile(shipped('echo.ts'), path.join(fns, 'echo.ts'));
@@ -205,13 +225,16 @@ export default defineFunction({
         `import { defineFunction } from 'embers';\nimport { z } from 'zod';\nexport default defineFunction({ name: 'nap', input: z.object({ ms: z.number() }), handler: async ({ ms }) => { await new Promise((r) => setTimeout(r, ms)); return { slept: ms }; } });\n`,
       );
       const port = await freePort();
+      const data = path.join(tmp, `dev-data-${how}`);
       const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('EMBERS_')));
-      const dev = spawn(process.execPath, [path.join(ROOT, 'cli/bin.mjs'), 'dev', '--functions', fns], {
-        cwd: tmp,
-        env: { ...env, EMBERS_PORT: String(port), EMBERS_DATA_DIR: path.join(tmp, `dev-data-${signal}`), EMBERS_LOG_LEVEL: 'warn', EMBERS_LOG_PRETTY: 'false' },
-        detached: true,
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
+      const devArgs = [path.join(ROOT, 'cli/bin.mjs'), 'dev', '--functions', fns];
+      const devEnv = { ...env, EMBERS_PORT: String(port), EMBERS_DATA_DIR: data, EMBERS_LOG_LEVEL: 'warn' };
+      // Under script, logs go to the terminal as they would for a person: pretty, through
+      // pino-pretty's thread, at the default level (the stop's own lines then meet the EIO).
+      const dev =
+        how === 'hangup'
+          ? spawn('script', ['-qfec', [process.execPath, ...devArgs].map((a) => `'${a}'`).join(' '), '/dev/null'], { cwd: tmp, env: { ...devEnv, EMBERS_LOG_LEVEL: 'info' }, detached: true, stdio: ['pipe', 'pipe', 'pipe'] })
+          : spawn(process.execPath, devArgs, { cwd: tmp, env: { ...devEnv, EMBERS_LOG_PRETTY: 'false' }, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
       let out = '';
       const exited = new Promise<number | null>((resolve) => dev.once('exit', (code) => resolve(code)));
       try {
@@ -229,35 +252,32 @@ export default defineFunction({
           fetch(`http://127.0.0.1:${port}/v1/run/${fn}`, { method: 'POST', headers: { authorization: `Bearer ${banner[1]}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
         assert.deepEqual(await (await run('echo', { hi: 1 })).json(), { hi: 1 });
         assert.equal((await run('nap', { ms: 0 })).status, 200);
-        // Accepted before the Ctrl-C, still running when it comes: answered, not cut.
+        // Accepted before the Ctrl-C or hangup, still running when it comes: answered, not cut.
         const inFlight = run('nap', { ms: 1500 });
         await new Promise((r) => setTimeout(r, 300));
-        process.kill(-dev.pid!, signal);
+        if (how === 'hangup') process.kill(dev.pid!, 'SIGKILL');
+        else process.kill(-dev.pid!, 'SIGINT');
         const late = await inFlight;
         assert.equal(late.status, 200);
         assert.deepEqual(await late.json(), { slept: 1500 });
-        assert.equal(await exited, 0, `exit code after one ${signal}; output:\n${out.slice(-3000)}`);
-        assert.doesNotMatch(out, /ECONNREFUSED|second signal/);
-        // Nothing left behind: no replica (they have the data dir in their environment), no
-        // redis-server (it runs in its data dir; it rewrites its command line and environment).
-        const data = path.join(tmp, `dev-data-${signal}`);
-        await eventually(
-          async () => {
-            for (const d of (await readdir('/proc').catch(() => [] as string[])).filter((x) => /^\d+$/.test(x))) {
-              const environ = await readFile(`/proc/${d}/environ`, 'utf8').catch(() => '');
-              const cwd = await readlink(`/proc/${d}/cwd`).catch(() => '');
-              if (environ.includes(data) || cwd.startsWith(data)) return false;
-            }
-            return true;
-          },
-          'every process of that embers dev to exit',
-          10_000,
-        );
+        if (how === 'ctrl-c') {
+          assert.equal(await exited, 0, `exit code after one Ctrl-C; output:\n${out.slice(-3000)}`);
+          assert.doesNotMatch(out, /ECONNREFUSED|second signal/);
+        }
+        // Nothing left behind, embers dev itself included (its output is gone with the terminal).
+        await eventually(async () => (await processesOn(data)).length === 0, 'every process of that embers dev to exit', 15_000);
       } finally {
         try {
           process.kill(-dev.pid!, 'SIGKILL');
         } catch {
           // Gone, as it should be.
+        }
+        for (const pid of await processesOn(data)) {
+          try {
+            process.kill(pid, 'SIGKILL');
+          } catch {
+            // Exited meanwhile.
+          }
         }
       }
     });
