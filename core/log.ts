@@ -8,7 +8,7 @@ export function createLogger(name: string, level = process.env.EMBERS_LOG_LEVEL 
   const pretty = prettyEnv ? prettyEnv === '1' || prettyEnv === 'true' : process.stdout.isTTY;
   const destination: DestinationStream & { on(event: 'error', fn: (err: Error) => void): unknown } = pretty
     ? pino.transport({ target: 'pino-pretty', options: { colorize: true, ignore: 'pid,hostname', translateTime: 'HH:MM:ss.l' } })
-    : pino.destination({ dest: 1, sync: true });
+    : pino.destination({ dest: 1, sync: false }); // pino's own default: written off the event loop, flushed on exit
   const logger = pino(
     {
       name,
