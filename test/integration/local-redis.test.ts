@@ -7,7 +7,12 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
+import { Hono } from 'hono';
+import { ensureLiveGroup, LiveQueue, liveStream } from '../../core/live-queue.ts';
+import { tenantKeys } from '../../core/tenants.ts';
+import { createLogger } from '../../core/log.ts';
 import { createRedis } from '../../core/redis.ts';
+import { onError } from '../../gateway/errors.ts';
 import { DataDirInUseError, startLocalRedis } from '../../infra/local/redis.ts';
 import { ROOT, eventually } from '../helpers/platform.ts';
 
@@ -85,6 +90,39 @@ describe('embedded redis-server', () => {
     } finally {
       owner.kill('SIGKILL');
       if (pid !== undefined && alive(pid)) process.kill(pid, 'SIGKILL');
+    }
+  });
+});
+
+describe('a full Redis', () => {
+  it('runs with a memory limit, and a write it refuses there is a 503 the caller can act on', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'embers-full-'));
+    dirs.push(dir);
+    const server = await startLocalRedis(dir, { maxMemoryBytes: 4 * 1024 * 1024 });
+    const redis = createRedis(server.url);
+    try {
+      assert.equal((await redis.config('GET', 'maxmemory'))[1], String(4 * 1024 * 1024));
+      assert.equal((await redis.config('GET', 'maxmemory-policy'))[1], 'noeviction');
+      // A key to queue with, the stream and its group made (as after a first request), then fill
+      // Redis past its limit and queue a request as the gateway does (a keyed enqueue: a script).
+      await redis.hset(tenantKeys.keysByHash, 'k', JSON.stringify({ id: 'k1', tenant: 'default', scopes: ['run'] }));
+      await ensureLiveGroup(redis, 'echo');
+      let refused = false;
+      for (let i = 0; i < 1024 && !refused; i++) refused = await redis.set(`ballast:${i}`, Buffer.alloc(16 * 1024)).then(() => false, () => true);
+      assert.ok(refused, 'Redis refuses writes past its maxmemory');
+      const app = new Hono();
+      app.onError(onError(createLogger('test', 'silent')));
+      app.post('/run', async (c) => c.json({ id: await new LiveQueue(redis).add('echo', { rid: 'r-full', gw: 'gw', input: {}, enq: Date.now() }, { keyHash: 'k', body: Buffer.alloc(1024) }) }));
+      const res = await app.request('/run', { method: 'POST' });
+      assert.equal(res.status, 503);
+      assert.equal(res.headers.get('retry-after'), '5');
+      const { error } = (await res.json()) as { error: { code: string; message: string } };
+      assert.equal(error.code, 'redis_full');
+      assert.match(error.message, /Redis is out of memory .*nothing was queued; retry once the queues drain/);
+      assert.equal(await redis.xlen(liveStream('echo')), 0, 'nothing queued');
+    } finally {
+      redis.disconnect();
+      await server.stop();
     }
   });
 });
