@@ -20,8 +20,13 @@ export function createLogger(name: string, level = process.env.EMBERS_LOG_LEVEL 
   // A closed terminal (EIO: the terminal hung up, and `embers dev` is stopping on its SIGHUP), a
   // closed pipe (EPIPE), or the pretty printer's thread gone with them: the log has nowhere to go,
   // and must not take the process down with it (unhandled, the error would end a drain midway).
+  // What was buffered before the error cannot be written either: a flush at exit would retry it
+  // for ever (sonic-boom's flushSync loops on EIO), so writing and flushing become no-ops, as
+  // pino does for EPIPE alone.
   destination.on('error', () => {
     logger.level = 'silent';
+    const d = destination as unknown as Record<string, unknown>;
+    for (const m of ['write', 'flushSync', 'flush', 'end']) if (typeof d[m] === 'function') d[m] = () => {};
   });
   return logger;
 }

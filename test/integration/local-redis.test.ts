@@ -8,7 +8,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
 import { Hono } from 'hono';
-import { ensureLiveGroup, LiveQueue, liveStream } from '../../core/live-queue.ts';
+import { ensureLiveGroup, finishLiveEntries, LiveQueue, liveStream, readLiveEntries } from '../../core/live-queue.ts';
+import { usageKeys, type UsageRecord } from '../../core/usage.ts';
 import { tenantKeys } from '../../core/tenants.ts';
 import { createLogger } from '../../core/log.ts';
 import { createRedis } from '../../core/redis.ts';
@@ -107,6 +108,9 @@ describe('a full Redis', () => {
       // Redis past its limit and queue a request as the gateway does (a keyed enqueue: a script).
       await redis.hset(tenantKeys.keysByHash, 'k', JSON.stringify({ id: 'k1', tenant: 'default', scopes: ['run'] }));
       await ensureLiveGroup(redis, 'echo');
+      // A request already queued and taken by a replica before Redis filled up.
+      await new LiveQueue(redis).add('echo', { rid: 'r-before', gw: 'gw', input: {}, enq: Date.now() }, { keyHash: 'k' });
+      const [[held]] = await readLiveEntries(redis, 'echo', 'replica-1', 1);
       let refused = false;
       for (let i = 0; i < 1024 && !refused; i++) refused = await redis.set(`ballast:${i}`, Buffer.alloc(16 * 1024)).then(() => false, () => true);
       assert.ok(refused, 'Redis refuses writes past its maxmemory');
@@ -119,7 +123,13 @@ describe('a full Redis', () => {
       const { error } = (await res.json()) as { error: { code: string; message: string } };
       assert.equal(error.code, 'redis_full');
       assert.match(error.message, /Redis is out of memory .*nothing was queued; retry once the queues drain/);
-      assert.equal(await redis.xlen(liveStream('echo')), 0, 'nothing queued');
+      assert.equal(await redis.xlen(liveStream('echo')), 1, 'nothing queued');
+      // Replicas can still finish what they hold at the limit (the acknowledgement comes first in
+      // the finishing script, and its metering and reply with it), which frees the room.
+      const usage: UsageRecord = { id: 'u-before', tenant: 'default', key: 'k1', fn: 'echo', version: 'v1', kind: 'sync', status: 200, queueMs: 1, computeMs: 1, inferMs: 0, coldMs: 0, bytesIn: 2, bytesOut: 2, at: new Date().toISOString() };
+      assert.deepEqual(await finishLiveEntries(redis, 'echo', [{ id: held, outcome: { usage, reply: { channel: 'embers:test:full', message: 'answer' } } }]), [true]);
+      assert.equal(await redis.xlen(liveStream('echo')), 0, 'finished at the limit, and deleted');
+      assert.equal((await redis.xrange(usageKeys.records, '-', '+')).length, 1, 'and metered');
     } finally {
       redis.disconnect();
       await server.stop();
