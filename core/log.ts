@@ -1,3 +1,4 @@
+import { writeSync } from 'node:fs';
 import { pino, type DestinationStream, type Logger } from 'pino';
 
 export type { Logger };
@@ -23,10 +24,19 @@ export function createLogger(name: string, level = process.env.EMBERS_LOG_LEVEL 
   // What was buffered before the error cannot be written either: a flush at exit would retry it
   // for ever (sonic-boom's flushSync loops on EIO), so writing and flushing become no-ops, as
   // pino does for EPIPE alone.
-  destination.on('error', () => {
+  destination.on('error', (err: Error & { code?: string }) => {
+    if (logger.level === 'silent') return;
     logger.level = 'silent';
     const d = destination as unknown as Record<string, unknown>;
-    for (const m of ['write', 'flushSync', 'flush', 'end']) if (typeof d[m] === 'function') d[m] = () => {};
+    for (const m of ['write', 'flushSync', 'end']) if (typeof d[m] === 'function') d[m] = () => {};
+    if (typeof d.flush === 'function') d.flush = (cb?: (err?: Error) => void) => cb?.();
+    // Say so once where it may still be read (a log file that filled its disk, say); a closed
+    // terminal refuses this too, and nothing more is tried.
+    try {
+      writeSync(2, `${name}: logging stopped: ${err.code ?? err.message}\n`);
+    } catch {
+      // Nowhere to say it.
+    }
   });
   return logger;
 }

@@ -31,14 +31,6 @@ export function onError(log: Logger) {
       const code = err.status === 413 ? 'too_large' : err.status === 401 ? 'unauthorized' : 'bad_request';
       return c.json(errorBody(code, err.message || 'bad request'), err.status);
     }
-    if (isRedisFull(err)) {
-      log.warn({ err: err.message, rid: c.get('rid') }, 'redis full');
-      c.header('retry-after', '5');
-      return c.json(
-        errorBody('redis_full', "Redis is out of memory (its maxmemory): waiting requests, their bodies and job results fill it, and nothing was queued; retry once the queues drain, or give Redis more memory (the embedded one takes a quarter of the machine's)"),
-        503,
-      );
-    }
     if (isRedisDown(err)) {
       log.warn({ err: err.message, rid: c.get('rid') }, 'redis unavailable');
       return c.json(errorBody('unavailable', 'the queue (Redis) is unreachable right now; retry shortly'), 503);
@@ -46,11 +38,6 @@ export function onError(log: Logger) {
     log.error({ err, rid: c.get('rid') }, 'unhandled error');
     return c.json(errorBody('internal', `internal error (request id ${c.get('rid') ?? 'unknown'})`), 500);
   };
-}
-
-/** Redis refused a write at its maxmemory (policy noeviction): `OOM command not allowed …`. */
-export function isRedisFull(err: unknown): boolean {
-  return /\bOOM command not allowed\b/.test((err as { message?: string })?.message ?? '');
 }
 
 /** ioredis failures that mean "Redis is not there", as opposed to a bug of ours. */

@@ -1,7 +1,6 @@
 // A redis-server child process for `embers dev` and the tests: loopback only, on a free port.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
-import os from 'node:os';
 import path from 'node:path';
 import { createRedis } from '../../core/redis.ts';
 import { freePort } from './ports.ts';
@@ -97,20 +96,12 @@ export function findRedisServer(): string {
 }
 
 /** Starts redis-server with its data in `dir`; `persist` turns the append-only file on. */
-/**
- * The embedded Redis's memory limit: a quarter of the machine's memory, at least 256 MiB. Waiting
- * requests ride in it with their bodies (up to EMBERS_MAX_BODY_BYTES each), so a flood of large
- * ones must meet a limit (writes refused: the gateway answers 503 redis_full) before the machine
- * runs out. `noeviction`, Redis's default and what BullMQ requires: nothing queued is dropped.
- */
-export const LOCAL_REDIS_MAXMEMORY = Math.max(256 * 1024 * 1024, Math.floor(os.totalmem() / 4));
-
-export async function startLocalRedis(dir: string, opts: { persist?: boolean; port?: number; maxMemoryBytes?: number } = {}): Promise<LocalRedis> {
+export async function startLocalRedis(dir: string, opts: { persist?: boolean; port?: number } = {}): Promise<LocalRedis> {
   const bin = findRedisServer();
   await mkdir(dir, { recursive: true });
   await refuseIfInUse(dir);
   const port = opts.port ?? (await freePort());
-  const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', opts.persist ? 'yes' : 'no', '--protected-mode', 'yes', '--maxmemory', String(opts.maxMemoryBytes ?? LOCAL_REDIS_MAXMEMORY), '--maxmemory-policy', 'noeviction'];
+  const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', opts.persist ? 'yes' : 'no', '--protected-mode', 'yes'];
   // Through a watchdog shell, in a process group of its own (see WATCHDOG). Ctrl-C in a terminal
   // signals the whole foreground group, and a redis-server that stopped then left the platform
   // stopping against a dead Redis: ioredis retries for ever, and `embers dev` hung until a second

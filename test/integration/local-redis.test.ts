@@ -7,13 +7,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
-import { Hono } from 'hono';
-import { ensureLiveGroup, finishLiveEntries, LiveQueue, liveStream, readLiveEntries } from '../../core/live-queue.ts';
-import { usageKeys, type UsageRecord } from '../../core/usage.ts';
-import { tenantKeys } from '../../core/tenants.ts';
-import { createLogger } from '../../core/log.ts';
 import { createRedis } from '../../core/redis.ts';
-import { onError } from '../../gateway/errors.ts';
 import { DataDirInUseError, startLocalRedis } from '../../infra/local/redis.ts';
 import { ROOT, eventually } from '../helpers/platform.ts';
 
@@ -91,48 +85,6 @@ describe('embedded redis-server', () => {
     } finally {
       owner.kill('SIGKILL');
       if (pid !== undefined && alive(pid)) process.kill(pid, 'SIGKILL');
-    }
-  });
-});
-
-describe('a full Redis', () => {
-  it('runs with a memory limit, and a write it refuses there is a 503 the caller can act on', async () => {
-    const dir = await mkdtemp(path.join(os.tmpdir(), 'embers-full-'));
-    dirs.push(dir);
-    const server = await startLocalRedis(dir, { maxMemoryBytes: 4 * 1024 * 1024 });
-    const redis = createRedis(server.url);
-    try {
-      assert.equal((await redis.config('GET', 'maxmemory'))[1], String(4 * 1024 * 1024));
-      assert.equal((await redis.config('GET', 'maxmemory-policy'))[1], 'noeviction');
-      // A key to queue with, the stream and its group made (as after a first request), then fill
-      // Redis past its limit and queue a request as the gateway does (a keyed enqueue: a script).
-      await redis.hset(tenantKeys.keysByHash, 'k', JSON.stringify({ id: 'k1', tenant: 'default', scopes: ['run'] }));
-      await ensureLiveGroup(redis, 'echo');
-      // A request already queued and taken by a replica before Redis filled up.
-      await new LiveQueue(redis).add('echo', { rid: 'r-before', gw: 'gw', input: {}, enq: Date.now() }, { keyHash: 'k' });
-      const [[held]] = await readLiveEntries(redis, 'echo', 'replica-1', 1);
-      let refused = false;
-      for (let i = 0; i < 1024 && !refused; i++) refused = await redis.set(`ballast:${i}`, Buffer.alloc(16 * 1024)).then(() => false, () => true);
-      assert.ok(refused, 'Redis refuses writes past its maxmemory');
-      const app = new Hono();
-      app.onError(onError(createLogger('test', 'silent')));
-      app.post('/run', async (c) => c.json({ id: await new LiveQueue(redis).add('echo', { rid: 'r-full', gw: 'gw', input: {}, enq: Date.now() }, { keyHash: 'k', body: Buffer.alloc(1024) }) }));
-      const res = await app.request('/run', { method: 'POST' });
-      assert.equal(res.status, 503);
-      assert.equal(res.headers.get('retry-after'), '5');
-      const { error } = (await res.json()) as { error: { code: string; message: string } };
-      assert.equal(error.code, 'redis_full');
-      assert.match(error.message, /Redis is out of memory .*nothing was queued; retry once the queues drain/);
-      assert.equal(await redis.xlen(liveStream('echo')), 1, 'nothing queued');
-      // Replicas can still finish what they hold at the limit (the acknowledgement comes first in
-      // the finishing script, and its metering and reply with it), which frees the room.
-      const usage: UsageRecord = { id: 'u-before', tenant: 'default', key: 'k1', fn: 'echo', version: 'v1', kind: 'sync', status: 200, queueMs: 1, computeMs: 1, inferMs: 0, coldMs: 0, bytesIn: 2, bytesOut: 2, at: new Date().toISOString() };
-      assert.deepEqual(await finishLiveEntries(redis, 'echo', [{ id: held, outcome: { usage, reply: { channel: 'embers:test:full', message: 'answer' } } }]), [true]);
-      assert.equal(await redis.xlen(liveStream('echo')), 0, 'finished at the limit, and deleted');
-      assert.equal((await redis.xrange(usageKeys.records, '-', '+')).length, 1, 'and metered');
-    } finally {
-      redis.disconnect();
-      await server.stop();
     }
   });
 });
