@@ -20,6 +20,8 @@ import { Scheduler } from './scheduler.ts';
 const REPLICA_SOURCE = fileURLToPath(new URL('../runtime/main.ts', import.meta.url));
 const TSX = import.meta.resolve('tsx');
 const STOP_GRACE_MS = 15_000;
+/** Longest close() waits for each Redis-bound step (the scheduler's pass, a reconcile, the node record). */
+const CLOSE_WAIT_MS = 10_000;
 /**
  * V8 flags of replica processes. Tensors crossing from model threads are large and short-lived,
  * and with V8's default starting heap limit (a few MB above what is live) they set off a full
@@ -279,13 +281,31 @@ export class NodeAgent {
   async close(): Promise<void> {
     this.closed = true;
     for (const t of this.timers) clearInterval(t);
-    await this.scheduler.close();
-    await this.reconciling;
+    // A Redis call that never returns must not hold the stop, nor keep the replicas and the
+    // standby running: twice in one session a test's platform stop, after a Redis outage and
+    // restart, never got past here (the standby alive, the agent's Redis clients open). Going on
+    // disconnects Redis at the end, which fails whatever still waits on it.
+    await this.bounded(this.scheduler.close(), 'the scheduler to stop');
+    await this.bounded(this.reconciling, 'a reconcile pass to end');
     this.standby?.child.kill('SIGTERM');
     this.standby = null;
     await Promise.all([...this.replicas.values()].map((r) => this.stopReplica(r)));
-    await this.redis.multi().del(keys.node(this.id)).srem(keys.nodes, this.id).exec().catch(() => {});
+    await this.bounded(this.redis.multi().del(keys.node(this.id)).srem(keys.nodes, this.id).exec(), 'the node record to be removed');
     this.sub.disconnect();
     this.redis.disconnect();
+  }
+
+  /** Waits for `p` (settled either way) up to CLOSE_WAIT_MS; past that, says so and goes on. */
+  private async bounded(p: Promise<unknown> | null | undefined, what: string): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const settled = await Promise.race([
+      Promise.resolve(p).then(
+        () => true,
+        () => true,
+      ),
+      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), CLOSE_WAIT_MS))),
+    ]);
+    clearTimeout(timer);
+    if (!settled) this.log.warn({ waitedMs: CLOSE_WAIT_MS }, `closing the node agent: gave up waiting for ${what}`);
   }
 }
