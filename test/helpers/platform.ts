@@ -96,6 +96,16 @@ export async function startTestPlatform(env: Record<string, string> = {}): Promi
   return tp;
 }
 
+/** Whether a process with this pid exists (signal 0). */
+export const alive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
 /** Polls until check returns a value (not a timing assertion: it only bounds how long to wait). */
 export async function eventually<T>(check: () => Promise<T | undefined | null | false>, what: string, timeoutMs = 30_000): Promise<T> {
   const end = Date.now() + timeoutMs;

@@ -9,21 +9,12 @@ import path from 'node:path';
 import { after, describe, it } from 'node:test';
 import { createRedis } from '../../core/redis.ts';
 import { DataDirInUseError, startLocalRedis } from '../../infra/local/redis.ts';
-import { ROOT, eventually } from '../helpers/platform.ts';
+import { ROOT, alive, eventually } from '../helpers/platform.ts';
 
 const dirs: string[] = [];
 after(async () => {
   for (const d of dirs) await rm(d, { recursive: true, force: true });
 });
-
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 async function serverPid(url: string): Promise<number> {
   const client = createRedis(url);

@@ -8,22 +8,13 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
-import { ROOT, eventually } from '../helpers/platform.ts';
+import { ROOT, alive, eventually } from '../helpers/platform.ts';
 
 const hasScript = existsSync('/usr/bin/script') || existsSync('/bin/script');
 const dirs: string[] = [];
 after(async () => {
   for (const d of dirs) await rm(d, { recursive: true, force: true });
 });
-
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 describe('logging to a terminal that hangs up', { skip: !hasScript && 'script(1) (util-linux) is not installed' }, () => {
   for (const pretty of ['true', 'false']) {
