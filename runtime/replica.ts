@@ -494,11 +494,12 @@ export class Replica {
     // → ×1.23–1.33 in two bench runs where the detector's lone runs had gone narrow).
     try {
       // (A batch line that timed out leaves its lane while its inference runs on: both counted.)
-      const batchBeside = this.lanes.batch > 0 || this.batchInferring > 0;
-      const r = await session.run(feeds, lone, batchBeside);
+      const batchBeside = () => this.lanes.batch > 0 || this.batchInferring > 0;
+      const pinWide = batchBeside();
+      const r = await session.run(feeds, lone, pinWide);
       // A lone run that another inference or a batch line joined shared the cores: its time says
       // nothing about wide against narrow.
-      if (r.timed && this.inferStarts === started && !batchBeside && this.lanes.batch === 0 && this.batchInferring === 0) session.noteLone(r.timed);
+      if (r.timed && this.inferStarts === started && !batchBeside()) session.noteLone(r.timed);
       return r;
     } finally {
       if (low) this.batchInferring--;

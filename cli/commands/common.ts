@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import type { Logger } from '../../core/log.ts';
 import { adminClientOptions, clientOptions, EmbersClient } from '../client.ts';
 
 /** --url and --key on every command that talks to a gateway. */
@@ -31,4 +32,25 @@ export function adminClientFrom(opts: { url?: string; adminKey?: string }): Embe
 export function table(head: string[], rows: string[][]): void {
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
   for (const r of [head, ...rows]) process.stdout.write(`${r.map((c, i) => c.padEnd(widths[i])).join('  ')}\n`);
+}
+
+/**
+ * Stops on SIGINT, SIGTERM or SIGHUP with `stop`, then exits 0. SIGHUP: the terminal closed.
+ * Writes to it fail from now on (the logger mutes itself, core/log.ts; stdout and stderr are
+ * muted here), and the kernel may send SIGHUP twice: only a second Ctrl-C or SIGTERM means "now".
+ */
+export function onStop(log: Logger, stop: () => Promise<void>): void {
+  let stopping = false;
+  const handler = (signal: string) => {
+    if (signal === 'SIGHUP') for (const s of [process.stdout, process.stderr]) s.on('error', () => {});
+    if (stopping && signal === 'SIGHUP') return;
+    if (stopping) {
+      log.warn('second signal: exiting now');
+      process.exit(130);
+    }
+    stopping = true;
+    log.info({ signal }, 'stopping');
+    void stop().finally(() => process.exit(0));
+  };
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, () => handler(signal));
 }

@@ -3,6 +3,7 @@
 import { Command } from 'commander';
 import { loadConfig, type Config } from '../../core/config.ts';
 import { createLogger, type Logger } from '../../core/log.ts';
+import { onStop } from './common.ts';
 import { storeFromConfig } from '../../core/s3.ts';
 import { startGateway } from '../../gateway/server.ts';
 import { NodeAgent } from '../../scheduler/agent.ts';
@@ -14,22 +15,6 @@ function shared(): { config: Config; log: Logger; redisUrl: string } {
   if (!config.EMBERS_REDIS_URL) throw new CliError('set EMBERS_REDIS_URL: separate gateways and agents share one Redis (use `embers dev` for everything in one process)', 2);
   if (!config.EMBERS_API_KEY && process.argv.includes('gateway')) throw new CliError('set EMBERS_API_KEY for a standalone gateway', 2);
   return { config, log: createLogger('embers', config.EMBERS_LOG_LEVEL), redisUrl: config.EMBERS_REDIS_URL };
-}
-
-function onStop(log: Logger, stop: () => Promise<void>): void {
-  let stopping = false;
-  const handler = (signal: string) => {
-    // SIGHUP: the terminal it runs in closed. Writes to it fail from now on (the logger mutes
-    // itself, core/log.ts), and the kernel may send SIGHUP twice: only a second Ctrl-C or
-    // SIGTERM means "now".
-    if (signal === 'SIGHUP') for (const s of [process.stdout, process.stderr]) s.on('error', () => {});
-    if (stopping && signal === 'SIGHUP') return;
-    if (stopping) process.exit(130);
-    stopping = true;
-    log.info({ signal }, 'stopping');
-    void stop().finally(() => process.exit(0));
-  };
-  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, () => handler(signal));
 }
 
 export function gatewayCommand(): Command {

@@ -6,6 +6,7 @@ import { caCert, EmbersClient } from '../client.ts';
 import { deployFile } from '../deploy.ts';
 import { discoverFunctions } from '../discover.ts';
 import { startPlatform } from '../platform.ts';
+import { onStop } from './common.ts';
 
 /** Longest a Ctrl-C waits for replicas to drain and everything to stop. */
 const STOP_DEADLINE_MS = 45_000;
@@ -20,35 +21,16 @@ export function devCommand(name: 'dev' | 'start'): Command {
       const config = loadConfig();
       const log = createLogger('embers', config.EMBERS_LOG_LEVEL);
       const platform = await startPlatform(config, log);
-      let stopping = false;
-      const stop = async (signal: string) => {
-        if (signal === 'SIGHUP') {
-          // The terminal is gone: what is still written to it fails (EIO). The logger mutes
-          // itself (core/log.ts); so must anything written to stdout and stderr directly.
-          for (const s of [process.stdout, process.stderr]) s.on('error', () => {});
-        }
-        if (stopping) {
-          // A closed terminal can send SIGHUP twice (the shell passes it on, and the kernel sends
-          // it to the foreground group): only a person's second Ctrl-C means "now".
-          if (signal === 'SIGHUP') return;
-          log.warn('second signal: exiting now');
-          process.exit(130);
-        }
-        stopping = true;
-        log.info({ signal }, 'stopping');
-        // Replicas drain what they hold first; a stop that cannot finish (Redis killed from
-        // outside, a replica that will not exit) must not leave the terminal waiting for ever.
+      // Replicas drain what they hold first; a stop that cannot finish (Redis killed from
+      // outside, a replica that will not exit) must not leave the terminal waiting for ever.
+      // Redis, in a process group of its own, is stopped last.
+      onStop(log, async () => {
         setTimeout(() => {
           log.error(`could not stop cleanly within ${STOP_DEADLINE_MS / 1000} s (is Redis still reachable?); exiting anyway`);
           process.exit(1);
         }, STOP_DEADLINE_MS).unref();
         await platform.stop();
-        process.exit(0);
-      };
-      process.on('SIGINT', () => void stop('SIGINT'));
-      process.on('SIGTERM', () => void stop('SIGTERM'));
-      // A closed terminal: stop the same way (Redis, in a process group of its own, is stopped last).
-      process.on('SIGHUP', () => void stop('SIGHUP'));
+      });
 
       // Over HTTPS, deploying to itself trusts its own certificate unless EMBERS_CA_CERT says otherwise.
       const ca = caCert(process.env.EMBERS_CA_CERT ?? config.EMBERS_TLS_CERT);
