@@ -20,19 +20,32 @@ export function createRedis(url: string, options: RedisOptions = {}): Redis {
  */
 function coalesceWrites(client: Redis): void {
   const send = client.sendCommand.bind(client);
-  let corked = false;
+  let corked: Redis['stream'] | undefined;
+  const uncork = () => {
+    const socket = corked;
+    corked = undefined;
+    socket?.uncork();
+  };
+  uncorkers.set(client, uncork);
   client.sendCommand = ((command, stream) => {
     const socket = client.stream;
     if (!corked && !stream && client.status === 'ready' && socket) {
       socket.cork();
-      corked = true;
-      setImmediate(() => {
-        corked = false;
-        socket.uncork();
-      });
+      corked = socket;
+      setImmediate(uncork);
     }
     return send(command, stream);
   }) as typeof client.sendCommand;
+}
+
+const uncorkers = new WeakMap<Redis, () => void>();
+
+/**
+ * Writes what `client` holds back for the end of this turn now. For a command sent from the check
+ * phase itself (a batch gathered over the turn): held back, it would wait for the next turn's.
+ */
+export function flushWrites(client: Redis): void {
+  uncorkers.get(client)?.();
 }
 
 /**

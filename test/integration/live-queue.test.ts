@@ -8,8 +8,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { RunJobData } from '../../core/contracts.ts';
-import { finishLiveEntries, LIVE_GROUP, leaveLiveGroup, LiveQueue, liveStream } from '../../core/live-queue.ts';
+import { decodeLiveJob, finishLiveEntries, KeyRejectedError, LIVE_GROUP, leaveLiveGroup, LiveQueue, liveStream } from '../../core/live-queue.ts';
 import { usageKeys, type UsageRecord } from '../../core/usage.ts';
+import { tenantKeys } from '../../core/tenants.ts';
 import { createLogger } from '../../core/log.ts';
 import { createRedis, type Redis } from '../../core/redis.ts';
 import { startLocalRedis, type LocalRedis } from '../../infra/local/redis.ts';
@@ -75,6 +76,46 @@ describe('live queue', () => {
     release.splice(0).forEach((r) => r());
     await eventually(async () => (await redis.xlen(liveStream('burst'))) === 0, 'finished entries to be deleted');
     await c.drain();
+  });
+
+  it('requests added in one tick are queued in one call, each judged by its own key', async () => {
+    await redis.hset(tenantKeys.keysByHash, 'hash-ok', JSON.stringify({ id: 'key-ok' }), 'hash-revoked', JSON.stringify({ id: 'key-r', revokedAt: new Date().toISOString() }));
+    const base = redis.duplicate();
+    const monitor = await base.monitor();
+    const adds: string[][] = [];
+    monitor.on('monitor', (_t: string, args: string[]) => {
+      if (args[0].toLowerCase() === 'evalsha' && args[3] === tenantKeys.keysByHash) adds.push(args);
+    });
+    try {
+      const q = new LiveQueue(redis);
+      await q.add('tick-a', job('warm'));
+      await q.add('tick-b', job('warm'));
+      adds.length = 0;
+      const body = Buffer.from([0, 0xff, 0x80, 0x0a]);
+      const outcomes = await Promise.allSettled([
+        q.add('tick-a', job('ok-1'), { keyHash: 'hash-ok' }),
+        q.add('tick-a', job('revoked'), { keyHash: 'hash-revoked' }),
+        q.add('tick-b', job('unknown'), { keyHash: 'hash-gone' }),
+        q.add('tick-b', job('bytes'), { keyHash: 'hash-ok', body }),
+        q.add('tick-a', job('no-check')),
+      ]);
+      assert.deepEqual(
+        outcomes.map((o) => (o.status === 'fulfilled' ? 'queued' : (o.reason as KeyRejectedError).reason)),
+        ['queued', 'revoked', 'unknown', 'queued', 'queued'],
+      );
+      await eventually(async () => adds.length === 1, 'the adds to reach Redis');
+      assert.equal(adds.length, 1, 'one call for the tick');
+      const read = async (fn: string) => (await redis.xrangeBuffer(liveStream(fn), '-', '+')).map(([id, fields]) => ({ id: id.toString(), rid: decodeLiveJob(fields)?.rid, fields }));
+      const [a, b] = [await read('tick-a'), await read('tick-b')];
+      assert.deepEqual(a.map((e) => e.rid), ['warm', 'ok-1', 'no-check']);
+      assert.deepEqual(b.map((e) => e.rid), ['warm', 'bytes']);
+      const ids = outcomes.filter((o) => o.status === 'fulfilled').map((o) => (o as PromiseFulfilledResult<string>).value);
+      assert.deepEqual(ids, [a[1].id, b[1].id, a[2].id], 'each add resolves with its own entry');
+      assert.deepEqual(b[1].fields[3], body, 'a binary body is queued byte for byte');
+    } finally {
+      monitor.disconnect();
+      base.disconnect();
+    }
   });
 
   it('a replica that goes silent has its requests taken over, with their delivery count', async () => {
@@ -200,6 +241,8 @@ describe('live queue', () => {
     const commands: string[] = [];
     monitor.on('monitor', (_t: string, args: string[], source: string) => {
       const name = args[0].toLowerCase();
+      // The adds (their first key is the API keys hash) are the gateway's, not the replica's.
+      if (name === 'evalsha' && args[3] === tenantKeys.keysByHash) return;
       if (name === 'publish' || name === 'evalsha') commands.push(source === 'lua' ? `script ${name}` : name);
     });
     const release: (() => void)[] = [];
