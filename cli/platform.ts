@@ -51,6 +51,7 @@ export function gatewayOptions(config: Config, o: { redisUrl: string; store: Obj
     webhookSecret: config.EMBERS_WEBHOOK_SECRET,
     jobRetentionS: config.EMBERS_JOB_RETENTION_S,
     maxBatchBytes: config.EMBERS_MAX_BATCH_BYTES,
+    redisMemoryLimitBytes: config.EMBERS_REDIS_MEMORY_LIMIT_MB === undefined ? undefined : config.EMBERS_REDIS_MEMORY_LIMIT_MB * 2 ** 20,
     defaultPricing: { perRequest: config.EMBERS_PRICE_PER_REQUEST, perComputeSecond: config.EMBERS_PRICE_PER_COMPUTE_SECOND },
     adminKey: o.adminKey ?? config.EMBERS_ADMIN_KEY,
     tls: config.EMBERS_TLS_CERT && config.EMBERS_TLS_KEY ? { certFile: config.EMBERS_TLS_CERT, keyFile: config.EMBERS_TLS_KEY } : undefined,

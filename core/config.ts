@@ -29,6 +29,11 @@ export const ConfigSchema = z.object({
   EMBERS_TLS_KEY: z.string().min(1).optional(),
   /** Largest request body on /v1/run, in bytes. @default 10 MiB */
   EMBERS_MAX_BODY_BYTES: int(1024).default(10 * 1024 * 1024),
+  /**
+   * Redis memory (MiB) past which the gateway refuses runs with 503 `redis_full` (queued
+   * requests carry their bodies). @default 90 % of Redis's maxmemory, else half its machine's memory
+   */
+  EMBERS_REDIS_MEMORY_LIMIT_MB: int(1).optional(),
   /** Largest deploy body (bundle + manifest), in bytes. @default 50 MiB */
   EMBERS_MAX_BUNDLE_BYTES: int(1024).default(50 * 1024 * 1024),
   /** pino level. @default info */

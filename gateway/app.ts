@@ -5,7 +5,7 @@ import type { Redis } from 'ioredis';
 import type { BatchStore } from '../core/batches.ts';
 import type { JobStore } from '../core/jobs.ts';
 import type { Pricing } from '../core/usage.ts';
-import type { QueueDepth } from './quotas.ts';
+import type { QueueDepth, RedisMemory } from './quotas.ts';
 import type { Logger } from '../core/log.ts';
 import type { Registry } from '../core/registry.ts';
 import type { AuthContext, TenantStore } from '../core/tenants.ts';
@@ -57,6 +57,8 @@ export interface GatewayDeps {
   webhookSecret: string;
   maxBatchBytes: number;
   queueDepth: QueueDepth;
+  /** Refuses runs once Redis's memory nears its budget. */
+  redisMemory: RedisMemory;
   /** Prices for usage reports of functions that set none. */
   defaultPricing: Pricing;
   /** Tells the scheduler work arrived for a function (throttled), so a scale from zero starts at once. */

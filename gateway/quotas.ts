@@ -1,6 +1,7 @@
 // Back-pressure: per-key requests per second and requests in flight (shared by every gateway
-// through Redis), and a per-function cap on waiting requests (Triton's max_queue_size).
-// All answer 429 with Retry-After. A key without limits costs no Redis round trip here.
+// through Redis), and a per-function cap on waiting requests (Triton's max_queue_size): 429 with
+// Retry-After. A key without limits costs no Redis round trip here. And Redis's memory, which
+// holds the queued bodies: 503 with Retry-After (RedisMemory).
 import type { Redis } from 'ioredis';
 import type { LiveQueue } from '../core/live-queue.ts';
 import type { AuthContext } from '../core/tenants.ts';
@@ -99,4 +100,73 @@ interface Depth {
   n: number;
   at?: number;
   reading?: Promise<number>;
+}
+
+/** Where the Redis memory budget came from, for the refusal's message. */
+type BudgetSource = 'setting' | 'maxmemory' | 'machine';
+
+/**
+ * Admission by Redis's memory: a run whose body would take Redis's used memory past the budget is
+ * answered 503 and not queued. Waiting requests ride in Redis with their bodies, and a flood of
+ * large ones (10,000 × 10 MiB fits `maxQueueLength`) would otherwise grow it until the machine
+ * kills it, and every queued request with it. No `maxmemory` is set for this: at that limit Redis
+ * refuses the platform's own writes too (heartbeats, job records), so the refusal happens here,
+ * below it, and what is queued still drains. The budget: EMBERS_REDIS_MEMORY_LIMIT_MB; else 90 %
+ * of Redis's `maxmemory` when it has one; else half the memory of Redis's machine.
+ * `used_memory` is read at most every 250 ms (INFO memory, O(1)); bytes this gateway queued since
+ * the last read are added to it, so a burst inside one read's age is counted too. A failed read
+ * admits (the enqueue will answer 503 itself if Redis is gone).
+ */
+export class RedisMemory {
+  private used = 0;
+  private budget?: number;
+  private source: BudgetSource = 'machine';
+  private at?: number;
+  /** Bytes admitted since the last read began: not in `used` yet. */
+  private since = 0;
+  private reading?: Promise<void>;
+
+  constructor(
+    private readonly redis: { info(section: 'memory'): Promise<string> },
+    private readonly limitBytes?: number,
+    private readonly now: () => number = () => performance.now(),
+  ) {}
+
+  async check(bytes: number): Promise<void> {
+    const age = this.at === undefined ? Infinity : this.now() - this.at;
+    if (age >= FRESH_MS) {
+      const reading = (this.reading ??= this.refresh());
+      // A stale read judges while the next runs, unless there is none yet, it is old, or the
+      // budget is close.
+      if (age >= STALE_MAX_MS || (this.budget !== undefined && this.used + this.since > this.budget / 2)) await reading;
+    }
+    const budget = this.budget;
+    if (budget !== undefined && this.used + this.since + bytes > budget) {
+      const mb = (n: number) => (n / 2 ** 20).toFixed(n < 10 * 2 ** 20 ? 1 : 0);
+      const where = { setting: 'EMBERS_REDIS_MEMORY_LIMIT_MB', maxmemory: "90 % of Redis's maxmemory; EMBERS_REDIS_MEMORY_LIMIT_MB sets another", machine: "half the memory of Redis's machine; EMBERS_REDIS_MEMORY_LIMIT_MB sets another" }[this.source];
+      const err = new ApiError(503, 'redis_full', `Redis holds ${mb(this.used + this.since)} MB of queued requests and results, and this request's ${mb(bytes)} MB would take it past the platform's limit of ${mb(budget)} MB (${where}); nothing was queued: retry once queued work has drained`, { retryAfterSeconds: 1 });
+      throw Object.assign(err, { retryAfter: 1 });
+    }
+    this.since += bytes;
+  }
+
+  private refresh(): Promise<void> {
+    const admitted = this.since;
+    const reading = this.redis
+      .info('memory')
+      .then((text) => {
+        const field = (name: string) => Number(new RegExp(`^${name}:(\\d+)`, 'm').exec(text)?.[1] ?? 0);
+        const [used, maxmemory, machine] = [field('used_memory'), field('maxmemory'), field('total_system_memory')];
+        this.used = used;
+        this.since = Math.max(0, this.since - admitted);
+        this.at = this.now();
+        if (this.limitBytes !== undefined) [this.budget, this.source] = [this.limitBytes, 'setting'];
+        else if (maxmemory > 0) [this.budget, this.source] = [0.9 * maxmemory, 'maxmemory'];
+        else if (machine > 0) [this.budget, this.source] = [machine / 2, 'machine'];
+        else this.budget = undefined;
+      })
+      .catch(() => {})
+      .finally(() => (this.reading = undefined));
+    return reading;
+  }
 }

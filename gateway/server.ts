@@ -21,7 +21,7 @@ import { createMetrics } from './metrics.ts';
 import { ReplyHub } from './replies.ts';
 import { KeyCache } from './key-cache.ts';
 import { startWebhookWorker } from './webhooks.ts';
-import { QueueDepth } from './quotas.ts';
+import { QueueDepth, RedisMemory } from './quotas.ts';
 import type { Pricing } from '../core/usage.ts';
 
 /** How long closing waits for requests in flight before cutting their connections. */
@@ -47,6 +47,8 @@ export interface GatewayOptions {
   webhookSecret?: string;
   /** @default 1 GiB */
   maxBatchBytes?: number;
+  /** Redis memory past which runs are refused (RedisMemory); unset: from Redis's maxmemory or machine. */
+  redisMemoryLimitBytes?: number;
   /** @default free */
   defaultPricing?: Pricing;
 }
@@ -129,6 +131,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     webhookSecret,
     maxBatchBytes: o.maxBatchBytes ?? 1024 ** 3,
     queueDepth: new QueueDepth(live),
+    redisMemory: new RedisMemory(redis, o.redisMemoryLimitBytes),
     defaultPricing: o.defaultPricing ?? { perRequest: 0, perComputeSecond: 0 },
     wake: (name) => {
       // At most one wake per function per second from this gateway: cheap, and enough to cut

@@ -43,6 +43,7 @@ export function runRoutes(deps: GatewayDeps) {
       await checkRate(deps.redis, auth);
       await deps.queueDepth.check(name, fn.manifest.maxQueueLength ?? 10_000);
       const bill = { t: fn.tenant, k: auth.keyId, bin: bytes?.length ?? (Number(c.req.header('content-length')) || Buffer.byteLength(inputJson)) };
+      await deps.redisMemory.check(bill.bin);
       if (/\brespond-async\b/i.test(c.req.header('prefer') ?? '')) {
         const job = await enqueueAsync(deps, name, { rid, input, raw, enq, ...bill }, { inputJson, body: bytes }, auth, webhookOf(c.req.query('webhook') ?? c.req.header('embers-webhook')));
         const url = `${new URL(c.req.url).origin}/v1/jobs/${job}`;
