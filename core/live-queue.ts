@@ -132,6 +132,8 @@ export class KeyRejectedError extends Error {
  * instead of one per request: a script call's own cost in Redis (with the append-only file on,
  * each one's effects are also wrapped in MULTI/EXEC there) came to ~10 µs of the ~13 µs an
  * `echo` request's add cost, against ~1.5 µs for its HGET and XADD.
+ * An entry that fails in Redis (a key record that is not JSON, a stream key of another type)
+ * fails alone: { 3, error } in its place, the others queued as usual.
  * KEYS: the keys hash, then each entry's stream. ARGV per entry: key hash ('' = no check), the
  * number of fields n, then its n fields.
  */
@@ -140,21 +142,29 @@ local out, verdicts = {}, {}
 local a = 1
 for i = 2, #KEYS do
   local hash, n = ARGV[a], tonumber(ARGV[a + 1])
-  local verdict = 2
-  if hash ~= '' then
-    verdict = verdicts[hash]
-    if verdict == nil then
-      local key = redis.call('HGET', KEYS[1], hash)
-      if not key then verdict = 0 elseif cjson.decode(key).revokedAt then verdict = 1 else verdict = 2 end
-      verdicts[hash] = verdict
+  local ok, r = pcall(function()
+    local verdict = 2
+    if hash ~= '' then
+      verdict = verdicts[hash]
+      if verdict == nil then
+        local key = redis.call('HGET', KEYS[1], hash)
+        if not key then verdict = 0 elseif cjson.decode(key).revokedAt then verdict = 1 else verdict = 2 end
+        verdicts[hash] = verdict
+      end
     end
-  end
-  if verdict == 2 then out[i - 1] = redis.call('XADD', KEYS[i], '*', unpack(ARGV, a + 2, a + 1 + n)) else out[i - 1] = verdict end
+    if verdict ~= 2 then return verdict end
+    return redis.call('XADD', KEYS[i], '*', unpack(ARGV, a + 2, a + 1 + n))
+  end)
+  if ok then out[i - 1] = r else out[i - 1] = { 3, type(r) == 'table' and r.err or tostring(r) } end
   a = a + 2 + n
 end
 return out`;
 
-/** A batch of adds past this many bytes is sent as it is, and the next add starts another. */
+/**
+ * A batch is sent as it is once it holds this many adds or bytes, and the next add starts another:
+ * one script call holds Redis for its whole length, and its arguments are spread into one call.
+ */
+const ADD_BATCH_MAX = 512;
 const ADD_BATCH_BYTES = 4 * 1024 * 1024;
 
 interface PendingAdd {
@@ -239,11 +249,13 @@ export class LiveQueue {
       await ensureLiveGroup(this.redis, fn);
       this.grouped.add(fn);
     }
+    // An empty hash would mean "no check" to ADD_MANY.
+    if (o.keyHash === '') throw new Error('LiveQueue.add: keyHash is empty');
     const fields: (string | Buffer)[] = ['d', encodeLiveJob(data, o.inputJson)];
     if (o.body) fields.push('b', o.body);
-    const bytes = fields.reduce((n, f) => n + f.length, 0);
+    const bytes = fields.reduce((n, f) => n + (typeof f === 'string' ? Buffer.byteLength(f) : f.length), 0);
     // Requests queued in the same tick go in one call (ADD_MANY), sent in the tick's check phase.
-    if (this.batch.length && this.batchBytes + bytes > ADD_BATCH_BYTES) this.send();
+    if (this.batch.length >= ADD_BATCH_MAX || (this.batch.length && this.batchBytes + bytes > ADD_BATCH_BYTES)) this.send();
     return new Promise<string>((resolve, reject) => {
       this.batch.push({ fn, keyHash: o.keyHash ?? '', fields, resolve, reject });
       this.batchBytes += bytes;
@@ -257,15 +269,21 @@ export class LiveQueue {
     if (!batch.length) return;
     this.batch = [];
     this.batchBytes = 0;
-    const keys = [tenantKeys.keysByHash, ...batch.map((b) => liveStream(b.fn))];
-    const args = batch.flatMap((b) => [b.keyHash, String(b.fields.length), ...b.fields]);
-    const sent = evalScript(this.redis, ADD_MANY, keys.length, ...keys, ...args);
-    flushWrites(this.redis);
+    let sent: Promise<unknown>;
+    try {
+      const keys = [tenantKeys.keysByHash, ...batch.map((b) => liveStream(b.fn))];
+      const args = batch.flatMap((b) => [b.keyHash, String(b.fields.length), ...b.fields]);
+      sent = evalScript(this.redis, ADD_MANY, keys.length, ...keys, ...args);
+      flushWrites(this.redis);
+    } catch (err) {
+      sent = Promise.reject(err as Error);
+    }
     sent.then(
       (out) => {
-        (out as (string | number)[]).forEach((r, i) => {
+        (out as (string | number | [number, string])[]).forEach((r, i) => {
           const b = batch[i];
-          if (r === 0 || r === 1) b.reject(new KeyRejectedError(b.keyHash, r === 1 ? 'revoked' : 'unknown'));
+          if (Array.isArray(r)) b.reject(new Error(`Redis refused the entry: ${r[1]}`));
+          else if (r === 0 || r === 1) b.reject(new KeyRejectedError(b.keyHash, r === 1 ? 'revoked' : 'unknown'));
           else b.resolve(String(r));
         });
       },

@@ -118,6 +118,27 @@ describe('live queue', () => {
     }
   });
 
+  it('an entry Redis refuses fails alone; a tick past the batch size goes in more calls, in order', async () => {
+    await redis.hset(tenantKeys.keysByHash, 'hash-ok', JSON.stringify({ id: 'key-ok' }), 'hash-garbled', 'not json');
+    const q = new LiveQueue(redis);
+    await q.add('tick-c', job('warm'));
+    const outcomes = await Promise.allSettled([
+      q.add('tick-c', job('before'), { keyHash: 'hash-ok' }),
+      q.add('tick-c', job('garbled'), { keyHash: 'hash-garbled' }),
+      q.add('tick-c', job('after'), { keyHash: 'hash-ok' }),
+    ]);
+    assert.deepEqual(outcomes.map((o) => o.status), ['fulfilled', 'rejected', 'fulfilled']);
+    assert.match(((outcomes[1] as PromiseRejectedResult).reason as Error).message, /Redis refused the entry: .*invalid token/);
+    const rids = async (fn: string) => (await redis.xrangeBuffer(liveStream(fn), '-', '+')).map(([, fields]) => decodeLiveJob(fields)?.rid);
+    assert.deepEqual(await rids('tick-c'), ['warm', 'before', 'after']);
+    // 1,200 adds in one tick: more than one call (512 a call), every add settled, the order kept.
+    await q.add('tick-d', job('warm'));
+    const many = Array.from({ length: 1200 }, (_, i) => `m${i}`);
+    const ids = await Promise.all(many.map((rid) => q.add('tick-d', job(rid), { keyHash: 'hash-ok' })));
+    assert.equal(new Set(ids).size, many.length);
+    assert.deepEqual(await rids('tick-d'), ['warm', ...many]);
+  });
+
   it('a replica that goes silent has its requests taken over, with their delivery count', async () => {
     await orphan('crashy', 'held');
     const runs: { rid: string; deliveries: number }[] = [];
