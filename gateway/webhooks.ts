@@ -6,9 +6,12 @@ import { QUEUE_PREFIX, WEBHOOK_QUEUE } from '../core/contracts.ts';
 import { signWebhook, tenantWebhookSecret, type JobStore, type WebhookDelivery } from '../core/jobs.ts';
 import type { Logger } from '../core/log.ts';
 import { createRedis } from '../core/redis.ts';
+import { waitAtMost } from '../core/settle.ts';
 import type { GatewayDeps, GatewayEnv } from './app.ts';
 
 const DELIVERY_TIMEOUT_MS = 10_000;
+/** Longest close() waits for the BullMQ worker (see gateway/server.ts CLOSE_WAIT_MS). */
+const CLOSE_WAIT_MS = 5_000;
 
 export function startWebhookWorker(o: { redisUrl: string; jobs: JobStore; secret: string; baseUrl: () => string; log: Logger }): { close(): Promise<void> } {
   const log = o.log.child({ component: 'webhooks' });
@@ -39,7 +42,8 @@ export function startWebhookWorker(o: { redisUrl: string; jobs: JobStore; secret
   worker.on('error', (err) => log.warn({ err: err.message }, 'webhook worker error'));
   return {
     async close() {
-      await worker.close();
+      // Its Redis client is disconnected either way: a close that never ends must not keep it open.
+      await waitAtMost(worker.close(), CLOSE_WAIT_MS, log, 'the webhook worker to close (closing the gateway)');
       connection.disconnect();
     },
   };

@@ -16,6 +16,7 @@ import { discoverGpus, type GpuInfo } from '../native/gpu.ts';
 import type { ScalerSettings } from './scaler.ts';
 import { buildRuntime } from './runtime-build.ts';
 import { Scheduler } from './scheduler.ts';
+import { waitAtMost } from '../core/settle.ts';
 
 const REPLICA_SOURCE = fileURLToPath(new URL('../runtime/main.ts', import.meta.url));
 const TSX = import.meta.resolve('tsx');
@@ -297,15 +298,6 @@ export class NodeAgent {
 
   /** Waits for `p` (settled either way) up to CLOSE_WAIT_MS; past that, says so and goes on. */
   private async bounded(p: Promise<unknown> | null | undefined, what: string): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    const settled = await Promise.race([
-      Promise.resolve(p).then(
-        () => true,
-        () => true,
-      ),
-      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), CLOSE_WAIT_MS))),
-    ]);
-    clearTimeout(timer);
-    if (!settled) this.log.warn({ waitedMs: CLOSE_WAIT_MS }, `closing the node agent: gave up waiting for ${what}`);
+    await waitAtMost(p, CLOSE_WAIT_MS, this.log, `${what} (closing the node agent)`);
   }
 }
