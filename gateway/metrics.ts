@@ -28,6 +28,12 @@ export function createMetrics() {
     replicas: new Gauge({ name: 'embers_replicas', help: 'Replicas by function and state (starting, ready, draining, failed)', labelNames: ['function', 'state'], registers: [registry] }),
     registry,
     requests: new Counter({ name: 'embers_requests_total', help: 'Run requests by function and HTTP status', labelNames: ['function', 'status'], registers: [registry] }),
+    refused: new Counter({
+      name: 'embers_requests_refused_total',
+      help: 'Runs refused before they were queued, by function and error code (rate_limited, too_many_in_flight, queue_full: 429; redis_full: 503)',
+      labelNames: ['function', 'code'],
+      registers: [registry],
+    }),
     duration: new Histogram({
       name: 'embers_request_duration_seconds',
       help: 'Run request time at the gateway, by function',

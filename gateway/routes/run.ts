@@ -18,6 +18,15 @@ const REPLY_GRACE_MS = 2_000;
 export function runRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
   const { functions, replies, live, metrics, gatewayId } = deps;
+  /** Runs an admission step; a refusal (429, 503 redis_full) is counted by function and code. */
+  const counted = async <T>(name: string, step: () => Promise<T>): Promise<T> => {
+    try {
+      return await step();
+    } catch (err) {
+      if (err instanceof ApiError && (err.status === 429 || err.code === 'redis_full')) metrics.refused.inc({ function: name, code: err.code });
+      throw err;
+    }
+  };
 
   app.post(
     '/:name',
@@ -40,10 +49,12 @@ export function runRoutes(deps: GatewayDeps) {
       }
       const enq = Date.now();
       const auth = c.get('auth');
-      await checkRate(deps.redis, auth);
-      await deps.queueDepth.check(name, fn.manifest.maxQueueLength ?? 10_000);
       const bill = { t: fn.tenant, k: auth.keyId, bin: bytes?.length ?? (Number(c.req.header('content-length')) || Buffer.byteLength(inputJson)) };
-      await deps.redisMemory.check(bill.bin);
+      await counted(name, async () => {
+        await checkRate(deps.redis, auth);
+        await deps.queueDepth.check(name, fn.manifest.maxQueueLength ?? 10_000);
+        await deps.redisMemory.check(bill.bin);
+      });
       if (/\brespond-async\b/i.test(c.req.header('prefer') ?? '')) {
         const job = await enqueueAsync(deps, name, { rid, input, raw, enq, ...bill }, { inputJson, body: bytes }, auth, webhookOf(c.req.query('webhook') ?? c.req.header('embers-webhook')));
         const url = `${new URL(c.req.url).origin}/v1/jobs/${job}`;
@@ -54,7 +65,7 @@ export function runRoutes(deps: GatewayDeps) {
       if (!replies.listening) throw new ApiError(503, 'unavailable', 'this gateway is reconnecting to Redis and cannot receive replies yet; retry shortly');
       // Time in the queue (cold starts included) and handler time are bounded separately.
       const data: RunJobData = { rid, id: randomUUID(), gw: gatewayId, input, raw, enq, deadline: enq + deps.queueTimeoutMs, ...bill };
-      const release = await acquireSlot(deps.redis, auth, rid, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS);
+      const release = await counted(name, () => acquireSlot(deps.redis, auth, rid, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS));
       const wait = replies.expect(rid, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS);
       metrics.inflight.inc();
       let entry: string | undefined;

@@ -381,6 +381,12 @@ describe('tenants and keys', () => {
       assert.equal(full.status, 429);
       assert.equal(full.headers.get('retry-after'), '1');
       assert.equal(((await full.json()) as { error: { code: string } }).error.code, 'queue_full');
+      // Each refusal is counted by function and code.
+      const metrics = await (await p.fetch('/metrics')).text();
+      const refusedCount = (code: string) => Number(new RegExp(`^embers_requests_refused_total\\{function="tight",code="${code}"\\} (\\d+)$`, 'm').exec(metrics)?.[1] ?? 0);
+      assert.equal(refusedCount('rate_limited'), refused.length);
+      assert.equal(refusedCount('too_many_in_flight'), 1);
+      assert.equal(refusedCount('queue_full'), 2);
     });
   });
 });
