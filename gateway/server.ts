@@ -185,7 +185,9 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
       await closed;
       clearTimeout(cut);
       await webhooks.close();
-      await waitAtMost(webhookQueue.close(), CLOSE_WAIT_MS, log, 'the webhook queue to close (closing the gateway)');
+      if (!(await waitAtMost(webhookQueue.close(), CLOSE_WAIT_MS, log, 'the webhook queue to close (closing the gateway)'))) {
+        await waitAtMost(webhookQueue.disconnect(), CLOSE_WAIT_MS, log, 'the webhook queue to disconnect (closing the gateway)');
+      }
       sub.disconnect();
       redis.disconnect();
     },

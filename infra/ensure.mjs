@@ -18,6 +18,9 @@ function fail(message) {
 
 const [major, minor] = process.versions.node.split('.').map(Number);
 if (major < 20 || (major === 20 && minor < 10)) fail(`Node.js ${process.versions.node} is too old: Embers needs 20.10 or newer (https://nodejs.org).`);
+// The test runner's --test-force-exit (a test file whose event loop a stuck library keeps alive
+// must not hold the suite for ever) came in 20.14.
+if (purpose === 'test' && major === 20 && minor < 14) fail(`Node.js ${process.versions.node} runs Embers, but npm test needs 20.14 or newer (node --test --test-force-exit; https://nodejs.org).`);
 
 // 1. npm dependencies: install when node_modules is missing or older than the lockfile.
 const lock = path.join(root, 'package-lock.json');
