@@ -19,3 +19,17 @@ export async function waitAtMost(p: Promise<unknown> | null | undefined, ms: num
   if (!settled) log.warn({ waitedMs: ms }, `gave up waiting for ${what}`);
   return settled;
 }
+
+/** How long a BullMQ close is waited for before its connections are cut (closeOrDisconnect). */
+const BULLMQ_CLOSE_WAIT_MS = 5_000;
+
+/**
+ * Closes a BullMQ worker or queue, waiting at most 5 s; past that, force-disconnects it (bounded
+ * too). After a Redis outage and restart, the webhook worker's `close()` was seen never to end
+ * (twice in the full test suite, after the faults file's outage test), and a timer of the worker's
+ * then kept the process alive after everything else had stopped.
+ */
+export async function closeOrDisconnect(c: { close(): Promise<void>; disconnect(): Promise<void> }, log: Logger, what: string, during: string): Promise<void> {
+  if (await waitAtMost(c.close(), BULLMQ_CLOSE_WAIT_MS, log, `${what} to close (${during})`)) return;
+  await waitAtMost(c.disconnect(), BULLMQ_CLOSE_WAIT_MS, log, `${what} to disconnect (${during})`);
+}

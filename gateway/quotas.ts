@@ -22,10 +22,13 @@ redis.call('ZADD', KEYS[1], ARGV[3], ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return 1`;
 
-const tooMany = (code: string, message: string, retryAfterS: number) => {
-  const err = new ApiError(429, code, message, { retryAfterSeconds: retryAfterS });
+/** A refusal with Retry-After (the error handler sets the header from `retryAfter`). */
+const refusal = (status: 429 | 503, code: string, message: string, retryAfterS: number) => {
+  const err = new ApiError(status, code, message, { retryAfterSeconds: retryAfterS });
   return Object.assign(err, { retryAfter: retryAfterS });
 };
+
+const tooMany = (code: string, message: string, retryAfterS: number) => refusal(429, code, message, retryAfterS);
 
 /** Throws 429 when the key has used its requests for this second. */
 export async function checkRate(redis: Redis, auth: AuthContext): Promise<void> {
@@ -144,8 +147,7 @@ export class RedisMemory {
     if (budget !== undefined && this.used + this.since + bytes > budget) {
       const mb = (n: number) => (n / 2 ** 20).toFixed(n < 10 * 2 ** 20 ? 1 : 0);
       const where = { setting: 'EMBERS_REDIS_MEMORY_LIMIT_MB', maxmemory: "90 % of Redis's maxmemory; EMBERS_REDIS_MEMORY_LIMIT_MB sets another", machine: "half the memory of Redis's machine; EMBERS_REDIS_MEMORY_LIMIT_MB sets another" }[this.source];
-      const err = new ApiError(503, 'redis_full', `Redis holds ${mb(this.used + this.since)} MB of queued requests and results, and this request's ${mb(bytes)} MB would take it past the platform's limit of ${mb(budget)} MB (${where}); nothing was queued: retry once queued work has drained`, { retryAfterSeconds: 1 });
-      throw Object.assign(err, { retryAfter: 1 });
+      throw refusal(503, 'redis_full', `Redis holds ${mb(this.used + this.since)} MB of queued requests and results, and this request's ${mb(bytes)} MB would take it past the platform's limit of ${mb(budget)} MB (${where}); nothing was queued: retry once queued work has drained`, 1);
     }
     this.since += bytes;
   }

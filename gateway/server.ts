@@ -12,7 +12,7 @@ import { LiveQueue } from '../core/live-queue.ts';
 import { JobStore } from '../core/jobs.ts';
 import type { Logger } from '../core/log.ts';
 import { createRedis, type Redis } from '../core/redis.ts';
-import { waitAtMost } from '../core/settle.ts';
+import { closeOrDisconnect } from '../core/settle.ts';
 import { Registry } from '../core/registry.ts';
 import { TenantStore } from '../core/tenants.ts';
 import type { ObjectStore } from '../core/s3.ts';
@@ -27,13 +27,6 @@ import type { Pricing } from '../core/usage.ts';
 
 /** How long closing waits for requests in flight before cutting their connections. */
 const CLOSE_GRACE_MS = 10_000;
-/**
- * Longest close() waits for each BullMQ close (the webhook worker, the webhook queue). The full
- * test suite once hung here, after its Redis outage test: the gateway's HTTP server closed, the
- * gateway's and the webhook worker's Redis clients still open, the node agent not yet asked to
- * stop. Not reproduced in isolation; bounded, and the log names the step it gave up on.
- */
-const CLOSE_WAIT_MS = 5_000;
 
 export interface GatewayOptions {
   redisUrl: string;
@@ -185,9 +178,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
       await closed;
       clearTimeout(cut);
       await webhooks.close();
-      if (!(await waitAtMost(webhookQueue.close(), CLOSE_WAIT_MS, log, 'the webhook queue to close (closing the gateway)'))) {
-        await waitAtMost(webhookQueue.disconnect(), CLOSE_WAIT_MS, log, 'the webhook queue to disconnect (closing the gateway)');
-      }
+      await closeOrDisconnect(webhookQueue, log, 'the webhook queue', 'closing the gateway');
       sub.disconnect();
       redis.disconnect();
     },

@@ -6,12 +6,10 @@ import { QUEUE_PREFIX, WEBHOOK_QUEUE } from '../core/contracts.ts';
 import { signWebhook, tenantWebhookSecret, type JobStore, type WebhookDelivery } from '../core/jobs.ts';
 import type { Logger } from '../core/log.ts';
 import { createRedis } from '../core/redis.ts';
-import { waitAtMost } from '../core/settle.ts';
+import { closeOrDisconnect } from '../core/settle.ts';
 import type { GatewayDeps, GatewayEnv } from './app.ts';
 
 const DELIVERY_TIMEOUT_MS = 10_000;
-/** Longest close() waits for the BullMQ worker (see gateway/server.ts CLOSE_WAIT_MS). */
-const CLOSE_WAIT_MS = 5_000;
 
 export function startWebhookWorker(o: { redisUrl: string; jobs: JobStore; secret: string; baseUrl: () => string; log: Logger }): { close(): Promise<void> } {
   const log = o.log.child({ component: 'webhooks' });
@@ -42,13 +40,8 @@ export function startWebhookWorker(o: { redisUrl: string; jobs: JobStore; secret
   worker.on('error', (err) => log.warn({ err: err.message }, 'webhook worker error'));
   return {
     async close() {
-      // After a Redis outage and restart, BullMQ's close has been seen never to end (twice in the
-      // full test suite, after the faults file's outage test); its blocking client then kept
-      // reconnecting to the stopped Redis and the process alive. Past the wait its connections
-      // are cut instead, and its Redis client is disconnected either way.
-      if (!(await waitAtMost(worker.close(), CLOSE_WAIT_MS, log, 'the webhook worker to close (closing the gateway)'))) {
-        await waitAtMost(worker.disconnect(), CLOSE_WAIT_MS, log, 'the webhook worker to disconnect (closing the gateway)');
-      }
+      // Its Redis client is disconnected either way.
+      await closeOrDisconnect(worker, log, 'the webhook worker', 'closing the gateway');
       connection.disconnect();
     },
   };
