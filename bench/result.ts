@@ -1,5 +1,6 @@
 // The shape of one benchmark run (what bench/results/latest.json holds) and its verdicts.
 import type { BatchSection } from './batch.ts';
+import type { BatchingSection } from './batching.ts';
 import type { BodySection } from './body.ts';
 import type { ColdStartResult } from './cold.ts';
 import type { PairedC1 } from './paired.ts';
@@ -56,6 +57,8 @@ export interface Ratios {
   embers_outside_handler_over_plain_http_ms_at_c1?: number;
   /** Embers echo req/s ÷ naive GET /ping req/s at the same concurrency. */
   echo_vs_ping: number;
+  /** The cls model served with dynamic batching ÷ served one request per inference, req/s at the same concurrency (bench/batching.ts); its target is for a GPU. */
+  dynamic_batching_gain?: number;
 }
 
 export const TARGETS = {
@@ -63,6 +66,8 @@ export const TARGETS = {
   embers_vs_naive: { op: '>=', value: 1.0 },
   added_p50_ms_at_c1: { op: '<=', value: 1.0 },
   echo_vs_ping: { op: '>=', value: 0.3 },
+  /** On a GPU (CUDA execution provider); on CPU the gain is printed, not judged. */
+  dynamic_batching_gain: { op: '>=', value: 4 },
 } as const;
 
 export function meets(name: keyof typeof TARGETS, value: number): boolean {
@@ -108,6 +113,9 @@ export interface BenchResult {
   /** Bulk batches: echo and ocr items/s, live p99 with a batch running (bench/batch.ts). */
   batches?: BatchSection;
   batchesError?: string;
+  /** Dynamic batching on and off, the same model (bench/batching.ts). */
+  batching?: BatchingSection;
+  batchingError?: string;
 }
 
 /** What `BENCH_ONLY=cold` writes (bench/results/latest-cold.json). */
@@ -119,7 +127,7 @@ export interface ColdOnlyResult {
   coldStart: ColdStartResult;
 }
 
-export function computeRatios(ocr: OcrPoint[], raw: Pick<RawPipeline, 'reqPerSec' | 'latencyMs'>, paired: PairedC1, echo: LoadResult, ping: LoadResult): { ratios: Ratios; pass: Record<string, boolean> } {
+export function computeRatios(ocr: OcrPoint[], raw: Pick<RawPipeline, 'reqPerSec' | 'latencyMs'>, paired: PairedC1, echo: LoadResult, ping: LoadResult, batching?: BatchingSection): { ratios: Ratios; pass: Record<string, boolean> } {
   const best = Math.max(...ocr.map((p) => p.embers.reqPerSec));
   const ratios: Ratios = {
     embers_vs_raw: best / raw.reqPerSec,
@@ -133,6 +141,7 @@ export function computeRatios(ocr: OcrPoint[], raw: Pick<RawPipeline, 'reqPerSec
         }
       : {}),
     echo_vs_ping: echo.reqPerSec / ping.reqPerSec,
+    ...(batching ? { dynamic_batching_gain: batching.gain } : {}),
   };
   const pass: Record<string, boolean> = {
     embers_vs_raw: meets('embers_vs_raw', ratios.embers_vs_raw),
@@ -140,5 +149,10 @@ export function computeRatios(ocr: OcrPoint[], raw: Pick<RawPipeline, 'reqPerSec
     echo_vs_ping: meets('echo_vs_ping', ratios.echo_vs_ping),
   };
   for (const [c, r] of Object.entries(ratios.embers_vs_naive)) pass[`embers_vs_naive.${c}`] = meets('embers_vs_naive', r);
+  // The target is a GPU's: a CPU run's gain is reported without a verdict.
+  if (batching && onGpu(batching)) pass.dynamic_batching_gain = meets('dynamic_batching_gain', batching.gain);
   return { ratios, pass };
 }
+
+/** Whether the batching section's model ran on an accelerator (its target applies there only). */
+export const onGpu = (b: Pick<BatchingSection, 'provider'>): boolean => b.provider !== 'cpu' && b.provider !== 'unknown';

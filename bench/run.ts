@@ -9,17 +9,18 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import sharp from 'sharp';
 import { batchSection, formatBatch, type BatchSection } from './batch.ts';
+import { batchingSection, formatBatching, type BatchingSection } from './batching.ts';
 import { chartSvg } from './chart.ts';
 import { stopAllChildren } from './child.ts';
 import { coldStartSection, coldSummaryLine, formatCold, type ColdStartResult } from './cold.ts';
 import { IMAGE_TEXT, testImage } from './image.ts';
 import { bodySection, formatBodies, type BodySection } from './body.ts';
-import { coresByRole, sampleCpu } from './cpu.ts';
-import { closedLoop, closedLoopRun, poolRuns, type LoadRun, type Target } from './load.ts';
+import { closedLoop, type Target } from './load.ts';
+import { takeTurns } from './turns.ts';
 import { ORT_VERSION, settingLabel } from './ort.ts';
 import { bestCls, machine, RAW_SETTINGS, rawCls, rawPipelines } from './raw.ts';
 import { formatOverhead, formatReport } from './report.ts';
-import { computeRatios, type BenchResult, type ColdOnlyResult, type Measured, type OcrPoint, type OverheadPoint } from './result.ts';
+import { computeRatios, type BenchResult, type ColdOnlyResult, type OcrPoint, type OverheadPoint } from './result.ts';
 import { HEARTBEAT_MS, ROOT, batchCounters, batchDelta, startEmbers, startNaive } from './servers.ts';
 import { BLOCK, pairedC1 } from './paired.ts';
 import { sleep, windowFromEnv, type Window } from './stats.ts';
@@ -150,30 +151,6 @@ async function mainBodyOnly(): Promise<void> {
 }
 
 /**
- * `a` and `b` in the order a, b, b, a, each for half the window, pooled per target: a drift
- * of the machine over the four runs (these VMs drift by up to 2× within minutes) cancels to
- * first order in a ÷ b, where a then b would put it all on the ratio.
- */
-async function takeTurns(groups: number[], window: Window, a: Target, b: Target, concurrency: number): Promise<[Measured, Measured]> {
-  const half = { warmupMs: window.warmupMs, measureMs: window.measureMs / 2 };
-  const runs: Record<'a' | 'b', { run: LoadRun; cores: Record<string, number>; seconds: number }[]> = { a: [], b: [] };
-  for (const which of ['a', 'b', 'b', 'a'] as const) {
-    const cpu0 = sampleCpu(groups);
-    const t0 = performance.now();
-    const run = await closedLoopRun(which === 'a' ? a : b, { concurrency, window: half });
-    const seconds = (performance.now() - t0) / 1000;
-    runs[which].push({ run, cores: coresByRole(cpu0, sampleCpu(groups), seconds), seconds });
-  }
-  const pooled = (parts: (typeof runs)['a']): Measured => {
-    const total = parts.reduce((n, p) => n + p.seconds, 0);
-    const cores: Record<string, number> = {};
-    for (const p of parts) for (const [role, n] of Object.entries(p.cores)) cores[role] = (cores[role] ?? 0) + (n * p.seconds) / total;
-    return { ...poolRuns(parts.map((p) => p.run)), cores, runsReqPerSec: parts.map((p) => p.run.result.reqPerSec) };
-  };
-  return [pooled(runs.a), pooled(runs.b)];
-}
-
-/**
  * `echo` against the naive server's ping, taking turns, at OVERHEAD_CONCURRENCY (the target's
  * point) and at SWEEP_CONCURRENCIES: ping saturates at the lowest (its load generator at one
  * core), `echo` only with many requests in flight through its four processes.
@@ -210,13 +187,31 @@ async function mainOverheadOnly(): Promise<void> {
   }
 }
 
+/** `BENCH_ONLY=batching`: dynamic batching on and off, the same model, alone. */
+async function mainBatchingOnly(): Promise<void> {
+  const began = performance.now();
+  const window = windowFromEnv();
+  log('starting embers dev');
+  const embers = await startEmbers({});
+  try {
+    const batching = await batchingSection({ embers, groups: [embers.child.pid!], window, log });
+    const result = { date: new Date().toISOString(), durationSeconds: (performance.now() - began) / 1000, machine: { ...machine(), ortVersion: ORT_VERSION }, git: gitInfo(), window, batching };
+    await mkdir(RESULTS, { recursive: true });
+    await writeFile(path.join(RESULTS, 'latest-batching.json'), `${JSON.stringify(result, null, 2)}\n`);
+    process.stdout.write(`\n${formatBatching(batching).join('\n')}\n`);
+  } finally {
+    await embers.stop();
+  }
+}
+
 async function main(): Promise<void> {
   const only = process.env.BENCH_ONLY ?? '';
   if (only === 'cold') return mainColdOnly();
   if (only === 'batch') return mainBatchOnly();
   if (only === 'body') return mainBodyOnly();
   if (only === 'overhead') return mainOverheadOnly();
-  if (only !== '') throw new Error(`BENCH_ONLY must be "cold", "batch", "body", "overhead" or unset, got "${only}"`);
+  if (only === 'batching') return mainBatchingOnly();
+  if (only !== '') throw new Error(`BENCH_ONLY must be "cold", "batch", "body", "overhead", "batching" or unset, got "${only}"`);
   const began = performance.now();
   const host = machine();
   const window = windowFromEnv();
@@ -298,12 +293,23 @@ async function main(): Promise<void> {
     process.exitCode = 1;
   }
 
+  // Last: it deploys two more functions on this Embers.
+  let batching: BatchingSection | undefined;
+  let batchingError: string | undefined;
+  try {
+    batching = await batchingSection({ embers, groups, window, log });
+  } catch (err) {
+    batchingError = err instanceof Error ? err.message : String(err);
+    log(`dynamic batching section failed: ${batchingError}`);
+    process.exitCode = 1;
+  }
+
   log('stopping servers');
   await Promise.all([naive.stop(), embers.stop()]);
 
   const cold = await coldStart(ocrBody);
 
-  const { ratios, pass } = computeRatios(ocr, pipeline, paired, echo, ping);
+  const { ratios, pass } = computeRatios(ocr, pipeline, paired, echo, ping, batching);
   const result: BenchResult = {
     date: new Date().toISOString(),
     durationSeconds: (performance.now() - began) / 1000,
@@ -323,11 +329,14 @@ async function main(): Promise<void> {
     ...cold,
     ...(bodies ? { bodies } : { bodiesError }),
     ...(batches ? { batches } : { batchesError }),
+    ...(batching ? { batching } : { batchingError }),
   };
   await mkdir(RESULTS, { recursive: true });
   await writeFile(path.join(RESULTS, 'latest.json'), `${JSON.stringify(result, null, 2)}\n`);
   await writeFile(path.join(RESULTS, 'latest.svg'), chartSvg(result));
-  process.stdout.write(`\n${formatReport(result)}\n${bodies ? `\n${formatBodies(bodies)}\n` : ''}${batches ? `\n${formatBatch(batches)}\n` : ''}`);
+  process.stdout.write(
+    `\n${formatReport(result)}\n${batching ? `\n${formatBatching(batching).join('\n')}\n` : ''}${bodies ? `\n${formatBodies(bodies)}\n` : ''}${batches ? `\n${formatBatch(batches)}\n` : ''}`,
+  );
   log(`wrote ${path.relative(process.cwd(), path.join(RESULTS, 'latest.json'))} and latest.svg`);
 }
 

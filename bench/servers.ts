@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { startChild, type Child } from './child.ts';
 import { sleep } from './stats.ts';
 import type { ColdStartPhases } from '../core/contracts.ts';
-import type { ThreadSetting } from './ort.ts';
+import { BENCH_PROVIDERS, type ThreadSetting } from './ort.ts';
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
@@ -17,7 +17,7 @@ export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 export const HEARTBEAT_MS = 2000;
 
 /** Environment without the caller's EMBERS_* settings: the embedded defaults are what is measured. */
-function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
+export function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('EMBERS_')));
   return { ...env, ...extra };
 }
@@ -92,7 +92,13 @@ export async function launchEmbers(o: { dataDir?: string; timeoutMs?: number } =
   // As `npm start` runs it (package.json), V8 flag included.
   const child = startChild('embers dev', ['--max-semi-space-size=32', 'cli/bin.mjs', 'dev'], {
     cwd: ROOT,
-    env: cleanEnv({ EMBERS_PORT: String(port), EMBERS_DATA_DIR: dataDir, EMBERS_LOG_LEVEL: 'warn', EMBERS_LOG_PRETTY: 'false' }),
+    env: cleanEnv({
+      EMBERS_PORT: String(port),
+      EMBERS_DATA_DIR: dataDir,
+      EMBERS_LOG_LEVEL: 'warn',
+      EMBERS_LOG_PRETTY: 'false',
+      ...(process.env.BENCH_EXECUTION_PROVIDERS ? { EMBERS_EXECUTION_PROVIDERS: BENCH_PROVIDERS.join(',') } : {}),
+    }),
   });
   // Also removed when this process exits another way (Ctrl-C, an error): by then the child is gone.
   const removeDataDir = () => rmSync(dataDir, { recursive: true, force: true });

@@ -1,0 +1,122 @@
+// Dynamic batching's gain: one model served by two functions that differ only in maxBatchSize
+// (32 against 1), deployed on the running Embers with `embers deploy` and taking turns at the same
+// concurrency, as Triton's perf_analyzer examples compare dynamic batching on and off. The
+// model is PaddleOCR's text-direction classifier (bench/functions/cls.ts), each request's input
+// generated in its handler. The issue's target (≥ 4×) is for a GPU: run the bench with
+// BENCH_EXECUTION_PROVIDERS=cuda,cpu there. On CPU the figure says what batching buys on CPU.
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { closedLoop, type Target } from './load.ts';
+import { errorsNote, num, table } from './report.ts';
+import type { Measured } from './result.ts';
+import { batchCounters, batchDelta, cleanEnv, HEARTBEAT_MS, ROOT, type EmbersServer } from './servers.ts';
+import { sleep, type Window } from './stats.ts';
+import { takeTurns } from './turns.ts';
+
+export const BATCHING_CONCURRENCIES = [8, 32];
+/** The point the headline gain is taken at (the concurrency of the other sections' middle points). */
+export const BATCHING_HEADLINE_CONCURRENCY = 32;
+const FUNCTIONS = { batched: 'cls-batched', single: 'cls-single' } as const;
+const FILES = ['bench/functions/cls-batched.ts', 'bench/functions/cls-single.ts'];
+const BODY = Buffer.from('{"seed":7}');
+
+export interface BatchingSide extends Measured {
+  /** Model rows per execution over the point (Δinferences ÷ Δexecutions, from the replicas' counters). */
+  meanBatch?: number;
+}
+
+export interface BatchingPoint {
+  concurrency: number;
+  batched: BatchingSide;
+  single: BatchingSide;
+  /** batched req/s ÷ single req/s. */
+  gain: number;
+}
+
+export interface BatchingSection {
+  model: string;
+  /** The execution provider the batched function's replica reported for its model. */
+  provider: string;
+  maxBatchSize: number;
+  points: BatchingPoint[];
+  /** The gain at BATCHING_HEADLINE_CONCURRENCY. */
+  gain: number;
+  /** Both functions gave the same answer for the same seed. */
+  outputsMatch: boolean;
+  seconds: number;
+}
+
+const pexec = promisify(execFile);
+
+export async function batchingSection(o: { embers: EmbersServer; groups: number[]; window: Window; log: (line: string) => void }): Promise<BatchingSection> {
+  const t0 = performance.now();
+  const { embers, log } = o;
+  const url = `http://127.0.0.1:${embers.port}`;
+  log(`batching: deploying ${Object.values(FUNCTIONS).join(' and ')}`);
+  await pexec(process.execPath, ['cli/bin.mjs', 'deploy', ...FILES, '--url', url, '--key', embers.apiKey], { cwd: ROOT, env: cleanEnv({}), timeout: 180_000 });
+  const auth = { authorization: `Bearer ${embers.apiKey}`, 'content-type': 'application/json' };
+  // The first call of each waits for its cold start (scale from zero), then answers.
+  const answer = async (name: string) => {
+    const res = await fetch(`${url}/v1/run/${name}`, { method: 'POST', headers: auth, body: BODY, signal: AbortSignal.timeout(180_000) });
+    const text = await res.text();
+    if (!res.ok) throw new Error(`POST /v1/run/${name}: ${res.status} ${text}`);
+    return text;
+  };
+  const outputs = [await answer(FUNCTIONS.batched), await answer(FUNCTIONS.single)];
+  const target = (name: string): Target => ({ port: embers.port, method: 'POST', path: `/v1/run/${name}`, headers: auth, body: BODY });
+  // Warm both past their first inferences (session warm-up, the batch tuner's first sizes).
+  await Promise.all(Object.values(FUNCTIONS).map((name) => closedLoop(target(name), { concurrency: 8, window: { warmupMs: 1000, measureMs: 2000 } })));
+  // Replica records are rewritten every heartbeat: read them a heartbeat after the load stopped.
+  const settled = async () => {
+    await sleep(HEARTBEAT_MS + 500);
+    return Promise.all([batchCounters(embers, FUNCTIONS.batched), batchCounters(embers, FUNCTIONS.single)]);
+  };
+  const view = await embers.describe(FUNCTIONS.batched);
+  const provider = (view.replicas.find((r) => r.models?.cls)?.models?.cls as { provider?: string } | undefined)?.provider ?? 'unknown';
+  const points: BatchingPoint[] = [];
+  let before = await settled();
+  for (const concurrency of BATCHING_CONCURRENCIES) {
+    log(`batching c=${concurrency}: ${FUNCTIONS.batched}, ${FUNCTIONS.single}, ${FUNCTIONS.single}, ${FUNCTIONS.batched}`);
+    const [batched, single] = await takeTurns(o.groups, o.window, target(FUNCTIONS.batched), target(FUNCTIONS.single), concurrency);
+    const after = await settled();
+    const meanBatch = (i: 0 | 1) => batchDelta(before[i], after[i]).cls?.meanBatch;
+    points.push({ concurrency, batched: { ...batched, meanBatch: meanBatch(0) }, single: { ...single, meanBatch: meanBatch(1) }, gain: batched.reqPerSec / single.reqPerSec });
+    log(`batching c=${concurrency}: batched ${batched.reqPerSec.toFixed(0)} req/s, single ${single.reqPerSec.toFixed(0)} req/s`);
+    before = after;
+  }
+  // Gone again, so whatever runs next on this Embers finds it as it was.
+  await Promise.all(Object.values(FUNCTIONS).map((name) => fetch(`${url}/v1/functions/${name}`, { method: 'DELETE', headers: auth, signal: AbortSignal.timeout(10_000) }).catch(() => undefined)));
+  const headline = points.find((p) => p.concurrency === BATCHING_HEADLINE_CONCURRENCY) ?? points[points.length - 1];
+  return {
+    model: 'PaddleOCR ch_ppocr_mobile_v2.0_cls, input [1, 3, 48, 192] per request',
+    provider,
+    maxBatchSize: 32,
+    points,
+    gain: headline.gain,
+    outputsMatch: outputs[0] === outputs[1],
+    seconds: (performance.now() - t0) / 1000,
+  };
+}
+
+export function formatBatching(b: BatchingSection): string[] {
+  const out = [
+    `Dynamic batching: ${b.model}, generated in the handler; maxBatchSize ${b.maxBatchSize} against 1 (batch-1 serving), taking turns batched, single, single, batched; execution provider ${b.provider}${b.outputsMatch ? '' : '; ! the two functions answered the same seed differently'}`,
+    table(
+      ['conc', 'batched req/s', 'p50', 'p99', 'rows/exec', 'single req/s', 'p50', 'p99', 'rows/exec', 'gain'],
+      b.points.map((p) => [
+        String(p.concurrency),
+        num(p.batched.reqPerSec, 0),
+        num(p.batched.latencyMs.p50, 2),
+        num(p.batched.latencyMs.p99, 2),
+        num(p.batched.meanBatch, 2),
+        num(p.single.reqPerSec, 0),
+        num(p.single.latencyMs.p50, 2),
+        num(p.single.latencyMs.p99, 2),
+        num(p.single.meanBatch, 2),
+        `${num(p.gain, 2)}×`,
+      ]),
+    ),
+    ...b.points.flatMap((p) => [...errorsNote('batched', p.batched), ...errorsNote('single', p.single)]),
+  ];
+  return out;
+}

@@ -1,0 +1,29 @@
+// Two targets taking turns at one concurrency, with the CPU each process used meanwhile.
+import { coresByRole, sampleCpu } from './cpu.ts';
+import { closedLoopRun, poolRuns, type LoadRun, type Target } from './load.ts';
+import type { Measured } from './result.ts';
+import type { Window } from './stats.ts';
+
+/**
+ * `a` and `b` in the order a, b, b, a, each for half the window, pooled per target: a drift
+ * of the machine over the four runs (these VMs drift by up to 2× within minutes) cancels to
+ * first order in a ÷ b, where a then b would put it all on the ratio.
+ */
+export async function takeTurns(groups: number[], window: Window, a: Target, b: Target, concurrency: number): Promise<[Measured, Measured]> {
+  const half = { warmupMs: window.warmupMs, measureMs: window.measureMs / 2 };
+  const runs: Record<'a' | 'b', { run: LoadRun; cores: Record<string, number>; seconds: number }[]> = { a: [], b: [] };
+  for (const which of ['a', 'b', 'b', 'a'] as const) {
+    const cpu0 = sampleCpu(groups);
+    const t0 = performance.now();
+    const run = await closedLoopRun(which === 'a' ? a : b, { concurrency, window: half });
+    const seconds = (performance.now() - t0) / 1000;
+    runs[which].push({ run, cores: coresByRole(cpu0, sampleCpu(groups), seconds), seconds });
+  }
+  const pooled = (parts: (typeof runs)['a']): Measured => {
+    const total = parts.reduce((n, p) => n + p.seconds, 0);
+    const cores: Record<string, number> = {};
+    for (const p of parts) for (const [role, n] of Object.entries(p.cores)) cores[role] = (cores[role] ?? 0) + (n * p.seconds) / total;
+    return { ...poolRuns(parts.map((p) => p.run)), cores, runsReqPerSec: parts.map((p) => p.run.result.reqPerSec) };
+  };
+  return [pooled(runs.a), pooled(runs.b)];
+}

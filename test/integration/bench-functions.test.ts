@@ -1,0 +1,49 @@
+// The functions `npm run bench` deploys for its dynamic batching section (bench/functions): they
+// deploy, answer, and give the same answer for the same input whether requests are batched or
+// not. The bench is not part of the tests; this keeps its functions from rotting unseen.
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { ROOT, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
+
+let p: TestPlatform;
+const NAMES = ['cls-batched', 'cls-single'] as const;
+
+before(async () => {
+  p = await startTestPlatform();
+  for (const name of NAMES) await p.deploy(path.join(ROOT, 'bench/functions', `${name}.ts`));
+});
+after(() => p?.close());
+
+const run = (name: string, body: unknown) => p.fetch(`/v1/run/${name}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+
+describe('bench functions (the classifier, batched and batch-1)', () => {
+  it('answer concurrent requests, the same for the same seed either way', async () => {
+    const seeds = Array.from({ length: 16 }, (_, i) => i * 7919);
+    const answers: Record<string, { angle: string; score: number }[]> = {};
+    for (const name of NAMES) {
+      // Concurrent, so the batched one has requests to put together (how many is its own choice).
+      answers[name] = await Promise.all(
+        seeds.map(async (seed) => {
+          const res = await run(name, { seed });
+          assert.equal(res.status, 200, await res.clone().text());
+          return (await res.json()) as { angle: string; score: number };
+        }),
+      );
+    }
+    for (const [i, a] of answers['cls-batched'].entries()) {
+      assert.ok(a.angle === '0' || a.angle === '180', JSON.stringify(a));
+      assert.ok(a.score >= 0.5 && a.score <= 1, `the larger of two softmax outputs: ${a.score}`);
+      const b = answers['cls-single'][i];
+      assert.equal(b.angle, a.angle, `seed ${seeds[i]}`);
+      assert.ok(Math.abs(b.score - a.score) < 1e-4, `seed ${seeds[i]}: ${a.score} batched, ${b.score} alone`);
+    }
+  });
+
+  it('answers a seed that is not a whole number with 400', async () => {
+    const res = await run('cls-batched', { seed: 1.5 });
+    assert.equal(res.status, 400);
+    const { error } = (await res.json()) as { error: { code: string } };
+    assert.equal(error.code, 'invalid_input');
+  });
+});
