@@ -1,9 +1,10 @@
 // Dynamic batching's gain: one model served by two functions that differ only in maxBatchSize
-// (32 against 1), deployed on the running Embers with `embers deploy` and taking turns at the same
-// concurrency, as Triton's perf_analyzer examples compare dynamic batching on and off. The
-// model is PaddleOCR's text-direction classifier (bench/functions/cls.ts), each request's input
-// generated in its handler. The issue's target (≥ 4×) is for a GPU: run the bench with
-// BENCH_EXECUTION_PROVIDERS=cuda,cpu there. On CPU the figure says what batching buys on CPU.
+// (32 against 1), deployed with `embers deploy` on an `embers dev` of the section's own
+// (bench/run.ts) and taking turns at the same concurrency, as Triton's perf_analyzer examples
+// compare dynamic batching on and off. The model is PaddleOCR's text-direction classifier
+// (bench/functions/cls.ts), each request's input generated in its handler. The issue's target
+// (≥ 4×) is for a GPU: run the bench with BENCH_EXECUTION_PROVIDERS=cuda,cpu there. On CPU the
+// figure says what batching buys on CPU.
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { closedLoop, type Target } from './load.ts';
@@ -84,8 +85,6 @@ export async function batchingSection(o: { embers: EmbersServer; groups: number[
     log(`batching c=${concurrency}: batched ${batched.reqPerSec.toFixed(0)} req/s, single ${single.reqPerSec.toFixed(0)} req/s`);
     before = after;
   }
-  // Gone again, so whatever runs next on this Embers finds it as it was.
-  await Promise.all(Object.values(FUNCTIONS).map((name) => fetch(`${url}/v1/functions/${name}`, { method: 'DELETE', headers: auth, signal: AbortSignal.timeout(10_000) }).catch(() => undefined)));
   const headline = points.find((p) => p.concurrency === BATCHING_HEADLINE_CONCURRENCY) ?? points[points.length - 1];
   return {
     model: 'PaddleOCR ch_ppocr_mobile_v2.0_cls, input [1, 3, 48, 192] per request',

@@ -187,21 +187,29 @@ async function mainOverheadOnly(): Promise<void> {
   }
 }
 
+/**
+ * The dynamic batching section on an `embers dev` of its own: its two functions need replica
+ * slots, which the earlier sections' replicas may hold on a small machine.
+ */
+async function batchingOnFreshEmbers(window: Window): Promise<BatchingSection> {
+  log('batching: starting embers dev');
+  const embers = await startEmbers({});
+  try {
+    return await batchingSection({ embers, groups: [embers.child.pid!], window, log });
+  } finally {
+    await embers.stop();
+  }
+}
+
 /** `BENCH_ONLY=batching`: dynamic batching on and off, the same model, alone. */
 async function mainBatchingOnly(): Promise<void> {
   const began = performance.now();
   const window = windowFromEnv();
-  log('starting embers dev');
-  const embers = await startEmbers({});
-  try {
-    const batching = await batchingSection({ embers, groups: [embers.child.pid!], window, log });
-    const result = { date: new Date().toISOString(), durationSeconds: (performance.now() - began) / 1000, machine: { ...machine(), ortVersion: ORT_VERSION }, git: gitInfo(), window, batching };
-    await mkdir(RESULTS, { recursive: true });
-    await writeFile(path.join(RESULTS, 'latest-batching.json'), `${JSON.stringify(result, null, 2)}\n`);
-    process.stdout.write(`\n${formatBatching(batching).join('\n')}\n`);
-  } finally {
-    await embers.stop();
-  }
+  const batching = await batchingOnFreshEmbers(window);
+  const result = { date: new Date().toISOString(), durationSeconds: (performance.now() - began) / 1000, machine: { ...machine(), ortVersion: ORT_VERSION }, git: gitInfo(), window, batching };
+  await mkdir(RESULTS, { recursive: true });
+  await writeFile(path.join(RESULTS, 'latest-batching.json'), `${JSON.stringify(result, null, 2)}\n`);
+  process.stdout.write(`\n${formatBatching(batching).join('\n')}\n`);
 }
 
 async function main(): Promise<void> {
@@ -293,21 +301,21 @@ async function main(): Promise<void> {
     process.exitCode = 1;
   }
 
-  // Last: it deploys two more functions on this Embers.
+  log('stopping servers');
+  await Promise.all([naive.stop(), embers.stop()]);
+
+  const cold = await coldStart(ocrBody);
+
   let batching: BatchingSection | undefined;
   let batchingError: string | undefined;
   try {
-    batching = await batchingSection({ embers, groups, window, log });
+    batching = await batchingOnFreshEmbers(window);
   } catch (err) {
     batchingError = err instanceof Error ? err.message : String(err);
     log(`dynamic batching section failed: ${batchingError}`);
     process.exitCode = 1;
   }
 
-  log('stopping servers');
-  await Promise.all([naive.stop(), embers.stop()]);
-
-  const cold = await coldStart(ocrBody);
 
   const { ratios, pass } = computeRatios(ocr, pipeline, paired, echo, ping, batching);
   const result: BenchResult = {
