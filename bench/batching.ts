@@ -7,6 +7,7 @@
 // figure says what batching buys on CPU.
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
+import { BATCHED_MAX_BATCH } from './functions/cls.ts';
 import { closedLoop, type Target } from './load.ts';
 import { errorsNote, num, table } from './report.ts';
 import type { Measured } from './result.ts';
@@ -89,7 +90,7 @@ export async function batchingSection(o: { embers: EmbersServer; groups: number[
   return {
     model: 'PaddleOCR ch_ppocr_mobile_v2.0_cls, input [1, 3, 48, 192] per request',
     provider,
-    maxBatchSize: 32,
+    maxBatchSize: BATCHED_MAX_BATCH,
     points,
     gain: headline.gain,
     outputsMatch: outputs[0] === outputs[1],

@@ -1,4 +1,4 @@
 // The classifier with dynamic batching: up to 32 requests' inputs in one inference (bench/functions/cls.ts).
-import { clsFunction } from './cls.ts';
+import { BATCHED_MAX_BATCH, clsFunction } from './cls.ts';
 
-export default clsFunction('cls-batched', 32);
+export default clsFunction('cls-batched', BATCHED_MAX_BATCH);

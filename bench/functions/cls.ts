@@ -6,6 +6,8 @@ import { defineFunction, tensor } from 'embers';
 import { z } from 'zod';
 
 const [CHANNELS, HEIGHT, WIDTH] = [3, 48, 192];
+/** cls-batched's maxBatchSize (cls-single's is 1). */
+export const BATCHED_MAX_BATCH = 32;
 /** The classifier's two classes: text upright, or turned by 180°. */
 const LABELS = ['0', '180'] as const;
 
