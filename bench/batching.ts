@@ -9,8 +9,8 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { BATCHED_MAX_BATCH } from './functions/cls.ts';
 import { closedLoop, type Target } from './load.ts';
-import { errorsNote, num, table } from './report.ts';
-import type { Measured } from './result.ts';
+import { errorsNote, num, table } from './format.ts';
+import { batchingVerdict, onGpu, TARGETS, type Measured } from './result.ts';
 import { batchCounters, batchDelta, cleanEnv, HEARTBEAT_MS, ROOT, type EmbersServer } from './servers.ts';
 import { sleep, type Window } from './stats.ts';
 import { takeTurns } from './turns.ts';
@@ -37,13 +37,16 @@ export interface BatchingPoint {
 
 export interface BatchingSection {
   model: string;
-  /** The execution provider the batched function's replica reported for its model. */
+  /** The execution provider both functions' replicas reported for the model ('mixed' when they differ, 'unknown' when one did not say). */
   provider: string;
+  /** Each function's provider, and why it is not the one asked for (a CUDA that failed to load), if so. */
+  providers: { batched: string; single: string; fallback?: string };
   maxBatchSize: number;
   points: BatchingPoint[];
-  /** The gain at BATCHING_HEADLINE_CONCURRENCY. */
+  /** The gain at `headlineConcurrency`. */
   gain: number;
-  /** Both functions gave the same answer for the same seed. */
+  headlineConcurrency: number;
+  /** Both functions gave the same answer for the same seed (the same angle, scores within 1e-4). */
   outputsMatch: boolean;
   seconds: number;
 }
@@ -73,8 +76,10 @@ export async function batchingSection(o: { embers: EmbersServer; groups: number[
     await sleep(HEARTBEAT_MS + 500);
     return Promise.all([batchCounters(embers, FUNCTIONS.batched), batchCounters(embers, FUNCTIONS.single)]);
   };
-  const view = await embers.describe(FUNCTIONS.batched);
-  const provider = (view.replicas.find((r) => r.models?.cls)?.models?.cls as { provider?: string } | undefined)?.provider ?? 'unknown';
+  const model = async (name: string) => (await embers.describe(name)).replicas.find((r) => r.models?.cls)?.models?.cls;
+  const [mb, ms] = [await model(FUNCTIONS.batched), await model(FUNCTIONS.single)];
+  const providers = { batched: mb?.provider ?? 'unknown', single: ms?.provider ?? 'unknown', ...(mb?.fallback || ms?.fallback ? { fallback: mb?.fallback ?? ms?.fallback } : {}) };
+  const provider = providers.batched === providers.single ? providers.batched : providers.batched === 'unknown' || providers.single === 'unknown' ? 'unknown' : 'mixed';
   const points: BatchingPoint[] = [];
   let before = await settled();
   for (const concurrency of BATCHING_CONCURRENCIES) {
@@ -90,17 +95,39 @@ export async function batchingSection(o: { embers: EmbersServer; groups: number[
   return {
     model: 'PaddleOCR ch_ppocr_mobile_v2.0_cls, input [1, 3, 48, 192] per request',
     provider,
+    providers,
     maxBatchSize: BATCHED_MAX_BATCH,
     points,
     gain: headline.gain,
-    outputsMatch: outputs[0] === outputs[1],
+    headlineConcurrency: headline.concurrency,
+    outputsMatch: sameAnswer(outputs[0], outputs[1]),
     seconds: (performance.now() - t0) / 1000,
   };
 }
 
+/** Two answers of the classifier agree: the same angle, scores within 1e-4 (two sessions, maybe two GPU kernels, need not agree to the last bit). */
+function sameAnswer(a: string, b: string): boolean {
+  try {
+    const [x, y] = [JSON.parse(a), JSON.parse(b)] as { angle: string; score: number }[];
+    return x.angle === y.angle && Math.abs(x.score - y.score) < 1e-4;
+  } catch {
+    return false;
+  }
+}
+
+/** The summary line: the gain at the headline point, judged only on a GPU with both sides answering everything. */
+export function batchingSummaryLine(b: BatchingSection): string {
+  const p = b.points.find((x) => x.concurrency === b.headlineConcurrency);
+  const verdict = batchingVerdict(b);
+  const t = TARGETS.dynamic_batching_gain;
+  const why = onGpu(b) ? b.provider : `${b.provider}${b.providers.fallback ? ` (${b.providers.fallback})` : ''}: informative, the target is for a GPU`;
+  const at = p ? `; at c=${p.concurrency}: ${num(p.batched.reqPerSec, 0)} ÷ ${num(p.single.reqPerSec, 0)} req/s, ${num(p.batched.meanBatch, 2)} rows per execution` : '';
+  return `  dynamic_batching_gain ${num(b.gain, 3).padStart(6)}  target ${t.op === '>=' ? '≥' : '≤'} ${t.value.toFixed(2)} on a GPU  ${verdict === undefined ? '-   ' : verdict ? 'PASS' : 'MISS'}   (${why}; cls model, maxBatchSize ${b.maxBatchSize} ÷ 1${at})`;
+}
+
 export function formatBatching(b: BatchingSection): string[] {
   const out = [
-    `Dynamic batching: ${b.model}, generated in the handler; maxBatchSize ${b.maxBatchSize} against 1 (batch-1 serving), taking turns batched, single, single, batched; execution provider ${b.provider}${b.outputsMatch ? '' : '; ! the two functions answered the same seed differently'}`,
+    `Dynamic batching: ${b.model}, generated in the handler; maxBatchSize ${b.maxBatchSize} against 1 (batch-1 serving), taking turns batched, single, single, batched; execution provider ${b.provider === 'mixed' ? `batched ${b.providers.batched}, single ${b.providers.single}` : b.provider}${b.providers.fallback ? ` (${b.providers.fallback})` : ''}${b.outputsMatch ? '' : '; ! the two functions answered the same seed differently'}`,
     table(
       ['conc', 'batched req/s', 'p50', 'p99', 'rows/exec', 'single req/s', 'p50', 'p99', 'rows/exec', 'gain'],
       b.points.map((p) => [

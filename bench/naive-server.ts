@@ -16,12 +16,12 @@ import { serve } from '@hono/node-server';
 import { Hono } from 'hono';
 import { HandlerError, type HandlerContext } from 'embers';
 import { loadOcrFunction } from './ocr-fn.ts';
-import { BENCH_PROVIDERS, MODELS, createSession, modelHandle, ort } from './ort.ts';
+import { BENCH_PROVIDERS, MODELS, createSession, modelHandle, ort, providersFailed } from './ort.ts';
 
 const threads = process.env.NAIVE_ORT_THREADS ? Number(process.env.NAIVE_ORT_THREADS) : undefined;
 const fn = await loadOcrFunction();
 const spin = process.env.NAIVE_ORT_SPIN === '1';
-const open = (path: string) => (threads ? createSession(path, threads, spin) : ort.InferenceSession.create(path, { executionProviders: BENCH_PROVIDERS }));
+const open = (path: string) => (threads ? createSession(path, threads, spin) : ort.InferenceSession.create(path, { executionProviders: BENCH_PROVIDERS }).catch((err: unknown) => Promise.reject(providersFailed(err))));
 /** Threads of this process (Linux), to tell how many onnxruntime's sessions started. */
 const threadCount = (): number | undefined => {
   try {

@@ -23,6 +23,13 @@ export const BENCH_PROVIDERS: string[] = (process.env.BENCH_EXECUTION_PROVIDERS 
   .split(',')
   .map((p) => p.trim())
   .filter(Boolean);
+/** What Embers takes in EMBERS_EXECUTION_PROVIDERS (core/config.ts). */
+const KNOWN_PROVIDERS = ['cpu', 'cuda', 'tensorrt'];
+const unknown = BENCH_PROVIDERS.filter((p) => !KNOWN_PROVIDERS.includes(p));
+if (unknown.length || !BENCH_PROVIDERS.length) {
+  process.stderr.write(`BENCH_EXECUTION_PROVIDERS="${process.env.BENCH_EXECUTION_PROVIDERS}": give a comma-separated list of ${KNOWN_PROVIDERS.join(', ')} (e.g. cuda,cpu)\n`);
+  process.exit(2);
+}
 
 export const ORT_VERSION: string = (JSON.parse(readFileSync(modules('onnxruntime-node/package.json'), 'utf8')) as { version: string }).version;
 
@@ -30,8 +37,22 @@ export const ORT_VERSION: string = (JSON.parse(readFileSync(modules('onnxruntime
  * The platform's session options (native/ort-session.ts): N intra-op threads, spinning off, or
  * with `spin` spinning while an inference runs (as Embers' inline session for a lone request).
  */
-export function createSession(path: string, threads: number, spin = false): Promise<ort.InferenceSession> {
-  return ort.InferenceSession.create(path, sessionOptions(BENCH_PROVIDERS, threads, spin));
+export async function createSession(path: string, threads: number, spin = false): Promise<ort.InferenceSession> {
+  try {
+    return await ort.InferenceSession.create(path, sessionOptions(BENCH_PROVIDERS, threads, spin));
+  } catch (err) {
+    throw providersFailed(err);
+  }
+}
+
+/**
+ * Raw and naive sessions do not fall back to the CPU as Embers' do: a GPU run whose baselines ran
+ * on the CPU would compare the wrong things. This says what to do instead.
+ */
+export function providersFailed(err: unknown): Error {
+  const message = (err as Error).message?.split('\n')[0] ?? String(err);
+  if (BENCH_PROVIDERS.every((p) => p === 'cpu')) return err as Error;
+  return new Error(`onnxruntime could not make a session with BENCH_EXECUTION_PROVIDERS=${BENCH_PROVIDERS.join(',')} (${message}); on a machine with an NVIDIA GPU and CUDA 12 run \`npm run gpu:install\` first, or unset BENCH_EXECUTION_PROVIDERS`);
 }
 
 /** A thread setting of the raw runs: intra-op threads, and whether they spin while a run is under way. */

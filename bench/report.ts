@@ -1,21 +1,11 @@
 // The printed report: tables and the ratios against their targets.
 import os from 'node:os';
 import { coldSummaryLine, formatCold } from './cold.ts';
-import type { LoadResult } from './load.ts';
-import { onGpu, TARGETS, type BenchResult, type Measured } from './result.ts';
+import { batchingSummaryLine } from './batching.ts';
+import { errorsNote, num, table } from './format.ts';
+import { TARGETS, type BenchResult, type Measured } from './result.ts';
 import { BLOCK } from './paired.ts';
 import { settingLabel } from './ort.ts';
-
-export const num = (n: number | undefined, digits = 1): string => (n === undefined || !Number.isFinite(n) ? '-' : n.toFixed(digits));
-
-export function table(header: string[], rows: string[][]): string {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-  const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ');
-  return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
-}
-
-export const errorsNote = (name: string, r: LoadResult): string[] =>
-  r.errors || r.abandoned ? [`  ! ${name} c=${r.concurrency}: ${r.errors} errors, ${r.abandoned} abandoned; first: ${r.firstError ?? '-'}`] : [];
 
 export function formatReport(r: BenchResult): string {
   const out: string[] = [];
@@ -153,14 +143,7 @@ export function formatReport(r: BenchResult): string {
     );
   }
   out.push(`  echo_vs_ping         ${num(ratios.echo_vs_ping, 3).padStart(7)}  ${target('echo_vs_ping')}  ${verdict(pass.echo_vs_ping)}${turns(echo, ping)}`);
-  const b = r.batching;
-  if (b) {
-    const p = b.points.find((x) => x.gain === b.gain);
-    const gpu = onGpu(b);
-    out.push(
-      `  dynamic_batching_gain ${num(b.gain, 3).padStart(6)}  ${target('dynamic_batching_gain')} on a GPU  ${gpu ? verdict(pass.dynamic_batching_gain) : '-   '}   (${b.provider}${gpu ? '' : ': informative, the target is for a GPU'}; cls model, maxBatchSize ${b.maxBatchSize} ÷ 1${p ? ` at c=${p.concurrency}: ${num(p.batched.reqPerSec, 0)} ÷ ${num(p.single.reqPerSec, 0)} req/s, ${num(p.batched.meanBatch, 2)} rows per execution` : ''})`,
-    );
-  }
+  if (r.batching) out.push(batchingSummaryLine(r.batching));
   if (r.batchingError) out.push(`  dynamic batching section failed: ${r.batchingError}`);
   if (r.coldStart) out.push(coldSummaryLine(r.coldStart));
   out.push(`Took ${num(r.durationSeconds, 0)} s.`);

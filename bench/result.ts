@@ -149,10 +149,20 @@ export function computeRatios(ocr: OcrPoint[], raw: Pick<RawPipeline, 'reqPerSec
     echo_vs_ping: meets('echo_vs_ping', ratios.echo_vs_ping),
   };
   for (const [c, r] of Object.entries(ratios.embers_vs_naive)) pass[`embers_vs_naive.${c}`] = meets('embers_vs_naive', r);
-  // The target is a GPU's: a CPU run's gain is reported without a verdict.
-  if (batching && onGpu(batching)) pass.dynamic_batching_gain = meets('dynamic_batching_gain', batching.gain);
+  const verdict = batching && batchingVerdict(batching);
+  if (verdict !== undefined) pass.dynamic_batching_gain = verdict;
   return { ratios, pass };
 }
 
-/** Whether the batching section's model ran on an accelerator (its target applies there only). */
-export const onGpu = (b: Pick<BatchingSection, 'provider'>): boolean => b.provider !== 'cpu' && b.provider !== 'unknown';
+/** Whether both of the batching section's functions ran their model on an accelerator (its target applies there only). */
+export const onGpu = (b: Pick<BatchingSection, 'provider'>): boolean => !['cpu', 'unknown', 'mixed'].includes(b.provider);
+
+/**
+ * The batching target's verdict: only on a GPU, and only when both sides answered every request
+ * (a side with failures would make the ratio say nothing). Undefined: no verdict.
+ */
+export function batchingVerdict(b: BatchingSection): boolean | undefined {
+  if (!onGpu(b)) return undefined;
+  const clean = b.points.every((p) => !p.batched.errors && !p.batched.abandoned && !p.single.errors && !p.single.abandoned);
+  return clean && Number.isFinite(b.gain) && meets('dynamic_batching_gain', b.gain);
+}

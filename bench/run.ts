@@ -9,7 +9,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import sharp from 'sharp';
 import { batchSection, formatBatch, type BatchSection } from './batch.ts';
-import { batchingSection, formatBatching, type BatchingSection } from './batching.ts';
+import { batchingSection, batchingSummaryLine, formatBatching, type BatchingSection } from './batching.ts';
 import { chartSvg } from './chart.ts';
 import { stopAllChildren } from './child.ts';
 import { coldStartSection, coldSummaryLine, formatCold, type ColdStartResult } from './cold.ts';
@@ -20,7 +20,7 @@ import { takeTurns } from './turns.ts';
 import { ORT_VERSION, settingLabel } from './ort.ts';
 import { bestCls, machine, RAW_SETTINGS, rawCls, rawPipelines } from './raw.ts';
 import { formatOverhead, formatReport } from './report.ts';
-import { computeRatios, type BenchResult, type ColdOnlyResult, type OcrPoint, type OverheadPoint } from './result.ts';
+import { batchingVerdict, computeRatios, type BenchResult, type ColdOnlyResult, type OcrPoint, type OverheadPoint } from './result.ts';
 import { HEARTBEAT_MS, ROOT, batchCounters, batchDelta, startEmbers, startNaive } from './servers.ts';
 import { BLOCK, pairedC1 } from './paired.ts';
 import { sleep, windowFromEnv, type Window } from './stats.ts';
@@ -206,10 +206,20 @@ async function mainBatchingOnly(): Promise<void> {
   const began = performance.now();
   const window = windowFromEnv();
   const batching = await batchingOnFreshEmbers(window);
-  const result = { date: new Date().toISOString(), durationSeconds: (performance.now() - began) / 1000, machine: { ...machine(), ortVersion: ORT_VERSION }, git: gitInfo(), window, batching };
+  const verdict = batchingVerdict(batching);
+  const result = {
+    date: new Date().toISOString(),
+    durationSeconds: (performance.now() - began) / 1000,
+    machine: { ...machine(), ortVersion: ORT_VERSION },
+    git: gitInfo(),
+    window,
+    batching,
+    ratios: { dynamic_batching_gain: batching.gain },
+    pass: verdict === undefined ? {} : { dynamic_batching_gain: verdict },
+  };
   await mkdir(RESULTS, { recursive: true });
   await writeFile(path.join(RESULTS, 'latest-batching.json'), `${JSON.stringify(result, null, 2)}\n`);
-  process.stdout.write(`\n${formatBatching(batching).join('\n')}\n`);
+  process.stdout.write(`\n${formatBatching(batching).join('\n')}\n\n${batchingSummaryLine(batching)}\n`);
 }
 
 async function main(): Promise<void> {

@@ -31,6 +31,10 @@ async function freePort(): Promise<number> {
 }
 
 export interface BatchCounters {
+  /** The execution provider in use, and why it is not the one asked for, if it is not. */
+  provider?: string;
+  fallback?: string;
+  instances?: number;
   requests: number;
   inferences: number;
   executions: number;
