@@ -89,6 +89,9 @@ export interface RunJobData {
   bodyMissing?: true;
   /** Enqueue time (ms since epoch) for queue timing. */
   enq: number;
+  /** The same moment on the gateway's monotonic clock (ms) and that clock's boot (core/clock.ts): queue time to the µs on one machine. */
+  mono?: number;
+  boot?: string;
   /** Latest start (ms since epoch) of a synchronous run: still queued then, it is answered 504 without running. */
   deadline?: number;
   /** Metering: the tenant and API key id the request is billed to, and its body size. */

@@ -15,6 +15,7 @@ import { linkPlatformModules } from '../core/bundle-dir.ts';
 import { BatchStore, errorLine, outputLine } from '../core/batches.ts';
 import { newClock, splitTiming, unrunTiming, type CallClock } from './timing.ts';
 import { batchQueueName, encodeReply, errorBody, keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type Manifest, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData } from '../core/contracts.ts';
+import { sinceEnqueued } from '../core/clock.ts';
 import { CANCELED_BODY, enqueueWebhook, isTerminal, JobStore } from '../core/jobs.ts';
 import { recordUsage, type UsageRecord } from '../core/usage.ts';
 import type { Logger } from '../core/log.ts';
@@ -360,7 +361,7 @@ export class Replica {
     if (others.some((r) => r && (JSON.parse(r) as ReplicaRecord).state === 'ready')) return;
     const failed = (jobId: string, data: RunJobData) => {
       const body = JSON.stringify(errorBody('replica_start_failed', `${name} ${this.o.manifest.version} cannot start: ${error.phase} failed: ${error.message}`));
-      return this.deliver(jobId, data, { rid: data.rid, status: 503, replica: this.o.id, timing: unrunTiming(Date.now() - data.enq) }, body, false);
+      return this.deliver(jobId, data, { rid: data.rid, status: 503, replica: this.o.id, timing: unrunTiming(sinceEnqueued(data)) }, body, false);
     };
     // Live requests: read them all as this replica, answer, acknowledge.
     for (;;) {
@@ -518,7 +519,7 @@ export class Replica {
       const start = await this.startJob(jobId, data);
       if (start !== 'run') return start;
     }
-    const started = Date.now();
+    const queued = sinceEnqueued(data);
     const t0 = performance.now();
     const clock = newClock();
     const lane = data.batch ? 'batch' : 'live';
@@ -568,7 +569,7 @@ export class Replica {
       this.maybeGrow();
       this.maybeLoadWide();
     }
-    const timing = splitTiming(Math.max(0, started - enq), t0, performance.now(), clock);
+    const timing = splitTiming(queued, t0, performance.now(), clock);
     // A request queued before this replica was ready waited for its cold start.
     const cold = enq < this.readyAt && this.coldStart ? { waitedMs: Math.min(this.coldStart.totalMs, this.readyAt - enq), phases: this.coldStart } : undefined;
     // A handler that stopped because it was canceled ends "canceled", not "failed".
@@ -585,7 +586,7 @@ export class Replica {
     const state = await this.jobStore.start(id, this.o.id);
     if (state === 'running') return 'run';
     if (state === 'cancel') {
-      const zero = unrunTiming(Math.max(0, Date.now() - data.enq));
+      const zero = unrunTiming(sinceEnqueued(data));
       return this.deliver(jobId, data, { rid: data.rid, status: 499, replica: this.o.id, timing: zero }, CANCELED_BODY, true);
     }
     if (!isTerminal(state)) return undefined;

@@ -4,6 +4,7 @@ import { Hono, type Context } from 'hono';
 import { limitBody } from '../middleware/body-limit.ts';
 import { FUNCTION_NAME, isJsonType, keys, type ColdStartPhases, type RunJobData } from '../../core/contracts.ts';
 import { JobStore } from '../../core/jobs.ts';
+import { BOOT_ID, monoMs } from '../../core/clock.ts';
 import { describeErrors } from '../../core/validate.ts';
 import { ApiError, readBytes, readJsonText } from '../errors.ts';
 import { acquireSlot, checkRate } from '../quotas.ts';
@@ -48,6 +49,7 @@ export function runRoutes(deps: GatewayDeps) {
         throw new ApiError(400, 'invalid_input', `input does not match the schema of ${name}: ${describeErrors(fn.validate)}${hint}`, fn.validate.errors);
       }
       const enq = Date.now();
+      const stamp = { enq, mono: monoMs(), boot: BOOT_ID };
       const auth = c.get('auth');
       const bill = { t: fn.tenant, k: auth.keyId, bin: bytes?.length ?? (Number(c.req.header('content-length')) || Buffer.byteLength(inputJson)) };
       await counted(name, async () => {
@@ -56,7 +58,7 @@ export function runRoutes(deps: GatewayDeps) {
         await deps.redisMemory.check(bill.bin);
       });
       if (/\brespond-async\b/i.test(c.req.header('prefer') ?? '')) {
-        const job = await enqueueAsync(deps, name, { rid, input, raw, enq, ...bill }, { inputJson, body: bytes }, auth, webhookOf(c.req.query('webhook') ?? c.req.header('embers-webhook')));
+        const job = await enqueueAsync(deps, name, { rid, input, raw, ...stamp, ...bill }, { inputJson, body: bytes }, auth, webhookOf(c.req.query('webhook') ?? c.req.header('embers-webhook')));
         const url = `${new URL(c.req.url).origin}/v1/jobs/${job}`;
         c.header('location', url);
         c.header('preference-applied', 'respond-async');
@@ -64,7 +66,7 @@ export function runRoutes(deps: GatewayDeps) {
       }
       if (!replies.listening) throw new ApiError(503, 'unavailable', 'this gateway is reconnecting to Redis and cannot receive replies yet; retry shortly');
       // Time in the queue (cold starts included) and handler time are bounded separately.
-      const data: RunJobData = { rid, id: randomUUID(), gw: gatewayId, input, raw, enq, deadline: enq + deps.queueTimeoutMs, ...bill };
+      const data: RunJobData = { rid, id: randomUUID(), gw: gatewayId, input, raw, ...stamp, deadline: enq + deps.queueTimeoutMs, ...bill };
       const release = await counted(name, () => acquireSlot(deps.redis, auth, rid, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS));
       const wait = replies.expect(rid, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS);
       metrics.inflight.inc();
@@ -99,7 +101,7 @@ export function runRoutes(deps: GatewayDeps) {
       // the compute input/output split send neither, nor exec.
       const inSplit = t.inputMs === undefined ? '' : `input;dur=${t.inputMs}, `;
       const outSplit = t.outputMs === undefined ? '' : `output;dur=${t.outputMs}, `;
-      c.header('server-timing', `${cold}queue;dur=${t.queueMs}, ${inSplit}batch;dur=${round(t.batchMs)}, infer;dur=${round(t.execMs ?? t.inferMs)}, ${outSplit}handler;dur=${t.handlerMs}, total;dur=${round(totalMs)}`);
+      c.header('server-timing', `${cold}queue;dur=${round(t.queueMs)}, ${inSplit}batch;dur=${round(t.batchMs)}, infer;dur=${round(t.execMs ?? t.inferMs)}, ${outSplit}handler;dur=${t.handlerMs}, total;dur=${round(totalMs)}`);
       if (header.cold) c.header('embers-cold-start', coldStartHeader(header.cold.phases));
       c.header('content-type', 'application/json');
       return c.body(body, header.status as 200);
