@@ -11,8 +11,8 @@ import { BATCHED_MAX_BATCH } from './functions/cls.ts';
 import { closedLoop, type Target } from './load.ts';
 import { errorsNote, num, table } from './format.ts';
 import { batchingVerdict, onGpu, TARGETS, type Measured } from './result.ts';
-import { batchCounters, batchDelta, cleanEnv, HEARTBEAT_MS, ROOT, type EmbersServer } from './servers.ts';
-import { sleep, type Window } from './stats.ts';
+import { batchDelta, cleanEnv, postJson, ROOT, settledCounters, type EmbersServer } from './servers.ts';
+import type { Window } from './stats.ts';
 import { takeTurns } from './turns.ts';
 
 export const BATCHING_CONCURRENCIES = [8, 32];
@@ -56,26 +56,16 @@ const pexec = promisify(execFile);
 export async function batchingSection(o: { embers: EmbersServer; groups: number[]; window: Window; log: (line: string) => void }): Promise<BatchingSection> {
   const t0 = performance.now();
   const { embers, log } = o;
-  const url = `http://127.0.0.1:${embers.port}`;
   log(`batching: deploying ${Object.values(FUNCTIONS).join(' and ')}`);
-  await pexec(process.execPath, ['cli/bin.mjs', 'deploy', ...FILES, '--url', url, '--key', embers.apiKey], { cwd: ROOT, env: cleanEnv({}), timeout: 180_000 });
+  await pexec(process.execPath, ['cli/bin.mjs', 'deploy', ...FILES, '--url', `http://127.0.0.1:${embers.port}`, '--key', embers.apiKey], { cwd: ROOT, env: cleanEnv({}), timeout: 180_000 });
   const auth = { authorization: `Bearer ${embers.apiKey}`, 'content-type': 'application/json' };
   // The first call of each waits for its cold start (scale from zero), then answers.
-  const answer = async (name: string) => {
-    const res = await fetch(`${url}/v1/run/${name}`, { method: 'POST', headers: auth, body: BODY, signal: AbortSignal.timeout(180_000) });
-    const text = await res.text();
-    if (!res.ok) throw new Error(`POST /v1/run/${name}: ${res.status} ${text}`);
-    return text;
-  };
+  const answer = (name: string) => postJson(embers.port, `/v1/run/${name}`, BODY.toString(), auth, 180_000) as Promise<ClsAnswer>;
   const outputs = [await answer(FUNCTIONS.batched), await answer(FUNCTIONS.single)];
   const target = (name: string): Target => ({ port: embers.port, method: 'POST', path: `/v1/run/${name}`, headers: auth, body: BODY });
   // Warm both past their first inferences (session warm-up, the batch tuner's first sizes).
   await Promise.all(Object.values(FUNCTIONS).map((name) => closedLoop(target(name), { concurrency: 8, window: { warmupMs: 1000, measureMs: 2000 } })));
-  // Replica records are rewritten every heartbeat: read them a heartbeat after the load stopped.
-  const settled = async () => {
-    await sleep(HEARTBEAT_MS + 500);
-    return Promise.all([batchCounters(embers, FUNCTIONS.batched), batchCounters(embers, FUNCTIONS.single)]);
-  };
+  const settled = () => Promise.all([settledCounters(embers, FUNCTIONS.batched), settledCounters(embers, FUNCTIONS.single)]);
   const model = async (name: string) => (await embers.describe(name)).replicas.find((r) => r.models?.cls)?.models?.cls;
   const [mb, ms] = [await model(FUNCTIONS.batched), await model(FUNCTIONS.single)];
   const providers = { batched: mb?.provider ?? 'unknown', single: ms?.provider ?? 'unknown', ...(mb?.fallback || ms?.fallback ? { fallback: mb?.fallback ?? ms?.fallback } : {}) };
@@ -105,15 +95,13 @@ export async function batchingSection(o: { embers: EmbersServer; groups: number[
   };
 }
 
-/** Two answers of the classifier agree: the same angle, scores within 1e-4 (two sessions, maybe two GPU kernels, need not agree to the last bit). */
-function sameAnswer(a: string, b: string): boolean {
-  try {
-    const [x, y] = [JSON.parse(a), JSON.parse(b)] as { angle: string; score: number }[];
-    return x.angle === y.angle && Math.abs(x.score - y.score) < 1e-4;
-  } catch {
-    return false;
-  }
+interface ClsAnswer {
+  angle: string;
+  score: number;
 }
+
+/** Two answers of the classifier agree: the same angle, scores within 1e-4 (two sessions, maybe two GPU kernels, need not agree to the last bit). */
+const sameAnswer = (x: ClsAnswer, y: ClsAnswer): boolean => x.angle === y.angle && Math.abs(x.score - y.score) < 1e-4;
 
 /** The summary line: the gain at the headline point, judged only on a GPU with both sides answering everything. */
 export function batchingSummaryLine(b: BatchingSection): string {

@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import ort from 'onnxruntime-node';
 import type { ModelHandle, Tensor, TensorData, TensorType } from 'embers';
 import { sessionOptions } from '../native/ort-session.ts';
+import { EXECUTION_PROVIDERS } from '../core/config.ts';
 
 // The package's exports map does not list its .onnx files: address them by path.
 const modules = (p: string) => fileURLToPath(new URL(`../node_modules/${p}`, import.meta.url));
@@ -23,11 +24,9 @@ export const BENCH_PROVIDERS: string[] = (process.env.BENCH_EXECUTION_PROVIDERS 
   .split(',')
   .map((p) => p.trim())
   .filter(Boolean);
-/** What Embers takes in EMBERS_EXECUTION_PROVIDERS (core/config.ts). */
-const KNOWN_PROVIDERS = ['cpu', 'cuda', 'tensorrt'];
-const unknown = BENCH_PROVIDERS.filter((p) => !KNOWN_PROVIDERS.includes(p));
+const unknown = BENCH_PROVIDERS.filter((p) => !(EXECUTION_PROVIDERS as readonly string[]).includes(p));
 if (unknown.length || !BENCH_PROVIDERS.length) {
-  process.stderr.write(`BENCH_EXECUTION_PROVIDERS="${process.env.BENCH_EXECUTION_PROVIDERS}": give a comma-separated list of ${KNOWN_PROVIDERS.join(', ')} (e.g. cuda,cpu)\n`);
+  process.stderr.write(`BENCH_EXECUTION_PROVIDERS="${process.env.BENCH_EXECUTION_PROVIDERS}": give a comma-separated list of ${EXECUTION_PROVIDERS.join(', ')} (e.g. cuda,cpu)\n`);
   process.exit(2);
 }
 

@@ -21,9 +21,9 @@ import { ORT_VERSION, settingLabel } from './ort.ts';
 import { bestCls, machine, RAW_SETTINGS, rawCls, rawPipelines } from './raw.ts';
 import { formatOverhead, formatReport } from './report.ts';
 import { batchingVerdict, computeRatios, type BenchResult, type ColdOnlyResult, type OcrPoint, type OverheadPoint } from './result.ts';
-import { HEARTBEAT_MS, ROOT, batchCounters, batchDelta, startEmbers, startNaive } from './servers.ts';
+import { ROOT, batchDelta, postJson, settledCounters, startEmbers, startNaive } from './servers.ts';
 import { BLOCK, pairedC1 } from './paired.ts';
-import { sleep, windowFromEnv, type Window } from './stats.ts';
+import { windowFromEnv, type Window } from './stats.ts';
 
 const CONCURRENCIES = [1, 8, 32, 128];
 const OVERHEAD_CONCURRENCY = 32;
@@ -63,12 +63,6 @@ function gitInfo(): BenchResult['git'] {
 function ocrText(output: unknown): string {
   const lines = (output as { lines?: { text: string }[] } | null)?.lines;
   return Array.isArray(lines) ? lines.map((l) => l.text).join(' | ') : `unexpected: ${JSON.stringify(output).slice(0, 200)}`;
-}
-
-async function postJson(port: number, route: string, body: string, headers: Record<string, string> = {}): Promise<unknown> {
-  const res = await fetch(`http://127.0.0.1:${port}${route}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body, signal: AbortSignal.timeout(60_000) });
-  if (!res.ok) throw new Error(`POST ${route}: ${res.status} ${await res.text()}`);
-  return res.json();
 }
 
 /** The cold-start section, or why it failed (the rest of the results are kept either way). */
@@ -259,14 +253,6 @@ async function main(): Promise<void> {
   const embersOcr: Target = { port: embers.port, method: 'POST', path: '/v1/run/ocr', headers: { ...auth, 'content-type': 'application/json' }, body: ocrBody };
   const naiveOcr: Target = { port: naive.port, method: 'POST', path: '/ocr', headers: { 'content-type': 'application/json' }, body: ocrBody };
 
-  // Replica records (with the batching counters) are rewritten every heartbeat: read them once
-  // Embers has been idle for longer than that, so they hold everything a point did, and before
-  // a scale-down can take a replica's counts away.
-  const settledCounters = async (idleSince: number) => {
-    await sleep(Math.max(0, idleSince + HEARTBEAT_MS + 500 - performance.now()));
-    return batchCounters(embers, 'ocr');
-  };
-
   log(`ocr c=1: raw in-process, Embers and a plain HTTP server with raw's session settings (${settingLabel(pipeline)}) taking turns, blocks of ${BLOCK} requests`);
   const plain = await startNaive({ setting: pipeline });
   let paired;
@@ -278,11 +264,11 @@ async function main(): Promise<void> {
   }
 
   const ocr: OcrPoint[] = [];
-  let before = await settledCounters(performance.now());
+  let before = await settledCounters(embers, 'ocr');
   for (const concurrency of CONCURRENCIES) {
     log(`ocr c=${concurrency}: Embers, naive, naive, Embers`);
     const [e, n] = await measurePair(embersOcr, naiveOcr, concurrency);
-    const after = await settledCounters(performance.now());
+    const after = await settledCounters(embers, 'ocr');
     log(`ocr c=${concurrency}: Embers ${e.reqPerSec.toFixed(2)} req/s, naive ${n.reqPerSec.toFixed(2)} req/s`);
     ocr.push({ concurrency, embers: { ...e, batch: batchDelta(before, after), replicas: Object.keys(after).length }, naive: n, ratio: e.reqPerSec / n.reqPerSec });
     before = after;
@@ -325,7 +311,6 @@ async function main(): Promise<void> {
     log(`dynamic batching section failed: ${batchingError}`);
     process.exitCode = 1;
   }
-
 
   const { ratios, pass } = computeRatios(ocr, pipeline, paired, echo, ping, batching);
   const result: BenchResult = {

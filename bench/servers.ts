@@ -189,6 +189,23 @@ export interface BatchDelta {
  * Per model, what the replicas did between two snapshots, summed over replicas (a replica that
  * appeared in between counts from zero; one that went away takes its counts with it).
  */
+/**
+ * A function's batching counters once its replica records have been rewritten after the load
+ * stopped (they are, every heartbeat), so they hold everything a point did, and before a
+ * scale-down can take a replica's counts away.
+ */
+export async function settledCounters(server: EmbersServer, name: string): Promise<CounterSnapshot> {
+  await sleep(HEARTBEAT_MS + 500);
+  return batchCounters(server, name);
+}
+
+/** POST of a JSON body; the answer's JSON, or an error naming the status and body. */
+export async function postJson(port: number, route: string, body: string, headers: Record<string, string> = {}, timeoutMs = 60_000): Promise<unknown> {
+  const res = await fetch(`http://127.0.0.1:${port}${route}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body, signal: AbortSignal.timeout(timeoutMs) });
+  if (!res.ok) throw new Error(`POST ${route}: ${res.status} ${await res.text()}`);
+  return res.json();
+}
+
 export function batchDelta(before: CounterSnapshot, after: CounterSnapshot): Record<string, BatchDelta> {
   const sums: Record<string, { requests: number; inferences: number; executions: number; maxCallsPerBatch: number; wide: number; lone?: LoneChoice }> = {};
   for (const [id, models] of Object.entries(after)) {

@@ -25,6 +25,9 @@ export interface EnqueueStamp {
   boot?: string;
 }
 
+/** Now, as the gateway stamps a request it queues. */
+export const enqueueStamp = (): Required<EnqueueStamp> => ({ enq: Date.now(), mono: monoMs(), boot: BOOT_ID });
+
 /**
  * How long ago (ms) the request was enqueued: from the monotonic clock when it was stamped on this
  * boot and the two clocks agree within the wall clock's own 1 ms steps (a time namespace could

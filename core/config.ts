@@ -6,6 +6,9 @@ import path from 'node:path';
 const bool = z.enum(['1', '0', 'true', 'false']).transform((v) => v === '1' || v === 'true');
 const int = (min: number, max = Number.MAX_SAFE_INTEGER) => z.coerce.number().int().min(min).max(max);
 
+/** What EMBERS_EXECUTION_PROVIDERS takes. */
+export const EXECUTION_PROVIDERS = ['cpu', 'cuda', 'tensorrt'] as const;
+
 export const ConfigSchema = z.object({
   /** Gateway port. @default 8787 */
   EMBERS_PORT: int(0, 65535).default(8787),
@@ -43,7 +46,7 @@ export const ConfigSchema = z.object({
     .string()
     .default('cpu')
     .transform((s) => s.split(',').map((p) => p.trim()).filter(Boolean))
-    .pipe(z.array(z.enum(['cpu', 'cuda', 'tensorrt'])).min(1)),
+    .pipe(z.array(z.enum(EXECUTION_PROVIDERS)).min(1)),
   /** ORT intra-op threads per model session; 1 avoids oversubscribing small machines. @default 1 */
   EMBERS_ORT_THREADS: int(1, 256).default(1),
   /**

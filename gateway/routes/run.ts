@@ -4,7 +4,7 @@ import { Hono, type Context } from 'hono';
 import { limitBody } from '../middleware/body-limit.ts';
 import { FUNCTION_NAME, isJsonType, keys, type ColdStartPhases, type RunJobData } from '../../core/contracts.ts';
 import { JobStore } from '../../core/jobs.ts';
-import { BOOT_ID, monoMs } from '../../core/clock.ts';
+import { enqueueStamp } from '../../core/clock.ts';
 import { describeErrors } from '../../core/validate.ts';
 import { ApiError, readBytes, readJsonText } from '../errors.ts';
 import { acquireSlot, checkRate } from '../quotas.ts';
@@ -48,8 +48,7 @@ export function runRoutes(deps: GatewayDeps) {
         const hint = binary ? ` (to send "${binary}" as bytes, make them the body, with their own Content-Type)` : '';
         throw new ApiError(400, 'invalid_input', `input does not match the schema of ${name}: ${describeErrors(fn.validate)}${hint}`, fn.validate.errors);
       }
-      const enq = Date.now();
-      const stamp = { enq, mono: monoMs(), boot: BOOT_ID };
+      const stamp = enqueueStamp();
       const auth = c.get('auth');
       const bill = { t: fn.tenant, k: auth.keyId, bin: bytes?.length ?? (Number(c.req.header('content-length')) || Buffer.byteLength(inputJson)) };
       await counted(name, async () => {
@@ -66,7 +65,7 @@ export function runRoutes(deps: GatewayDeps) {
       }
       if (!replies.listening) throw new ApiError(503, 'unavailable', 'this gateway is reconnecting to Redis and cannot receive replies yet; retry shortly');
       // Time in the queue (cold starts included) and handler time are bounded separately.
-      const data: RunJobData = { rid, id: randomUUID(), gw: gatewayId, input, raw, ...stamp, deadline: enq + deps.queueTimeoutMs, ...bill };
+      const data: RunJobData = { rid, id: randomUUID(), gw: gatewayId, input, raw, ...stamp, deadline: stamp.enq + deps.queueTimeoutMs, ...bill };
       const release = await counted(name, () => acquireSlot(deps.redis, auth, rid, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS));
       const wait = replies.expect(rid, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS);
       metrics.inflight.inc();
