@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { liveStream } from '../../core/live-queue.ts';
-import { shipped, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
+import { eventually, shipped, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
 
 let p: TestPlatform;
 
@@ -19,6 +19,8 @@ const run = (body: string, headers: Record<string, string> = {}) => p.fetch('/v1
 describe('Redis memory admission', () => {
   it('refuses a run past the budget with 503 and Retry-After, queues nothing, and serves smaller runs', async () => {
     assert.equal((await run('{"small":true}')).status, 200);
+    // A lone reply goes out before its entry is deleted (the replica's finishing call): count once that call ran.
+    await eventually(async () => (await p.redis().xlen(liveStream('echo'))) === 0, 'the small run deleted from the stream');
     const before = await p.redis().xlen(liveStream('echo'));
     const big = JSON.stringify({ blob: 'x'.repeat(5 * 2 ** 20) });
     for (const headers of [{}, { prefer: 'respond-async' }] as Record<string, string>[]) {
