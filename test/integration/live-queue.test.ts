@@ -90,6 +90,8 @@ describe('live queue', () => {
       const q = new LiveQueue(redis);
       await q.add('tick-a', job('warm'));
       await q.add('tick-b', job('warm'));
+      // MONITOR's feed is its own connection and may lag the adds: see both warm-ups there before counting afresh.
+      await eventually(async () => adds.length === 2, 'the warm-up adds to show in MONITOR');
       adds.length = 0;
       const body = Buffer.from([0, 0xff, 0x80, 0x0a]);
       const outcomes = await Promise.allSettled([
@@ -293,7 +295,7 @@ describe('live queue', () => {
       release.splice(0).forEach((r) => r());
       await eventually(async () => (await redis.xlen(liveStream(fn))) === 0, 'the three to be finished');
       await eventually(async () => replies.length === 2, 'their message');
-      assert.match(replies[1], /^\*\d+,\d+,\d+\n/, 'one framed message for the tick');
+      assert.match(replies[1], /^\+\d+,\d+,\d+\n/, 'one framed message for the tick');
       assert.deepEqual(commands, ['publish', 'evalsha', 'evalsha', 'script publish'], 'the tick is answered inside its finishing call');
       const records = (await redis.xrange(usageKeys.records, '-', '+')).map(([, f]) => (JSON.parse(f[1]) as UsageRecord).id).filter((id) => id.startsWith('u-'));
       assert.deepEqual(records.sort(), ['u-b0', 'u-b1', 'u-b2', 'u-lone'], 'each metered once');
