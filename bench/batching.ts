@@ -5,13 +5,11 @@
 // (bench/functions/cls.ts), each request's input generated in its handler. The issue's target
 // (≥ 4×) is for a GPU: run the bench with BENCH_EXECUTION_PROVIDERS=cuda,cpu there. On CPU the
 // figure says what batching buys on CPU.
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
 import { BATCHED_MAX_BATCH } from './functions/cls.ts';
 import { closedLoop, type Target } from './load.ts';
 import { errorsNote, num, table } from './format.ts';
 import { batchingVerdict, onGpu, TARGETS, type Measured } from './result.ts';
-import { batchDelta, cleanEnv, postJson, ROOT, settledCounters, type EmbersServer } from './servers.ts';
+import { batchDelta, deployFunctions, postJson, settledCounters, type EmbersServer } from './servers.ts';
 import type { Window } from './stats.ts';
 import { takeTurns } from './turns.ts';
 
@@ -51,13 +49,12 @@ export interface BatchingSection {
   seconds: number;
 }
 
-const pexec = promisify(execFile);
 
 export async function batchingSection(o: { embers: EmbersServer; groups: number[]; window: Window; log: (line: string) => void }): Promise<BatchingSection> {
   const t0 = performance.now();
   const { embers, log } = o;
   log(`batching: deploying ${Object.values(FUNCTIONS).join(' and ')}`);
-  await pexec(process.execPath, ['cli/bin.mjs', 'deploy', ...FILES, '--url', `http://127.0.0.1:${embers.port}`, '--key', embers.apiKey], { cwd: ROOT, env: cleanEnv({}), timeout: 180_000 });
+  await deployFunctions(embers, FILES);
   const auth = { authorization: `Bearer ${embers.apiKey}`, 'content-type': 'application/json' };
   // The first call of each waits for its cold start (scale from zero), then answers.
   const answer = (name: string) => postJson(embers.port, `/v1/run/${name}`, BODY.toString(), auth, 180_000) as Promise<ClsAnswer>;

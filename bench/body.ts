@@ -1,11 +1,15 @@
-// What a request body's encoding costs: the same photo sent to `ocr` as base64 JSON and as the
+// What a body's encoding costs. Requests: the same photo sent to `ocr` as base64 JSON and as the
 // file itself (the function's binaryInput), at concurrency 1, the two taking turns in short
 // blocks so the machine's drift cancels. Inference dominates a photo's request, so the
 // difference is read from Embers' own split (compute input: from the replica taking the
 // request to its first model call, parsing and decoding included; gateway + transport) and
 // from the CPU each process spent per request, not from the client's latency alone.
+// Answers: as many bytes as the photo, answered by bench/functions/blob.ts as the bytes
+// themselves (binary()) and as base64 JSON, taking turns the same way (no model: all of it is
+// encoding and transport).
 import http from 'node:http';
 import sharp from 'sharp';
+import { deployFunctions } from './servers.ts';
 import { coresByRole, sampleCpu } from './cpu.ts';
 import { parseTiming, sendBlock, type ServerTiming, type Target } from './load.ts';
 import { latency, mean } from './stats.ts';
@@ -32,6 +36,10 @@ export interface BodySection {
   rounds: number;
   json: BodySide;
   binary: BodySide;
+  /** Answers of `bytes` bytes (bench/functions/blob.ts): base64 JSON against the bytes themselves. */
+  answer?: { bytes: number; rounds: number; json: BodySide; binary: BodySide };
+  /** Why the answer part did not run to the end. */
+  answerError?: string;
 }
 
 /** A 1600×1200 JPEG of a few text lines on grainy paper (seeded: the same bytes every run), ~0.8 MB. */
@@ -86,13 +94,13 @@ class Side {
     for (const [role, cores] of Object.entries(coresByRole(cpu0, sampleCpu(this.groups), seconds))) this.ticks[role] = (this.ticks[role] ?? 0) + cores * seconds * 1000;
   }
 
-  result(): BodySide {
+  result(bytes = this.target.body?.length ?? 0): BodySide {
     const l = latency(this.ms);
     const timing = Object.fromEntries([...this.timings].map(([k, v]) => [k, mean(v)]));
     timing.gateway = (timing.total ?? Number.NaN) - (timing.queue ?? 0) - (timing.handler ?? Number.NaN);
     const n = this.ms.length;
     return {
-      bytes: this.target.body?.length ?? 0,
+      bytes,
       requests: n,
       errors: this.errors,
       ...(this.firstError ? { firstError: this.firstError } : {}),
@@ -120,33 +128,79 @@ export async function bodySection(o: { port: number; apiKey: string; groups: num
     binary: new Side({ ...base, headers: { ...headers, 'content-type': 'image/jpeg', 'content-length': String(photo.length) }, body: photo }, o.groups),
   };
   o.log(`request body: a ${meta.width}×${meta.height} JPEG (${photo.length} B) to ocr as base64 JSON (${json.length} B) and as the file, taking turns in blocks of ${BLOCK}`);
+  const rounds = await takeBlockTurns(sides.json, sides.binary, o.seconds);
+  const section: BodySection = { image: { width: meta.width ?? 0, height: meta.height ?? 0, jpegBytes: photo.length }, rounds, json: sides.json.result(), binary: sides.binary.result() };
+  try {
+    section.answer = await answerPart({ ...o, bytes: photo.length });
+  } catch (err) {
+    section.answerError = err instanceof Error ? err.message : String(err);
+    o.log(`answer body part failed: ${section.answerError}`);
+  }
+  return section;
+}
+
+/** Two warm-up rounds, then rounds of a block each (alternating which goes first) for `seconds`; closes both. */
+async function takeBlockTurns(a: Side, b: Side, seconds: number): Promise<number> {
   let rounds = 0;
   try {
-    for (let i = 0; i < 2; i++) for (const s of [sides.json, sides.binary]) await s.block(false);
-    const end = performance.now() + o.seconds * 1000;
+    for (let i = 0; i < 2; i++) for (const s of [a, b]) await s.block(false);
+    const end = performance.now() + seconds * 1000;
     while (performance.now() < end) {
-      const order = rounds++ % 2 === 0 ? [sides.json, sides.binary] : [sides.binary, sides.json];
+      const order = rounds++ % 2 === 0 ? [a, b] : [b, a];
       for (const s of order) await s.block(true);
     }
   } finally {
-    sides.json.close();
-    sides.binary.close();
+    a.close();
+    b.close();
   }
-  return { image: { width: meta.width ?? 0, height: meta.height ?? 0, jpegBytes: photo.length }, rounds, json: sides.json.result(), binary: sides.binary.result() };
+  return rounds;
+}
+
+
+/** Deploys bench/functions/blob.ts and has it answer `bytes` bytes as base64 JSON and as the bytes, taking turns. */
+async function answerPart(o: { port: number; apiKey: string; groups: number[]; seconds: number; bytes: number; log: (l: string) => void }): Promise<NonNullable<BodySection['answer']>> {
+  await deployFunctions(o, ['bench/functions/blob.ts']);
+  const side = (as: 'json' | 'binary') => {
+    const body = Buffer.from(JSON.stringify({ bytes: o.bytes, as }));
+    return new Side({ port: o.port, method: 'POST', path: '/v1/run/blob', headers: { authorization: `Bearer ${o.apiKey}`, 'content-type': 'application/json', 'content-length': String(body.length) }, body }, o.groups);
+  };
+  const sides = { json: side('json'), binary: side('binary') };
+  o.log(`answer body: ${o.bytes} B from blob as base64 JSON and as the bytes, taking turns in blocks of ${BLOCK} (the first call waits for a cold start)`);
+  const rounds = await takeBlockTurns(sides.json, sides.binary, o.seconds);
+  return { bytes: o.bytes, rounds, json: sides.json.result(Math.ceil(o.bytes / 3) * 4 + '{"image":""}'.length), binary: sides.binary.result(o.bytes) };
 }
 
 export function formatBodies(b: BodySection): string {
   const f = (n: number | undefined, d = 1) => (n === undefined || !Number.isFinite(n) ? '-' : n.toFixed(d));
-  const roles = [...new Set([...Object.keys(b.json.cpuMsPerRequest), ...Object.keys(b.binary.cpuMsPerRequest)])].filter((r) => r !== 'naive' && r !== 'other').sort();
-  const row = (name: string, s: BodySide) =>
-    [name, String(s.bytes), String(s.requests), f(s.p50Ms), f(s.meanMs), f(s.timing.input, 2), f(s.timing.infer), f(s.timing.gateway, 2), ...roles.map((r) => f(s.cpuMsPerRequest[r], 2))].map((c, i) => (i === 0 ? c.padEnd(6) : c.padStart(i === 1 ? 9 : 8)));
-  const header = ['body', 'bytes', 'answers', 'p50', 'mean', 'input', 'infer', 'gw+tr', ...roles.map((r) => `${r.slice(0, 7)}`)].map((c, i) => (i === 0 ? c.padEnd(6) : c.padStart(i === 1 ? 9 : 8)));
-  const d = (k: (s: BodySide) => number) => f(k(b.json) - k(b.binary), 2);
-  return [
-    `Request body: a ${b.image.width}×${b.image.height} JPEG to ocr at c = 1, base64 JSON against the file itself (binaryInput), taking turns (${b.rounds} rounds of blocks of ${BLOCK}; ms; input = compute input, gw+tr = total − queue − handler; CPU ms per request by process):`,
-    header.join(' '),
-    ...[row('json', b.json), row('binary', b.binary)].map((r) => r.join(' ')),
-    `  the file itself saves ${d((s) => s.p50Ms)} ms p50, ${d((s) => s.timing.input)} ms compute input, ${d((s) => s.timing.gateway)} ms gateway + transport; CPU per request: ${roles.map((r) => `${r} ${d((s) => s.cpuMsPerRequest[r])} ms`).join(', ')}`,
-    ...[b.json, b.binary].filter((s) => s.errors).map((s) => `  ! ${s.errors} errors; first: ${s.firstError}`),
-  ].join('\n');
+  const sides = [b.json, b.binary, ...(b.answer ? [b.answer.json, b.answer.binary] : [])];
+  const roles = [...new Set(sides.flatMap((s) => Object.keys(s.cpuMsPerRequest)))].filter((r) => r !== 'naive' && r !== 'other').sort();
+  const pad = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(6) : c.padStart(i === 1 ? 9 : 8))).join(' ');
+  const header = pad(['body', 'bytes', 'answers', 'p50', 'mean', 'input', 'infer', 'output', 'gw+tr', ...roles.map((r) => `${r.slice(0, 7)}`)]);
+  const row = (name: string, s: BodySide) => pad([name, String(s.bytes), String(s.requests), f(s.p50Ms), f(s.meanMs), f(s.timing.input, 2), f(s.timing.infer), f(s.timing.output, 2), f(s.timing.gateway, 2), ...roles.map((r) => f(s.cpuMsPerRequest[r], 2))]);
+  const saves = (json: BodySide, bin: BodySide, what: string) => {
+    const d = (k: (s: BodySide) => number) => f(k(json) - k(bin), 2);
+    return `  ${what} saves ${d((s) => s.p50Ms)} ms p50, ${d((s) => s.timing.input)} ms compute input, ${d((s) => s.timing.output)} ms compute output, ${d((s) => s.timing.gateway)} ms gateway + transport; CPU per request: ${roles.map((r) => `${r} ${d((s) => s.cpuMsPerRequest[r])} ms`).join(', ')}`;
+  };
+  const errors = (ss: BodySide[]) => ss.filter((s) => s.errors).map((s) => `  ! ${s.errors} errors; first: ${s.firstError}`);
+  const lines = [
+    `Request body: a ${b.image.width}×${b.image.height} JPEG to ocr at c = 1, base64 JSON against the file itself (binaryInput), taking turns (${b.rounds} rounds of blocks of ${BLOCK}; ms; input/output = compute input/output, gw+tr = total − queue − handler; CPU ms per request by process):`,
+    header,
+    row('json', b.json),
+    row('binary', b.binary),
+    saves(b.json, b.binary, 'the file itself'),
+    ...errors([b.json, b.binary]),
+  ];
+  if (b.answer) {
+    const a = b.answer;
+    lines.push(
+      `Answer body: ${a.bytes} B from blob (no model) at c = 1, base64 JSON against the bytes themselves (binary()), taking turns (${a.rounds} rounds of blocks of ${BLOCK}):`,
+      header,
+      row('json', a.json),
+      row('binary', a.binary),
+      saves(a.json, a.binary, 'the bytes themselves'),
+      ...errors([a.json, a.binary]),
+    );
+  }
+  if (b.answerError) lines.push(`Answer body: not measured: ${b.answerError}`);
+  return lines.join('\n');
 }

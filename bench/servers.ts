@@ -1,11 +1,13 @@
 // The two servers under test, as child processes: Embers (`embers dev`, which deploys
 // functions/) and the naive baseline (bench/naive-server.ts).
+import { execFile } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { startChild, type Child } from './child.ts';
 import { sleep } from './stats.ts';
 import type { ColdStartPhases } from '../core/contracts.ts';
@@ -20,6 +22,13 @@ export const HEARTBEAT_MS = 2000;
 export function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('EMBERS_')));
   return { ...env, ...extra };
+}
+
+const pexec = promisify(execFile);
+
+/** Deploys bench function files (paths from the repo root) to a running Embers with `embers deploy`. */
+export async function deployFunctions(embers: { port: number; apiKey: string }, files: string[]): Promise<void> {
+  await pexec(process.execPath, ['cli/bin.mjs', 'deploy', ...files, '--url', `http://127.0.0.1:${embers.port}`, '--key', embers.apiKey], { cwd: ROOT, env: cleanEnv({}), timeout: 180_000 });
 }
 
 async function freePort(): Promise<number> {

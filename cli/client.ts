@@ -54,6 +54,19 @@ export class EmbersClient {
   }
 
   async request<T = unknown>(method: string, route: string, body?: BodyInit | object, headers: Record<string, string> = {}): Promise<{ status: number; data: T; headers: Headers }> {
+    const res = await this.send(method, route, body, headers);
+    const text = method === 'HEAD' ? '' : await res.text();
+    let data: unknown = text;
+    try {
+      data = text ? JSON.parse(text) : null;
+    } catch {
+      /* not JSON: keep the text */
+    }
+    return { status: res.status, data: data as T, headers: res.headers };
+  }
+
+  /** The gateway's answer as it came (its body unread): for answers that may be bytes. */
+  async send(method: string, route: string, body?: BodyInit | object, headers: Record<string, string> = {}): Promise<Response> {
     const isRaw = body instanceof Uint8Array || typeof body === 'string' || (body !== undefined && typeof (body as ReadableStream).getReader === 'function');
     let res: Response;
     try {
@@ -71,14 +84,7 @@ export class EmbersClient {
       }
       throw new CliError(`cannot reach Embers at ${this.o.url} (${cause}); is \`npm start\` running? (--url or EMBERS_URL to point elsewhere)`);
     }
-    const text = method === 'HEAD' ? '' : await res.text();
-    let data: unknown = text;
-    try {
-      data = text ? JSON.parse(text) : null;
-    } catch {
-      /* not JSON: keep the text */
-    }
-    return { status: res.status, data: data as T, headers: res.headers };
+    return res;
   }
 
   /** A GET whose answer is read as a stream (batch files). */

@@ -33,6 +33,11 @@ export const ConfigSchema = z.object({
   /** Largest request body on /v1/run, in bytes. @default 10 MiB */
   EMBERS_MAX_BODY_BYTES: int(1024).default(10 * 1024 * 1024),
   /**
+   * Largest answer a handler may give, in bytes (JSON or binary()); a larger one is answered 500
+   * `answer_too_large`. Answers cross Redis pub/sub to the gateway. @default 16 MiB
+   */
+  EMBERS_MAX_ANSWER_BYTES: int(1024).default(16 * 1024 * 1024),
+  /**
    * Redis memory (MiB) past which the gateway refuses runs with 503 `redis_full` (queued
    * requests carry their bodies). @default 90 % of Redis's maxmemory, else half its machine's memory
    */

@@ -107,7 +107,7 @@ export interface RunJobData {
  */
 export const batchQueueName = (fn: string) => `${fn}.batch`;
 
-/** Header of a reply message; the body (result or error JSON) follows after a newline. */
+/** Header of a reply message; the body (result or error JSON, or bytes: `type`) follows after a newline (encodeReply). */
 export interface ReplyHeader {
   rid: string;
   status: number;
@@ -125,6 +125,8 @@ export interface ReplyHeader {
   timing: { queueMs: number; handlerMs: number; inferMs: number; batchMs: number; execMs?: number; inputMs?: number; outputMs?: number };
   /** Present when the request waited for this replica's cold start. */
   cold?: { waitedMs: number; phases: ColdStartPhases };
+  /** The handler answered with bytes (binary()) of this Content-Type; absent: the body is JSON. */
+  type?: string;
 }
 
 /** A replica's start, phase by phase (ms). model_fetch is 0 when every model was on disk. */
@@ -233,37 +235,58 @@ export const s3Keys = {
 /** Queue (under QUEUE_PREFIX) of webhook deliveries; "_" keeps it apart from function names. */
 export const WEBHOOK_QUEUE = '_webhooks';
 
-export function encodeReply(header: ReplyHeader, body: string): string {
-  return `${JSON.stringify(header)}\n${body}`;
-}
-
-export function decodeReply(message: string): { header: ReplyHeader; body: string } {
-  const nl = message.indexOf('\n');
-  return { header: JSON.parse(message.slice(0, nl)) as ReplyHeader, body: message.slice(nl + 1) };
+/**
+ * A reply: its header as JSON, a newline, then its body: the result or error JSON, or, when the
+ * header says `type`, the bytes a handler answered with (binary()), as they are. JSON never holds
+ * a raw newline, so the first one ends the header.
+ */
+export function encodeReply(header: ReplyHeader, body: string): string;
+export function encodeReply(header: ReplyHeader, body: Uint8Array): Buffer;
+export function encodeReply(header: ReplyHeader, body: string | Uint8Array): string | Buffer {
+  return typeof body === 'string' ? `${JSON.stringify(header)}\n${body}` : Buffer.concat([Buffer.from(`${JSON.stringify(header)}\n`), body]);
 }
 
 /**
  * Several replies for one gateway in one message (one PUBLISH, one message for the gateway to
- * read): `*<length>,<length>,…\n` then the replies (encodeReply) back to back. Lengths are in
- * UTF-16 code units, as JavaScript counts them on both sides. A single reply stays as it is
- * (it starts with its header's `{`).
+ * read): `+<length>,<length>,…\n` then the replies (encodeReply) back to back, lengths in bytes.
+ * A single reply stays as it is (it starts with its header's `{`). Text when every reply is.
+ * (Replicas before answers could be bytes marked their batches `*` and counted UTF-16 units:
+ * gateways still read those, so gateways are upgraded before agents.)
  */
-export function encodeReplies(messages: string[]): string {
-  return messages.length === 1 ? messages[0] : `*${messages.map((m) => m.length).join(',')}\n${messages.join('')}`;
+export function encodeReplies(messages: (string | Buffer)[]): string | Buffer {
+  if (messages.length === 1) return messages[0];
+  const prefix = `+${messages.map((m) => (typeof m === 'string' ? Buffer.byteLength(m) : m.length)).join(',')}\n`;
+  return messages.every((m) => typeof m === 'string') ? prefix + messages.join('') : Buffer.concat([prefix, ...messages].map((m) => (typeof m === 'string' ? Buffer.from(m) : m)));
 }
 
-/** The replies of a message from encodeReplies (or a single reply). */
-export function decodeReplies(message: string): { header: ReplyHeader; body: string }[] {
-  if (message[0] !== '*') return [decodeReply(message)];
-  const nl = message.indexOf('\n');
-  const out: { header: ReplyHeader; body: string }[] = [];
+/**
+ * The replies of a message from encodeReplies (or a single reply), read as bytes: a body is a
+ * view on the message, never decoded (the gateway writes it out as it is, JSON or not).
+ */
+export function decodeReplies(message: Buffer): { header: ReplyHeader; body: Buffer }[] {
+  const one = (at: number, end: number) => {
+    const nl = message.indexOf(0x0a, at);
+    if (nl < 0 || nl >= end) throw new Error('a reply without a header line');
+    return { header: JSON.parse(message.toString('utf8', at, nl)) as ReplyHeader, body: message.subarray(nl + 1, end) };
+  };
+  if (message[0] === 0x2a) return decodeUtf16Batch(message.toString());
+  if (message[0] !== 0x2b) return [one(0, message.length)];
+  const nl = message.indexOf(0x0a);
+  const out: { header: ReplyHeader; body: Buffer }[] = [];
   let at = nl + 1;
-  for (const n of message.slice(1, nl).split(',')) {
+  for (const n of message.toString('latin1', 1, nl).split(',')) {
     const len = Number(n);
-    out.push(decodeReply(message.slice(at, at + len)));
+    out.push(one(at, at + len));
     at += len;
   }
   return out;
+}
+
+/** A batch from a replica of the version before: `*`, lengths in UTF-16 units over the decoded text; each reply is read as a lone one. */
+function decodeUtf16Batch(message: string): { header: ReplyHeader; body: Buffer }[] {
+  const nl = message.indexOf('\n');
+  let at = nl + 1;
+  return message.slice(1, nl).split(',').flatMap((n) => decodeReplies(Buffer.from(message.slice(at, (at += Number(n))))));
 }
 
 export function errorBody(code: string, message: string, details?: unknown): ErrorBody {

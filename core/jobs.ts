@@ -29,6 +29,11 @@ export interface JobView {
   /** As a run's reply header carries it (ReplyHeader). */
   timing?: ReplyHeader['timing'];
   output?: unknown;
+  /**
+   * The handler answered with bytes (binary()) of this Content-Type: `output` is
+   * `{ contentType, base64 }`, and GET /v1/jobs/:id/output answers with the bytes themselves.
+   */
+  outputType?: string;
   error?: { code: string; message: string };
   cancelRequested?: boolean;
   webhook?: string;
@@ -39,6 +44,8 @@ export interface JobOutcome {
   httpStatus: number;
   /** The result JSON, or an error body `{ error: { code, message } }`. */
   body: string;
+  /** The result is bytes of this Content-Type, and `body` their `{ contentType, base64 }`. */
+  type?: string;
   canceled: boolean;
   timing: JobView['timing'];
   version: string;
@@ -57,6 +64,7 @@ local s = redis.call('HGET', KEYS[1], 'status')
 if not s or s == 'succeeded' or s == 'failed' or s == 'canceled' then return 0 end
 if ARGV[9] == '1' and s ~= 'queued' then return 0 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'finishedAt', ARGV[2], 'httpStatus', ARGV[3], 'result', ARGV[4], 'timing', ARGV[5], 'version', ARGV[6], 'finishedBy', ARGV[9] == '1' and 'gateway' or 'replica')
+if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'type', ARGV[10]) end
 redis.call('EXPIRE', KEYS[1], ARGV[7])
 redis.call('SET', KEYS[2], redis.call('HGET', KEYS[1], 'tenant') or '', 'EX', ARGV[8])
 return 1`;
@@ -104,6 +112,7 @@ export class JobStore {
       String(this.retentionS),
       String(this.retentionS + TOMBSTONE_S),
       ifQueued ? '1' : '0',
+      o.type ?? '',
     )) as number;
     if (!done) return { finished: false };
     const webhook = await this.redis.hget(keys.job(id), 'webhook');
@@ -137,8 +146,11 @@ function toView(h: Record<string, string>, baseUrl: string): JobView {
   if (h.httpStatus) v.httpStatus = Number(h.httpStatus);
   if (h.result !== undefined) {
     const parsed = JSON.parse(h.result) as unknown;
-    if (h.status === 'succeeded') v.output = parsed;
-    else v.error = (parsed as { error?: JobView['error'] })?.error;
+    if (h.status !== 'succeeded') v.error = (parsed as { error?: JobView['error'] })?.error;
+    else {
+      v.output = parsed;
+      if (h.type) v.outputType = h.type;
+    }
   }
   return v;
 }

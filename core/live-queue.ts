@@ -41,8 +41,11 @@ export async function leaveLiveGroup(redis: Redis, fn: string, consumer: string)
 export interface LiveOutcome {
   /** Metered only if this acknowledgement is the one that removes the entry from the pending list. */
   usage?: UsageRecord;
-  /** For a sync request's waiting gateway: published in the finishing call after the usage record, or just before the call (LiveConsumer.flushFinished). */
-  reply?: { channel: string; message: string };
+  /**
+   * For a sync request's waiting gateway: published in the finishing call after the usage record,
+   * or just before the call (LiveConsumer.flushFinished). Bytes when its body is (binary()).
+   */
+  reply?: { channel: string; message: string | Buffer };
 }
 
 /**
@@ -85,9 +88,9 @@ export async function finishLiveEntries(redis: Redis, fn: string, entries: { id:
   if (!entries.length) return [];
   const stream = liveStream(fn);
   const keys = [stream, usageKeys.records, usageKeys.tenants];
-  const args: string[] = [LIVE_GROUP, String(RECORDS_MAX)];
+  const args: (string | Buffer)[] = [LIVE_GROUP, String(RECORDS_MAX)];
   // Replies to one gateway leave in one message.
-  const byChannel = new Map<string, string[]>();
+  const byChannel = new Map<string, (string | Buffer)[]>();
   for (const { id, outcome } of entries) {
     keys.push(outcome?.usage ? hourKey(outcome.usage) : stream);
     args.push(id, ...(outcome?.usage ? recordArgs(outcome.usage) : NO_RECORD));

@@ -6,7 +6,8 @@ import { decodeReplies, keys, type ReplyHeader } from '../core/contracts.ts';
 
 export interface Reply {
   header: ReplyHeader;
-  body: string;
+  /** The answer's bytes: JSON, or what a handler's binary() gave (header.type says their Content-Type). */
+  body: Buffer;
 }
 
 export class ReplyHub {
@@ -28,10 +29,13 @@ export class ReplyHub {
     sub.on('ready', () => {
       if (this.channels.length) this.subscribe().catch(() => {});
     });
-    sub.on('message', (channel: string, message: string) => {
+    // As bytes: a reply's body is written out as it came, never decoded (a binary one must not
+    // be); ioredis makes strings only for 'message' listeners.
+    sub.on('messageBuffer', (channelBytes: Buffer, message: Buffer) => {
+      const channel = channelBytes.toString();
       // Thrown here, an error would reach ioredis's socket handler and take the gateway down.
       try {
-        if (channel !== this.channel) return this.onOther(channel, message);
+        if (channel !== this.channel) return this.onOther(channel, message.toString());
         for (const reply of decodeReplies(message)) {
           const resolve = this.waiting.get(reply.header.rid);
           if (resolve) {

@@ -119,6 +119,7 @@ replica = new Replica({
   handlerGraceMs: config.EMBERS_HANDLER_GRACE_MS,
   modelCacheBytes: config.EMBERS_MODEL_CACHE_BYTES,
   jobRetentionS: config.EMBERS_JOB_RETENTION_S,
+  maxAnswerBytes: config.EMBERS_MAX_ANSWER_BYTES,
   onStuck: () => {
     // Other jobs it holds come back to the queue when their locks expire; the agent starts a fresh replica.
     void replica!.abandon().finally(() => process.exit(EXIT_REPLACE_ME));

@@ -25,6 +25,7 @@ import type { Feeds } from '../native/tensor.ts';
 import { DynamicBatcher } from './batcher.ts';
 import { LiveFirst } from './live-first.ts';
 import { ModelCache } from './model-cache.ts';
+import { AnswerTooLargeError, binaryAsJson, resultBody, writeTypedArraysAsJson, type BinaryBody } from './result-body.ts';
 import { HandlerError, isFunctionDefinition, type FunctionDefinition, type HandlerContext, type ModelHandle } from './sdk.ts';
 
 export type ReplicaState = 'starting' | 'ready' | 'draining' | 'failed';
@@ -62,6 +63,8 @@ export interface ReplicaOptions {
   handlerGraceMs: number;
   /** How long async job results are kept. */
   jobRetentionS: number;
+  /** Largest answer (bytes) a handler may give (EMBERS_MAX_ANSWER_BYTES). */
+  maxAnswerBytes: number;
   /** Called when a handler will not stop: the process should exit so the agent replaces it. */
   onStuck?: () => void;
 }
@@ -130,6 +133,7 @@ export class Replica {
 
   constructor(private readonly o: ReplicaOptions) {
     observeGc();
+    writeTypedArraysAsJson();
     this.log = o.log.child({ replica: o.id, fn: o.manifest.name, version: o.manifest.version });
     this.jobStore = new JobStore(o.redis, o.jobRetentionS);
     this.batchStore = new BatchStore(o.redis);
@@ -527,6 +531,8 @@ export class Replica {
     if (lane === 'live') this.gate.liveStarted();
     let status = 200;
     let body = '';
+    // Set when the handler answered with bytes (binary(), a Uint8Array): body stays ''.
+    let bytes: BinaryBody | undefined;
     // Made on first use: most requests never log.
     let child: Logger | undefined;
     const log = () => (child ??= this.log.child({ rid }));
@@ -556,7 +562,7 @@ export class Replica {
         } else {
           const signal = jobSignal && cancel ? AbortSignal.any([jobSignal, cancel.signal]) : (jobSignal ?? cancel?.signal);
           const result = await this.runHandler(parsed.data, rid, data.deadline, signal, clock, log, lane === 'batch');
-          body = JSON.stringify(result ?? null);
+          ({ json: body = '', binary: bytes } = resultBody(result, this.o.maxAnswerBytes));
         }
       }
     } catch (err) {
@@ -573,8 +579,8 @@ export class Replica {
     // A request queued before this replica was ready waited for its cold start.
     const cold = enq < this.readyAt && this.coldStart ? { waitedMs: Math.min(this.coldStart.totalMs, this.readyAt - enq), phases: this.coldStart } : undefined;
     // A handler that stopped because it was canceled ends "canceled", not "failed".
-    const canceled = (cancel?.signal.aborted ?? false) && (status >= 400 || body === '');
-    return this.deliver(jobId, data, { rid, status, replica: this.o.id, timing, ...(cold ? { cold } : {}) }, canceled ? CANCELED_BODY : body, canceled);
+    const canceled = (cancel?.signal.aborted ?? false) && (status >= 400 || (body === '' && !bytes));
+    return this.deliver(jobId, data, { rid, status, replica: this.o.id, timing, ...(cold ? { cold } : {}) }, canceled ? CANCELED_BODY : body, canceled, canceled ? undefined : bytes);
   }
 
   /**
@@ -627,15 +633,26 @@ export class Replica {
    * reply, are written when its entry is acknowledged (after an async job's record is finished),
    * so a request is metered once; a busy replica's replies go in that same call, a lone one's
    * just before it (LiveConsumer.flushFinished). A batch line is metered under its id, with the
-   * other records of the tick, and its output written.
+   * other records of the tick, and its output written. `bytes`: the handler answered with bytes
+   * (`body` is then unused): a sync caller gets them as they are (through Redis too: the reply's
+   * body is bytes, its header says their type), an async job and a batch line as JSON (binaryAsJson).
    */
-  private async deliver(jobId: string, data: RunJobData, header: ReplyHeader, body: string, canceled: boolean): Promise<LiveOutcome | undefined> {
+  private async deliver(jobId: string, data: RunJobData, header: ReplyHeader, body: string, canceled: boolean, bytes?: BinaryBody): Promise<LiveOutcome | undefined> {
     if (header.status >= 500) this.jobs.failed++;
     else this.jobs.completed++;
-    const usage = this.usageRecord(jobId, data, header, Buffer.byteLength(body));
-    if (data.gw) return { usage, reply: { channel: keys.replyChannel(data.gw), message: encodeReply(header, body) } };
+    // Metered by what the caller gets: a sync caller the bytes, an async job and a batch line their JSON.
+    if (bytes && !data.gw) body = binaryAsJson(bytes);
+    const usage = this.usageRecord(jobId, data, header, bytes && data.gw ? bytes.bytes.length : Buffer.byteLength(body));
+    if (data.gw) {
+      let message: string | Buffer = bytes ? encodeReply({ ...header, type: bytes.contentType }, bytes.bytes) : encodeReply(header, body);
+      // A large text reply goes to ioredis as bytes, encoded once: as a string it is measured,
+      // copied into the command's text and encoded again, and each fresh copy of a megabyte costs
+      // ms in page faults here (a 1.28 MB JSON answer cost the replica ~31 ms of CPU, bytes ~7).
+      if (typeof message === 'string' && message.length > LARGE_REPLY) message = Buffer.from(message);
+      return { usage, reply: { channel: keys.replyChannel(data.gw), message } };
+    }
     if (data.job) {
-      const done = await this.jobStore.finish(data.job, { httpStatus: header.status, body, canceled, timing: header.timing, version: this.o.manifest.version });
+      const done = await this.jobStore.finish(data.job, { httpStatus: header.status, body, type: bytes?.contentType, canceled, timing: header.timing, version: this.o.manifest.version });
       if (done.webhook) await enqueueWebhook(this.webhooks(), { job: data.job, url: done.webhook });
       return { usage };
     }
@@ -726,6 +743,9 @@ const GROW_AFTER_MS = 1000;
 /** After the replica goes idle, its inline sessions may load (maybeLoadWide). */
 const LOAD_WIDE_AFTER_MS = 5;
 
+/** Text replies longer than this (UTF-16 units) are handed to Redis as bytes (deliver). */
+const LARGE_REPLY = 64 * 1024;
+
 /** A request whose replica died this many times is answered 500 instead of run again. */
 const MAX_CRASHES = 2;
 
@@ -743,6 +763,10 @@ function errorReply(err: unknown, manifest: Manifest, log: Logger): { status: nu
     return { status: e.status, body: JSON.stringify(errorBody(e.code, e.message)) };
   }
   if (err instanceof TimeoutError) return { status: 504, body: JSON.stringify(errorBody('timeout', err.message)) };
+  if (err instanceof AnswerTooLargeError) {
+    log.error({ bytes: err.bytes, max: err.max }, 'answer too large: answered 500 instead');
+    return { status: 500, body: JSON.stringify(errorBody('answer_too_large', `${manifest.name} ${err.message}`)) };
+  }
   log.error({ err }, 'handler failed');
   const message = err instanceof Error ? err.message : String(err);
   return { status: 500, body: JSON.stringify(errorBody('handler_error', `${manifest.name} ${manifest.version} failed: ${message}`)) };

@@ -69,6 +69,39 @@ export function bytes(): z.ZodType<Uint8Array> {
   return z.instanceof(Uint8Array, { message: 'expected bytes (a binary request body)' });
 }
 
+const BINARY_BRAND = Symbol.for('embers.binary');
+
+/** A handler's answer as bytes (binary()): the response body itself, with its Content-Type. */
+export interface BinaryResult {
+  readonly [BINARY_BRAND]: true;
+  readonly bytes: Uint8Array;
+  readonly contentType: string;
+}
+
+/** `type/subtype` (RFC 9110's token characters), parameters allowed in printable ASCII (what a header may carry). */
+const MEDIA_TYPE = /^[\w!#$%&'*+.^`|~-]+\/[\w!#$%&'*+.^`|~-]+(?:[ \t]*;[\t\x20-\x7e]*)?$/;
+
+/**
+ * Answers with these bytes as the response body and this Content-Type, instead of JSON: an image,
+ * audio, a tensor's raw bytes. A handler that returns a bare Uint8Array (or Buffer) answers the
+ * same way as `application/octet-stream`. Async jobs and batch lines, which are JSON, carry it
+ * as `{ "contentType": …, "base64": … }`.
+ * @example return binary(await sharp(mask).png().toBuffer(), 'image/png')
+ */
+export function binary(data: Uint8Array | ArrayBuffer, contentType = 'application/octet-stream'): BinaryResult {
+  if (!(data instanceof Uint8Array) && !(data instanceof ArrayBuffer)) throw new TypeError(`binary() takes a Uint8Array, Buffer or ArrayBuffer, not ${data === null ? 'null' : typeof data}`);
+  if (typeof contentType !== 'string' || !MEDIA_TYPE.test(contentType)) throw new TypeError(`binary(): content type ${JSON.stringify(contentType)} is not a media type like image/png`);
+  return { [BINARY_BRAND]: true, bytes: data instanceof ArrayBuffer ? new Uint8Array(data) : data, contentType };
+}
+
+/** The bytes and Content-Type a handler's result answers with, when it answers with bytes (binary(), a Uint8Array, an ArrayBuffer). */
+export function binaryOf(result: unknown): { bytes: Uint8Array; contentType: string } | undefined {
+  if (result instanceof Uint8Array || result instanceof ArrayBuffer) return binary(result);
+  if (typeof result !== 'object' || result === null || (result as Record<symbol, unknown>)[BINARY_BRAND] !== true) return undefined;
+  const { bytes, contentType } = result as BinaryResult;
+  return bytes instanceof Uint8Array && typeof contentType === 'string' ? { bytes, contentType } : undefined;
+}
+
 export class HandlerError extends Error {
   /**
    * Throw from a handler to answer with a 4xx the caller can act on.
@@ -128,7 +161,10 @@ export interface FunctionOptions<S extends z.ZodType, M extends string, O> {
   warmup?: z.input<S> | (() => z.input<S> | Promise<z.input<S>>);
   /** Runs once per replica, after models load and before it takes requests. */
   setup?: (ctx: SetupContext<M>) => Promise<void> | void;
-  /** Runs once per request; its result is sent as JSON. */
+  /**
+   * Runs once per request; its result is sent as JSON (typed arrays as arrays of numbers, bytes
+   * nested in it as base64 strings), or as bytes when it returns binary() or a Uint8Array.
+   */
   handler: (input: z.infer<S>, ctx: HandlerContext<M>) => Promise<O> | O;
 }
 

@@ -1,4 +1,4 @@
-import { readFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import { Command } from 'commander';
 import { errorMessage } from '../client.ts';
 import { CliError } from '../errors.ts';
@@ -8,12 +8,13 @@ import { clientFrom, withConnection } from './common.ts';
 export function runCommand(): Command {
   return withConnection(
     new Command('run')
-      .description('call a function and print its JSON result')
+      .description('call a function and print its JSON result (or save the bytes it answers with: --out)')
       .argument('<name>', 'function name')
       .option('-d, --data <json>', 'input as JSON text')
       .option('-f, --file <path>', 'input from a JSON file ("-" for stdin)')
       .option('-b, --binary <path>', "send this file's bytes as the body (a function with binaryInput, e.g. ocr and a PNG)")
       .option('--content-type <type>', 'with --binary: the Content-Type sent (default: from the file extension)')
+      .option('-o, --out <path>', 'write the result to this file instead of stdout (a function answering with bytes, e.g. an image, needs it when stdout is a terminal)')
       .option('-v, --verbose', 'print the request id and Server-Timing to stderr')
       .option('--async', 'queue it and print the job id at once (follow with `embers jobs show <id> --wait`)')
       .option('--webhook <url>', 'with --async: POST the finished job here (signed; see GET /v1/webhooks/secret)'),
@@ -23,18 +24,42 @@ export function runCommand(): Command {
       throw new CliError('give the input with one of --data \'{"…":…}\', --file input.json or --binary photo.png', 2);
     }
     if (opts.contentType !== undefined && opts.binary === undefined) throw new CliError('--content-type goes with --binary', 2);
+    if (opts.out !== undefined && opts.async) throw new CliError('--out goes with a synchronous run; an async job\'s result comes from `embers jobs show <id>`', 2);
     const { body, type } = opts.binary !== undefined ? await binaryBody(opts.binary, opts.contentType) : { body: await jsonBody(opts), type: 'application/json' };
     const query = opts.webhook ? `?webhook=${encodeURIComponent(opts.webhook)}` : '';
     const headers: Record<string, string> = { 'content-type': type, ...(opts.async ? { prefer: 'respond-async' } : {}) };
-    const res = await clientFrom(opts).request('POST', `/v1/run/${encodeURIComponent(name)}${query}`, body, headers);
+    const res = await clientFrom(opts).send('POST', `/v1/run/${encodeURIComponent(name)}${query}`, body, headers);
     if (opts.verbose) process.stderr.write(`request id ${res.headers.get('x-request-id')}  server-timing ${res.headers.get('server-timing') ?? '-'}\n`);
-    if (res.status >= 400) throw new CliError(`${name} → ${res.status}: ${errorMessage(res.data)}`);
-    if (opts.async) {
-      process.stdout.write(`${(res.data as { id: string }).id}\n`);
-      return;
+    const answerType = res.headers.get('content-type') ?? '';
+    const answer = Buffer.from(await res.arrayBuffer());
+    const parsed = () => {
+      try {
+        return JSON.parse(answer.toString()) as unknown;
+      } catch {
+        return answer.toString();
+      }
+    };
+    if (res.status >= 400) throw new CliError(`${name} → ${res.status}: ${errorMessage(parsed())}`);
+    if (opts.async) return void process.stdout.write(`${(parsed() as { id: string }).id}\n`);
+    // --out: the answer's bytes as they came, JSON or not.
+    if (opts.out !== undefined) return saveResult(opts.out, answer, answerType || 'unknown type');
+    const media = answerType.split(';')[0].trim().toLowerCase();
+    if (media === 'application/json' || media.endsWith('+json')) return void process.stdout.write(`${JSON.stringify(parsed(), null, 2)}\n`);
+    // Bytes (binary()) as they are: text to any stdout, anything else not to a terminal.
+    if (process.stdout.isTTY && !media.startsWith('text/')) {
+      const ext = EXTENSIONS[media] ?? 'bin';
+      throw new CliError(`${name} answered ${answerType} (${answer.length} bytes), which would garble this terminal: give --out result.${ext}, or redirect stdout (> result.${ext})`);
     }
-    process.stdout.write(`${JSON.stringify(res.data, null, 2)}\n`);
+    process.stdout.write(answer);
   });
+}
+
+/** Writes a result to `file` as its bytes came, and says so on stderr. */
+export async function saveResult(file: string, bytes: Buffer, type: string): Promise<void> {
+  await writeFile(file, bytes).catch((err: Error) => {
+    throw new CliError(`cannot write ${file}: ${err.message}`);
+  });
+  process.stderr.write(`wrote ${bytes.length} bytes of ${type} to ${file}\n`);
 }
 
 interface RunOptions {
@@ -45,6 +70,7 @@ interface RunOptions {
   binary?: string;
   contentType?: string;
   verbose?: boolean;
+  out?: string;
   async?: boolean;
   webhook?: string;
 }
@@ -74,6 +100,9 @@ const TYPES: Record<string, string> = {
   ogg: 'audio/ogg',
   pdf: 'application/pdf',
 };
+
+/** File extensions by Content-Type, for the hint when bytes would go to a terminal. */
+const EXTENSIONS: Record<string, string> = Object.fromEntries(Object.entries(TYPES).filter(([ext]) => ext !== 'jpeg').map(([ext, type]) => [type, ext]));
 
 async function binaryBody(path: string, contentType: string | undefined): Promise<{ body: Uint8Array; type: string }> {
   const body = path === '-' ? await readStdinBytes() : await readFile(path).catch(() => {

@@ -23,6 +23,22 @@ export function jobRoutes(deps: GatewayDeps) {
 
   app.get('/:id', async (c) => c.json((await find(c, c.req.param('id'))).view));
 
+  /** A succeeded job's output as a synchronous run would have answered it: its bytes with their type, or its JSON. */
+  app.get('/:id/output', async (c) => {
+    const id = c.req.param('id');
+    const { view } = await find(c, id);
+    if (view.status !== 'succeeded') {
+      const why = view.error ? `: ${view.error.message}` : view.status === 'queued' || view.status === 'running' ? '; wait for it (GET /v1/jobs/:id until its status is final, or `embers jobs show <id> --wait`)' : '';
+      throw new ApiError(409, 'job_not_succeeded', `job ${id} is ${view.status}, so it has no output${why}`);
+    }
+    const out = view.output as { base64?: unknown } | undefined;
+    if (view.outputType !== undefined && typeof out?.base64 === 'string') {
+      c.header('content-type', view.outputType);
+      return c.body(Buffer.from(out.base64, 'base64') as Uint8Array<ArrayBuffer>);
+    }
+    return c.json(view.output ?? null);
+  });
+
   app.delete('/:id', async (c) => {
     const id = c.req.param('id');
     const found = await find(c, id);

@@ -102,8 +102,10 @@ export function runRoutes(deps: GatewayDeps) {
       const outSplit = t.outputMs === undefined ? '' : `output;dur=${t.outputMs}, `;
       c.header('server-timing', `${cold}queue;dur=${round(t.queueMs)}, ${inSplit}batch;dur=${round(t.batchMs)}, infer;dur=${round(t.execMs ?? t.inferMs)}, ${outSplit}handler;dur=${t.handlerMs}, total;dur=${round(totalMs)}`);
       if (header.cold) c.header('embers-cold-start', coldStartHeader(header.cold.phases));
-      c.header('content-type', 'application/json');
-      return c.body(body, header.status as 200);
+      // The handler answered with bytes (binary()): they go out as they are, with their type.
+      c.header('content-type', header.type ?? 'application/json');
+      // (A Buffer from a socket read sits on an ArrayBuffer; Hono's type wants that said.)
+      return c.body(body as Uint8Array<ArrayBuffer>, header.status as 200);
     },
   );
   return app;

@@ -101,7 +101,10 @@ export async function startLocalRedis(dir: string, opts: { persist?: boolean; po
   await mkdir(dir, { recursive: true });
   await refuseIfInUse(dir);
   const port = opts.port ?? (await freePort());
-  const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', opts.persist ? 'yes' : 'no', '--protected-mode', 'yes'];
+  // Answers reach gateways through pub/sub; Redis's default drops a subscriber that falls 32 MB
+  // behind (or 8 MB for a minute), and one gateway's subscriber carries every answer it waits for
+  // (each up to EMBERS_MAX_ANSWER_BYTES).
+  const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', opts.persist ? 'yes' : 'no', '--protected-mode', 'yes', '--client-output-buffer-limit', 'pubsub 256mb 64mb 60'];
   // Through a watchdog shell, in a process group of its own (see WATCHDOG). Ctrl-C in a terminal
   // signals the whole foreground group, and a redis-server that stopped then left the platform
   // stopping against a dead Redis: ioredis retries for ever, and `embers dev` hung until a second

@@ -96,7 +96,7 @@ describe('run', () => {
     try {
       const channel = keys.replyChannel('gw-rollout-test');
       const replies = new Map<string, { header: ReplyHeader; body: string }>();
-      sub.on('message', (_c: string, m: string) => decodeReplies(m).forEach((r) => replies.set(r.header.rid, r)));
+      sub.on('messageBuffer', (_c: Buffer, m: Buffer) => decodeReplies(m).forEach((r) => replies.set(r.header.rid, { header: r.header, body: r.body.toString() })));
       await sub.subscribe(channel);
       const q = new LiveQueue(p.redis());
       const job = (rid: string) => ({ rid, id: `u-${rid}`, gw: 'gw-rollout-test', input: {}, raw: 'image', enq: Date.now(), deadline: Date.now() + 30_000 });

@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import os from 'node:os';
 import { ConfigError, loadConfig, ortInstances } from '../../core/config.ts';
 import { concatFeeds, splitOutputs, tensor } from '../../native/tensor.ts';
-import { decodeReplies, decodeReply, encodeReplies, encodeReply, FUNCTION_NAME } from '../../core/contracts.ts';
+import { decodeReplies, encodeReplies, encodeReply, FUNCTION_NAME } from '../../core/contracts.ts';
 import { resolveModelFile } from '../../cli/deploy.ts';
 import { ROOT } from '../helpers/platform.ts';
 import path from 'node:path';
@@ -41,21 +41,34 @@ describe('contracts', () => {
 
   it('replies carry the body untouched after their header', () => {
     const msg = encodeReply({ rid: 'r1', status: 200, replica: 'x', timing: { queueMs: 1, handlerMs: 2, inferMs: 3, batchMs: 0 } }, '{"a":"line\\nbreak"}');
-    const { header, body } = decodeReply(msg);
+    const [{ header, body }] = decodeReplies(Buffer.from(msg));
     assert.equal(header.rid, 'r1');
-    assert.deepEqual(JSON.parse(body), { a: 'line\nbreak' });
+    assert.deepEqual(JSON.parse(body.toString()), { a: 'line\nbreak' });
   });
 
-  it('several replies for one gateway travel as one message and come apart again', () => {
-    const h = (rid: string) => ({ rid, status: 200, replica: 'x', timing: { queueMs: 1, handlerMs: 2, inferMs: 3, batchMs: 0 } });
+  it('several replies for one gateway travel as one message and come apart again, text and bytes alike', () => {
+    const h = (rid: string, type?: string) => ({ rid, status: 200, replica: 'x', timing: { queueMs: 1, handlerMs: 2, inferMs: 3, batchMs: 0 }, ...(type ? { type } : {}) });
     const bodies = ['{"a":1}', '{"s":"é 😀 \\u0000 *3,4"}', 'raw\nnewline, not JSON', '""', '{"lines":["*","\\n"]}'];
     const messages = bodies.map((b, i) => encodeReply(h(`r${i}`), b));
     const one = encodeReplies(messages);
-    assert.ok(one.startsWith('*'));
-    assert.deepEqual(decodeReplies(one), bodies.map((body, i) => ({ header: h(`r${i}`), body })));
+    assert.equal(typeof one, 'string', 'text replies make a text message');
+    assert.ok((one as string).startsWith('+'));
+    const read = (m: string | Buffer) => decodeReplies(Buffer.from(m)).map((r) => ({ header: r.header, body: r.body.toString() }));
+    assert.deepEqual(read(one), bodies.map((body, i) => ({ header: h(`r${i}`), body })));
     // A lone reply is sent as it is.
     assert.equal(encodeReplies([messages[1]]), messages[1]);
-    assert.deepEqual(decodeReplies(messages[1]), [{ header: h('r1'), body: bodies[1] }]);
+    assert.deepEqual(read(messages[1]), [{ header: h('r1'), body: bodies[1] }]);
+    // Bytes that are not UTF-8, newlines, '*' and '{' among them, beside text replies.
+    const png = Buffer.from([0x89, 0x50, 0x0a, 0x2a, 0x7b, 0xff, 0xfe, 0x00, 0x0a]);
+    const mixed = encodeReplies([messages[1], encodeReply(h('bin', 'image/png'), png), messages[0]]);
+    assert.ok(Buffer.isBuffer(mixed));
+    const got = decodeReplies(mixed as Buffer);
+    assert.deepEqual(got.map((r) => r.header), [h('r1'), h('bin', 'image/png'), h('r0')]);
+    assert.deepEqual([got[0].body.toString(), got[1].body, got[2].body.toString()], [bodies[1], png, bodies[0]]);
+    assert.deepEqual(decodeReplies(encodeReply(h('alone', 'image/png'), png))[0].body, png);
+    // A batch from a replica of the version before (`*`, UTF-16 lengths) still reads right.
+    const old = `*${messages.map((m) => m.length).join(',')}\n${messages.join('')}`;
+    assert.deepEqual(read(old), bodies.map((body, i) => ({ header: h(`r${i}`), body })));
   });
 });
 
