@@ -289,6 +289,8 @@ describe('live queue', () => {
       release.splice(0)[0]();
       await eventually(async () => (await redis.xlen(liveStream(fn))) === 0, 'the lone request to be finished');
       assert.deepEqual(replies, ['answer lone']);
+      // MONITOR's feed may lag what it reports: wait for as many commands as expected, then compare.
+      await eventually(async () => commands.length >= 2, 'the finishing call to show in MONITOR');
       assert.deepEqual(commands, ['publish', 'evalsha'], 'the reply on its own, then the finishing call without it');
       for (const rid of ['b0', 'b1', 'b2']) await q.add(fn, job(rid));
       await eventually(async () => release.length === 3, 'the three to start');
@@ -296,6 +298,7 @@ describe('live queue', () => {
       await eventually(async () => (await redis.xlen(liveStream(fn))) === 0, 'the three to be finished');
       await eventually(async () => replies.length === 2, 'their message');
       assert.match(replies[1], /^\+\d+,\d+,\d+\n/, 'one framed message for the tick');
+      await eventually(async () => commands.length >= 4, "the tick's finishing call to show in MONITOR");
       assert.deepEqual(commands, ['publish', 'evalsha', 'evalsha', 'script publish'], 'the tick is answered inside its finishing call');
       const records = (await redis.xrange(usageKeys.records, '-', '+')).map(([, f]) => (JSON.parse(f[1]) as UsageRecord).id).filter((id) => id.startsWith('u-'));
       assert.deepEqual(records.sort(), ['u-b0', 'u-b1', 'u-b2', 'u-lone'], 'each metered once');
