@@ -95,16 +95,32 @@ export function findRedisServer(): string {
   return 'redis-server';
 }
 
-/** Starts redis-server with its data in `dir`; `persist` turns the append-only file on. */
-export async function startLocalRedis(dir: string, opts: { persist?: boolean; port?: number } = {}): Promise<LocalRedis> {
+/** redis-server stopped at start because something else took its port first. */
+class PortTakenError extends Error {}
+
+/**
+ * Starts redis-server with its data in `dir`; `persist` turns the append-only file on. On a port
+ * of its own choosing, one taken between choosing and binding (another process's free port too)
+ * is retried on another.
+ */
+export async function startLocalRedis(dir: string, opts: { persist?: boolean; port?: number; choosePort?: () => Promise<number> } = {}): Promise<LocalRedis> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startOnce(dir, opts.persist, opts.port ?? (await (opts.choosePort ?? freePort)()));
+    } catch (err) {
+      if (!(err instanceof PortTakenError) || opts.port !== undefined || attempt >= 3) throw err;
+    }
+  }
+}
+
+async function startOnce(dir: string, persist: boolean | undefined, port: number): Promise<LocalRedis> {
   const bin = findRedisServer();
   await mkdir(dir, { recursive: true });
   await refuseIfInUse(dir);
-  const port = opts.port ?? (await freePort());
   // Answers reach gateways through pub/sub; Redis's default drops a subscriber that falls 32 MB
   // behind (or 8 MB for a minute), and one gateway's subscriber carries every answer it waits for
   // (each up to EMBERS_MAX_ANSWER_BYTES).
-  const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', opts.persist ? 'yes' : 'no', '--protected-mode', 'yes', '--client-output-buffer-limit', 'pubsub 256mb 64mb 60'];
+  const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', persist ? 'yes' : 'no', '--protected-mode', 'yes', '--client-output-buffer-limit', 'pubsub 256mb 64mb 60'];
   // Through a watchdog shell, in a process group of its own (see WATCHDOG). Ctrl-C in a terminal
   // signals the whole foreground group, and a redis-server that stopped then left the platform
   // stopping against a dead Redis: ioredis retries for ever, and `embers dev` hung until a second
@@ -123,7 +139,10 @@ export async function startLocalRedis(dir: string, opts: { persist?: boolean; po
   };
   const deadline = Date.now() + 10_000;
   for (;;) {
-    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`redis-server exited at start:\n${output}`);
+    if (child.exitCode !== null || child.signalCode !== null) {
+      const message = `redis-server exited at start:\n${output}`;
+      throw /Address already in use/i.test(output) ? new PortTakenError(message) : new Error(message);
+    }
     // Ours, not whatever else took the port first (ours then exits: "Address already in use").
     if ((await whoListens(port, dir, 1000)) === 'ours') break;
     if (Date.now() > deadline) {

@@ -10,8 +10,10 @@ import { eventually, fixture, shipped, startTestPlatform, type TestPlatform } fr
 
 let p: TestPlatform;
 
+// Retention of 5 s: long enough for a webhook's retry (after 1 s) to find its job on a slow
+// machine, short enough for the expiry test.
 before(async () => {
-  p = await startTestPlatform({ EMBERS_REPLICA_CONCURRENCY: '1', EMBERS_BATCH_CONCURRENCY: '1', EMBERS_JOB_RETENTION_S: '2', EMBERS_SCHEDULER_TICK_MS: '100' });
+  p = await startTestPlatform({ EMBERS_REPLICA_CONCURRENCY: '1', EMBERS_BATCH_CONCURRENCY: '1', EMBERS_JOB_RETENTION_S: '5', EMBERS_SCHEDULER_TICK_MS: '100' });
   await p.deploy(fixture('order.ts'));
   await p.deploy(shipped('echo.ts'));
   await p.deploy(fixture('boom.ts'));
@@ -101,7 +103,7 @@ describe('async runs', () => {
     const gone = await eventually(async () => {
       const j = await job(body.id);
       return j.status === 404 ? j.body : null;
-    }, 'the result to expire', 10_000);
+    }, 'the result to expire', 20_000);
     assert.equal(gone.error.code, 'job_expired');
     assert.match(gone.error.message, /expired/);
   });

@@ -254,7 +254,9 @@ export default defineFunction({
         assert.equal((await run('nap', { ms: 0 })).status, 200);
         // Accepted before the Ctrl-C or hangup, still running when it comes: answered, not cut.
         const inFlight = run('nap', { ms: 1500 });
-        await new Promise((r) => setTimeout(r, 300));
+        // Accepted: the gateway counts it in flight before it queues it.
+        const metrics = async () => (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+        await eventually(async () => /^embers_gateway_inflight_requests 1$/m.test(await metrics()), 'the nap request to be in flight');
         if (how === 'hangup') process.kill(dev.pid!, 'SIGKILL');
         else process.kill(-dev.pid!, 'SIGINT');
         const late = await inFlight;

@@ -166,18 +166,20 @@ describe('live queue', () => {
     const q = new LiveQueue(redis);
     await q.add('slow', job('long'));
     let finish!: () => void;
-    const a = new LiveConsumer({ redis, fn: 'slow', consumer: 'replica-a', concurrency: 1, lockMs: 200, log, process: () => new Promise<void>((r) => (finish = r)) });
+    // A lock of 1 s: a stall of this test process (or of Redis) of a few hundred ms must not let
+    // b's takeover run before a's tending and take the long request.
+    const a = new LiveConsumer({ redis, fn: 'slow', consumer: 'replica-a', concurrency: 1, lockMs: 1_000, log, process: () => new Promise<void>((r) => (finish = r)) });
     await a.start();
     await eventually(async () => finish !== undefined, 'the long request to start');
     const taken: string[] = [];
-    const b = new LiveConsumer({ redis, fn: 'slow', consumer: 'replica-b', concurrency: 4, lockMs: 200, log, process: async (_e, data) => void taken.push(data.rid) });
+    const b = new LiveConsumer({ redis, fn: 'slow', consumer: 'replica-b', concurrency: 4, lockMs: 1_000, log, process: async (_e, data) => void taken.push(data.rid) });
     await b.start();
     // Removed before anyone read it (a gateway's 504): never run.
     const gone = await q.add('slow', job('timed-out'));
     await q.remove('slow', gone);
     await q.add('slow', job('next'));
     await eventually(async () => taken.includes('next'), 'the next request to run on b');
-    await new Promise((r) => setTimeout(r, 800)); // four lock periods: a would have lost it without tending
+    await new Promise((r) => setTimeout(r, 3_000)); // three lock periods: a would have lost it without tending
     assert.deepEqual(taken, ['next']);
     finish();
     await a.drain();
@@ -216,7 +218,9 @@ describe('live queue', () => {
     await heir.start();
     await eventually(async () => order.includes('first'), 'the heir to be busy');
     await q.add('busy', job('newer'));
-    await new Promise((r) => setTimeout(r, 900)); // past the lock: the orphan is taken over meanwhile
+    // Past the lock the orphan is taken over into the heir's backlog (a claim, then one more
+    // round trip): wait for it there, not for a fixed time.
+    await eventually(async () => (heir as unknown as { backlog: unknown[] }).backlog.length === 1, 'the orphan to be taken over');
     finishFirst();
     await eventually(async () => order.length === 3, 'everything to run');
     assert.deepEqual(order, ['first', 'orphan', 'newer']);

@@ -8,6 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
 import { createRedis } from '../../core/redis.ts';
+import { freePort } from '../../infra/local/ports.ts';
 import { DataDirInUseError, startLocalRedis } from '../../infra/local/redis.ts';
 import { ROOT, alive, eventually } from '../helpers/platform.ts';
 
@@ -33,6 +34,37 @@ describe('embedded redis-server', () => {
     const pid = await serverPid(redis.url);
     await redis.stop();
     assert.ok(!alive(pid));
+  });
+
+  it('a port it chose that something else took before redis-server bound it is retried on another', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'embers-local-redis-'));
+    dirs.push(dir);
+    const squatter = net.createServer();
+    await new Promise<void>((r) => squatter.listen(0, '127.0.0.1', r));
+    const taken = (squatter.address() as net.AddressInfo).port;
+    const chosen: number[] = [];
+    try {
+      // First the taken port, then a free one.
+      const choosePort = async () => {
+        const port = chosen.length ? await freePort() : taken;
+        chosen.push(port);
+        return port;
+      };
+      const redis = await startLocalRedis(dir, { choosePort });
+      try {
+        assert.equal(chosen.length, 2);
+        assert.equal(chosen[0], taken);
+        assert.equal(redis.port, chosen[1]);
+        assert.notEqual(redis.port, taken);
+        assert.ok((await serverPid(redis.url)) > 0);
+      } finally {
+        await redis.stop();
+      }
+      // A port given by the caller is not swapped for another.
+      await assert.rejects(startLocalRedis(dir, { port: taken }), /redis-server exited at start/);
+    } finally {
+      squatter.close();
+    }
   });
 
   it('refuses a data dir whose redis-server still runs, and takes it once that one stopped', async () => {

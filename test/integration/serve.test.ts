@@ -143,8 +143,11 @@ describe('run', () => {
       const s = await lone();
       return s.det.wide > 0 && s.rec.wide > 0 ? s : null;
     }, 'lone requests to run wide');
-    let stats = await lone();
-    for (let i = 0; i < 5; i++) stats = await lone();
+    // Read from the replica's record, written on a heartbeat: send lone requests until it shows both sides measured.
+    const stats = await eventually(async () => {
+      const s = await lone();
+      return [s.det, s.rec].every((m) => m.lone && typeof m.lone.wide === 'number' && typeof m.lone.narrow === 'number' && m.lone.wide > 0 && m.lone.narrow > 0) ? s : null;
+    }, 'both sides of the lone choice to be measured');
     for (const m of [stats.det, stats.rec]) {
       assert.ok(m.lone && ['wide', 'narrow'].includes(m.lone.choice), `a choice: ${JSON.stringify(m.lone)}`);
       assert.ok(typeof m.lone.wide === 'number' && typeof m.lone.narrow === 'number' && m.lone.wide > 0 && m.lone.narrow > 0, `both sides measured: ${JSON.stringify(m.lone)}`);

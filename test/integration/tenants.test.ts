@@ -12,6 +12,7 @@ import { deployFile } from '../../cli/deploy.ts';
 import { loadConfig } from '../../core/config.ts';
 import { createLogger } from '../../core/log.ts';
 import { storeFromConfig } from '../../core/s3.ts';
+import { liveStream } from '../../core/live-queue.ts';
 import { hashSecret } from '../../core/tenants.ts';
 import { startGateway, type RunningGateway } from '../../gateway/server.ts';
 import { ROOT, eventually, fixture, shipped, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
@@ -341,6 +342,9 @@ describe('tenants and keys', () => {
         return j.status === 'succeeded' ? j : null;
       }, 'the retried job to finish', 60_000);
       assert.equal(done.status, 'succeeded');
+      // The job reads succeeded a step before its usage record is written (in the finishing call
+      // that deletes its stream entry): wait for that call.
+      await eventually(async () => (await redis.xlen(liveStream('tight'))) === 0, "the retried job's finishing call (its usage record)");
       const records = (await redis.xrange('embers:usage:records', '-', '+')).map(([, f]) => JSON.parse(f[1]) as { id: string; tenant: string; key: string; fn: string });
       const mine = records.filter((r) => r.id === job.id);
       assert.equal(mine.length, 1);
@@ -360,7 +364,7 @@ describe('tenants and keys', () => {
 
       const single = await createKey(c.tenant, { limits: { concurrency: 1 } });
       const slow = as(single.key)('/v1/run/tight', post({ ms: 1500 }));
-      await new Promise((r) => setTimeout(r, 300));
+      await eventually(async () => (await p.redis().zcard(`embers:quota:inflight:${c.tenant}:${single.id}`)) === 1, 'the slow request to hold its slot');
       const second = await as(single.key)('/v1/run/tight', post({}));
       assert.equal(second.status, 429);
       assert.equal(((await second.json()) as { error: { code: string } }).error.code, 'too_many_in_flight');
