@@ -3,7 +3,6 @@
 import { execFile } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -29,14 +28,6 @@ const pexec = promisify(execFile);
 /** Deploys bench function files (paths from the repo root) to a running Embers with `embers deploy`. */
 export async function deployFunctions(embers: { port: number; apiKey: string }, files: string[]): Promise<void> {
   await pexec(process.execPath, ['cli/bin.mjs', 'deploy', ...files, '--url', `http://127.0.0.1:${embers.port}`, '--key', embers.apiKey], { cwd: ROOT, env: cleanEnv({}), timeout: 180_000 });
-}
-
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
 }
 
 export interface BatchCounters {
@@ -100,13 +91,13 @@ export interface EmbersProcess {
  */
 export async function launchEmbers(o: { dataDir?: string; timeoutMs?: number } = {}): Promise<EmbersProcess> {
   const timeoutMs = o.timeoutMs ?? 180_000;
-  const port = await freePort();
   const dataDir = o.dataDir ?? (await mkdtemp(path.join(os.tmpdir(), 'embers-bench-')));
   // As `npm start` runs it (package.json), V8 flag included.
   const child = startChild('embers dev', ['--max-semi-space-size=32', 'cli/bin.mjs', 'dev'], {
     cwd: ROOT,
     env: cleanEnv({
-      EMBERS_PORT: String(port),
+      // Port 0: the gateway takes one the OS gives it, and its banner says which.
+      EMBERS_PORT: '0',
       EMBERS_DATA_DIR: dataDir,
       EMBERS_LOG_LEVEL: 'warn',
       EMBERS_LOG_PRETTY: 'false',
@@ -125,7 +116,7 @@ export async function launchEmbers(o: { dataDir?: string; timeoutMs?: number } =
   try {
     const [, apiKey] = await child.waitFor(/API key:\s+(\S+)/, timeoutMs);
     const url = (await child.waitFor(/Embers is running at (http:\/\/\S+)/, 1000))[1];
-    if (!url.endsWith(`:${port}`)) throw new Error(`embers dev serves ${url}, expected port ${port}`);
+    const port = Number(new URL(url).port);
     const describe = async (name: string): Promise<FunctionView> => {
       const res = await fetch(`http://127.0.0.1:${port}/v1/functions/${name}`, { headers: { authorization: `Bearer ${apiKey}` }, signal: AbortSignal.timeout(10_000) });
       if (!res.ok) throw new Error(`GET /v1/functions/${name}: ${res.status} ${await res.text()}`);

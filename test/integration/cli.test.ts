@@ -4,7 +4,6 @@ import { execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { copyFile, mkdir, readdir, readFile, readlink } from 'node:fs/promises';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { freePort } from '../../infra/local/ports.ts';
 import { startLocalRedis } from '../../infra/local/redis.ts';
 import os from 'node:os';
 import path from 'node:path';
@@ -184,7 +183,7 @@ export default defineFunction({
     const data = path.join(tmp, 'busy-data');
     const redis = await startLocalRedis(path.join(data, 'redis'), { persist: true });
     try {
-      const r = await embers(['dev', '--no-deploy'], { EMBERS_DATA_DIR: data, EMBERS_PORT: String(await freePort()) });
+      const r = await embers(['dev', '--no-deploy'], { EMBERS_DATA_DIR: data, EMBERS_PORT: '0' });
       assert.equal(r.code, 2, r.stderr);
       assert.match(r.stderr, /another Embers is using .*busy-data\/redis \(its Redis answers on port \d+\): stop it, or give this one its own EMBERS_DATA_DIR/);
       assert.doesNotMatch(r.stderr, /^\s+at /m);
@@ -224,11 +223,12 @@ export default defineFunction({
         path.join(fns, 'nap.ts'),
         `import { defineFunction } from 'embers';\nimport { z } from 'zod';\nexport default defineFunction({ name: 'nap', input: z.object({ ms: z.number() }), handler: async ({ ms }) => { await new Promise((r) => setTimeout(r, ms)); return { slept: ms }; } });\n`,
       );
-      const port = await freePort();
       const data = path.join(tmp, `dev-data-${how}`);
       const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('EMBERS_')));
       const devArgs = [path.join(ROOT, 'cli/bin.mjs'), 'dev', '--functions', fns];
-      const devEnv = { ...env, EMBERS_PORT: String(port), EMBERS_DATA_DIR: data, EMBERS_LOG_LEVEL: 'warn' };
+      // Port 0: the gateway takes one the OS gives it and the banner says which (a port chosen
+      // here could be taken by something else before embers dev binds it).
+      const devEnv = { ...env, EMBERS_PORT: '0', EMBERS_DATA_DIR: data, EMBERS_LOG_LEVEL: 'warn' };
       // Under script, logs go to the terminal as they would for a person: pretty, through
       // pino-pretty's thread, at the default level (the stop's own lines then meet the EIO).
       const dev =
@@ -242,12 +242,13 @@ export default defineFunction({
           const on = (d: Buffer) => {
             out += d;
             const m = /API key:\s+(\S+)/.exec(out);
-            if (m && out.includes('Embers is running')) resolve(m);
+            if (m && /Embers is running at http:\/\/[^\s:]+:\d+/.test(out)) resolve(m);
           };
           dev.stdout!.on('data', on);
           dev.stderr!.on('data', on);
           void exited.then((code) => reject(new Error(`embers dev exited (${code}) before its banner:\n${out}`)));
         });
+        const port = Number(/Embers is running at http:\/\/[^\s:]+:(\d+)/.exec(out)![1]);
         const run = (fn: string, body: unknown) =>
           fetch(`http://127.0.0.1:${port}/v1/run/${fn}`, { method: 'POST', headers: { authorization: `Bearer ${banner[1]}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
         assert.deepEqual(await (await run('echo', { hi: 1 })).json(), { hi: 1 });
