@@ -49,7 +49,6 @@ export interface BatchingSection {
   seconds: number;
 }
 
-
 export async function batchingSection(o: { embers: EmbersServer; groups: number[]; window: Window; log: (line: string) => void }): Promise<BatchingSection> {
   const t0 = performance.now();
   const { embers, log } = o;

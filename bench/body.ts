@@ -156,7 +156,6 @@ async function takeBlockTurns(a: Side, b: Side, seconds: number): Promise<number
   return rounds;
 }
 
-
 /** Deploys bench/functions/blob.ts and has it answer `bytes` bytes as base64 JSON and as the bytes, taking turns. */
 async function answerPart(o: { port: number; apiKey: string; groups: number[]; seconds: number; bytes: number; log: (l: string) => void }): Promise<NonNullable<BodySection['answer']>> {
   await deployFunctions(o, ['bench/functions/blob.ts']);

@@ -56,16 +56,10 @@ export class EmbersClient {
   async request<T = unknown>(method: string, route: string, body?: BodyInit | object, headers: Record<string, string> = {}): Promise<{ status: number; data: T; headers: Headers }> {
     const res = await this.send(method, route, body, headers);
     const text = method === 'HEAD' ? '' : await res.text();
-    let data: unknown = text;
-    try {
-      data = text ? JSON.parse(text) : null;
-    } catch {
-      /* not JSON: keep the text */
-    }
-    return { status: res.status, data: data as T, headers: res.headers };
+    return { status: res.status, data: (text ? jsonOrText(text) : null) as T, headers: res.headers };
   }
 
-  /** The gateway's answer as it came (its body unread): for answers that may be bytes. */
+  /** The gateway's answer as it came (its body unread): for answers that may be bytes, or read as a stream (batch files). */
   async send(method: string, route: string, body?: BodyInit | object, headers: Record<string, string> = {}): Promise<Response> {
     const isRaw = body instanceof Uint8Array || typeof body === 'string' || (body !== undefined && typeof (body as ReadableStream).getReader === 'function');
     let res: Response;
@@ -87,20 +81,20 @@ export class EmbersClient {
     return res;
   }
 
-  /** A GET whose answer is read as a stream (batch files). */
-  async stream(route: string): Promise<Response> {
-    try {
-      return await this.fetch(`${this.o.url}${route}`, { headers: { authorization: `Bearer ${this.o.apiKey}` } });
-    } catch (err) {
-      throw new CliError(`cannot reach Embers at ${this.o.url} (${(err as Error).message})`);
-    }
-  }
-
   /** Like request, but a non-2xx answer becomes a CliError carrying the server's message. */
   async call<T = unknown>(method: string, route: string, body?: BodyInit | object, headers?: Record<string, string>): Promise<T> {
     const res = await this.request<T>(method, route, body, headers);
     if (res.status >= 400) throw new CliError(`${method} ${route} → ${res.status}: ${errorMessage(res.data)}`);
     return res.data;
+  }
+}
+
+/** An answer's text parsed as JSON, or the text itself when it is not JSON. */
+export function jsonOrText(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return text;
   }
 }
 

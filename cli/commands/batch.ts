@@ -97,7 +97,7 @@ export function batchCommand(): Command {
   ).action(async (id: string, opts: Conn & { errors?: boolean; out?: string }) => {
     const client = clientFrom(opts);
     const route = `/v1/batches/${encodeURIComponent(id)}/${opts.errors ? 'errors' : 'output'}`;
-    const res = await client.stream(route);
+    const res = await client.send('GET', route);
     if (!res.ok) throw new CliError(`GET ${route} → ${res.status}: ${errorMessage(await res.json().catch(() => null))}`);
     await pipeline(Readable.fromWeb(res.body as never), opts.out ? createWriteStream(opts.out) : process.stdout);
   });

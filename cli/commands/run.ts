@@ -1,6 +1,6 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { Command } from 'commander';
-import { errorMessage } from '../client.ts';
+import { errorMessage, jsonOrText } from '../client.ts';
 import { CliError } from '../errors.ts';
 import { isJsonType } from '../../core/contracts.ts';
 import { clientFrom, withConnection } from './common.ts';
@@ -32,13 +32,7 @@ export function runCommand(): Command {
     if (opts.verbose) process.stderr.write(`request id ${res.headers.get('x-request-id')}  server-timing ${res.headers.get('server-timing') ?? '-'}\n`);
     const answerType = res.headers.get('content-type') ?? '';
     const answer = Buffer.from(await res.arrayBuffer());
-    const parsed = () => {
-      try {
-        return JSON.parse(answer.toString()) as unknown;
-      } catch {
-        return answer.toString();
-      }
-    };
+    const parsed = () => jsonOrText(answer.toString());
     if (res.status >= 400) throw new CliError(`${name} → ${res.status}: ${errorMessage(parsed())}`);
     if (opts.async) return void process.stdout.write(`${(parsed() as { id: string }).id}\n`);
     // --out: the answer's bytes as they came, JSON or not.

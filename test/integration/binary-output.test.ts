@@ -4,7 +4,7 @@
 // arrays of numbers, bytes nested in it base64. Real det model, real Redis and S3.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -122,7 +122,6 @@ describe('answers with bytes', () => {
 
   it('embers run saves the bytes with --out, or writes them to a stdout that is not a terminal', async () => {
     const input = path.join(tmp, 'in.png');
-    const { writeFile } = await import('node:fs/promises');
     await writeFile(input, png);
     const cli = (args: string[]) =>
       new Promise<{ code: number; stdout: Buffer; stderr: string }>((resolve) =>
