@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Runs before `npm start` and `npm test` on any machine: installs the npm dependencies when
+// Runs before `npm start`, `npm test` and `npm run bench` on any machine: installs the npm dependencies when
 // they are missing or stale, and checks for redis-server, installing it with apt-get when
 // that is possible, else stopping with a message that says what to do.
 // Plain JavaScript with no dependencies: it must run before node_modules exists.
@@ -34,8 +34,9 @@ if (stale) {
   if (r.status !== 0) fail('`npm install` failed (see above). Embers needs the npm registry once to install its dependencies.');
 }
 
-// 2. redis-server: spawned by `npm start` (unless EMBERS_REDIS_URL is set) and by the tests.
-const needRedis = purpose === 'test' || !process.env.EMBERS_REDIS_URL;
+// 2. redis-server: spawned by `npm start` (unless EMBERS_REDIS_URL is set), by the tests and by
+// the bench's own `embers dev`.
+const needRedis = purpose !== 'start' || !process.env.EMBERS_REDIS_URL;
 const hasRedis = () => spawnSync('redis-server', ['--version']).status === 0;
 if (needRedis && !hasRedis()) {
   const canApt = process.getuid?.() === 0 && spawnSync('apt-get', ['--version']).status === 0;
@@ -49,7 +50,7 @@ if (needRedis && !hasRedis()) {
       'redis-server is not installed.\n' +
         '  Debian/Ubuntu: sudo apt-get install redis-server\n' +
         '  macOS:         brew install redis\n' +
-        (purpose === 'start' ? '  or use a running Redis: EMBERS_REDIS_URL=redis://host:6379 npm start' : '  (the tests start their own redis-server on a free port)'),
+        (purpose === 'start' ? '  or use a running Redis: EMBERS_REDIS_URL=redis://host:6379 npm start' : `  (the ${purpose === 'test' ? 'tests start their' : 'bench starts its'} own redis-server on a free port)`),
     );
   }
 }
