@@ -3,7 +3,7 @@ import os from 'node:os';
 import { coldSummaryLine, formatCold } from './cold.ts';
 import { batchingSummaryLine } from './batching.ts';
 import { errorsNote, num, table } from './format.ts';
-import { TARGETS, type BenchResult, type Measured } from './result.ts';
+import { cpuPerRequestByRole, cpuPerRequestUs, TARGETS, type BenchResult, type Measured } from './result.ts';
 import { BLOCK } from './paired.ts';
 import { settingLabel } from './ort.ts';
 
@@ -143,6 +143,7 @@ export function formatReport(r: BenchResult): string {
     );
   }
   out.push(`  echo_vs_ping         ${num(ratios.echo_vs_ping, 3).padStart(7)}  ${target('echo_vs_ping')}  ${verdict(pass.echo_vs_ping)}${turns(echo, ping)}`);
+  if (ratios.echo_vs_ping_by_cpu !== undefined) out.push(`  echo_vs_ping_by_cpu  ${num(ratios.echo_vs_ping_by_cpu, 3).padStart(7)}  (no target: ping's CPU per request ÷ echo's, every process counted)`);
   if (r.batching) out.push(batchingSummaryLine(r.batching));
   if (r.batchingError) out.push(`  dynamic batching section failed: ${r.batchingError}`);
   if (r.coldStart) out.push(coldSummaryLine(r.coldStart));
@@ -166,6 +167,18 @@ export function formatOverhead(o: BenchResult['overhead']): string[] {
     ),
   );
   out.push(...errorsNote('echo', echo), ...errorsNote('ping', ping));
+  const [ec, pc] = [cpuPerRequestUs(echo), cpuPerRequestUs(ping)];
+  if (ec > 0 && pc > 0) {
+    const parts = (m: Measured) =>
+      Object.entries(cpuPerRequestByRole(m))
+        .sort((a, b) => b[1] - a[1])
+        .map(([role, us]) => `${role} ${num(us, 0)}`)
+        .join(' + ');
+    out.push(
+      `CPU per request (µs, cores busy ÷ req/s): echo ${parts(echo)} = ${num(ec, 0)}; ping ${parts(ping)} = ${num(pc, 0)}`,
+      `  ping ÷ echo by CPU: ${num(pc / ec, 3)} (what echo ÷ ping would be with both sides keeping the machine equally busy)`,
+    );
+  }
   const { sweep, bestEchoVsBestPing } = o;
   if (sweep?.length) {
     const sum = (cores: Record<string, number>) => Object.values(cores).reduce((a, b) => a + b, 0);

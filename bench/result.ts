@@ -57,6 +57,11 @@ export interface Ratios {
   embers_outside_handler_over_plain_http_ms_at_c1?: number;
   /** Embers echo req/s ÷ naive GET /ping req/s at the same concurrency. */
   echo_vs_ping: number;
+  /**
+   * Ping's CPU per request ÷ echo's (every process measured, load generator included): what
+   * echo ÷ ping would be if both sides kept the machine equally busy (no target).
+   */
+  echo_vs_ping_by_cpu?: number;
   /** The cls model served with dynamic batching ÷ served one request per inference, req/s at the same concurrency (bench/batching.ts); its target is for a GPU. */
   dynamic_batching_gain?: number;
 }
@@ -127,7 +132,7 @@ export interface ColdOnlyResult {
   coldStart: ColdStartResult;
 }
 
-export function computeRatios(ocr: OcrPoint[], raw: Pick<RawPipeline, 'reqPerSec' | 'latencyMs'>, paired: PairedC1, echo: LoadResult, ping: LoadResult, batching?: BatchingSection): { ratios: Ratios; pass: Record<string, boolean> } {
+export function computeRatios(ocr: OcrPoint[], raw: Pick<RawPipeline, 'reqPerSec' | 'latencyMs'>, paired: PairedC1, echo: Measured, ping: Measured, batching?: BatchingSection): { ratios: Ratios; pass: Record<string, boolean> } {
   const best = Math.max(...ocr.map((p) => p.embers.reqPerSec));
   const ratios: Ratios = {
     embers_vs_raw: best / raw.reqPerSec,
@@ -141,6 +146,7 @@ export function computeRatios(ocr: OcrPoint[], raw: Pick<RawPipeline, 'reqPerSec
         }
       : {}),
     echo_vs_ping: echo.reqPerSec / ping.reqPerSec,
+    ...echoVsPingByCpu(echo, ping),
     ...(batching ? { dynamic_batching_gain: batching.gain } : {}),
   };
   const pass: Record<string, boolean> = {
@@ -152,6 +158,24 @@ export function computeRatios(ocr: OcrPoint[], raw: Pick<RawPipeline, 'reqPerSec
   const verdict = batching && batchingVerdict(batching);
   if (verdict !== undefined) pass.dynamic_batching_gain = verdict;
   return { ratios, pass };
+}
+
+/**
+ * CPU µs per answered request by role (cores busy ÷ req/s; the cores include the turns' warm-ups,
+ * run at the same rate), roles under 0.01 cores left out; 0 in all when nothing was measured.
+ */
+export function cpuPerRequestByRole(m: Pick<Measured, 'cores' | 'reqPerSec'>): Record<string, number> {
+  if (!(m.reqPerSec > 0)) return {};
+  return Object.fromEntries(Object.entries(m.cores).filter(([, n]) => n >= 0.01).map(([role, n]) => [role, (n / m.reqPerSec) * 1e6]));
+}
+
+/** All processes' CPU µs per answered request (0 when unmeasured: no /proc, or no answers). */
+export const cpuPerRequestUs = (m: Pick<Measured, 'cores' | 'reqPerSec'>): number => Object.values(cpuPerRequestByRole(m)).reduce((a, b) => a + b, 0);
+
+/** `{ echo_vs_ping_by_cpu }` when both sides' CPU was measured, else nothing. */
+export function echoVsPingByCpu(echo: Pick<Measured, 'cores' | 'reqPerSec'>, ping: Pick<Measured, 'cores' | 'reqPerSec'>): Pick<Ratios, 'echo_vs_ping_by_cpu'> {
+  const [e, p] = [cpuPerRequestUs(echo), cpuPerRequestUs(ping)];
+  return e > 0 && p > 0 ? { echo_vs_ping_by_cpu: p / e } : {};
 }
 
 /** Whether both of the batching section's functions ran their model on an accelerator (its target applies there only). */

@@ -20,7 +20,7 @@ import { takeTurns } from './turns.ts';
 import { ORT_VERSION, settingLabel } from './ort.ts';
 import { bestCls, machine, RAW_SETTINGS, rawCls, rawPipelines } from './raw.ts';
 import { formatOverhead, formatReport } from './report.ts';
-import { batchingVerdict, computeRatios, type BenchResult, type ColdOnlyResult, type OcrPoint, type OverheadPoint } from './result.ts';
+import { batchingVerdict, computeRatios, echoVsPingByCpu, type BenchResult, type ColdOnlyResult, type OcrPoint, type OverheadPoint } from './result.ts';
 import { ROOT, batchDelta, postJson, settledCounters, startEmbers, startNaive } from './servers.ts';
 import { BLOCK, pairedC1 } from './paired.ts';
 import { windowFromEnv, type Window } from './stats.ts';
@@ -172,7 +172,9 @@ async function mainOverheadOnly(): Promise<void> {
   const embers = await startEmbers({ echo: ECHO_BODY });
   try {
     const overhead = await overheadSection(embers, naive.port, [naive.child.pid, embers.child.pid], window);
-    const result = { date: new Date().toISOString(), durationSeconds: (performance.now() - began) / 1000, machine: { ...machine(), ortVersion: ORT_VERSION }, git: gitInfo(), window, overhead };
+    const { echo, ping } = overhead;
+    const ratios = { echo_vs_ping: echo.reqPerSec / ping.reqPerSec, ...echoVsPingByCpu(echo, ping) };
+    const result = { date: new Date().toISOString(), durationSeconds: (performance.now() - began) / 1000, machine: { ...machine(), ortVersion: ORT_VERSION }, git: gitInfo(), window, overhead, ratios };
     await mkdir(RESULTS, { recursive: true });
     await writeFile(path.join(RESULTS, 'latest-overhead.json'), `${JSON.stringify(result, null, 2)}\n`);
     process.stdout.write(`\n${formatOverhead(overhead).join('\n')}\n`);
