@@ -19,7 +19,7 @@ import http from 'node:http';
 import { parseTiming, sendBlock, type ServerTiming, type Target } from './load.ts';
 import { openRawPipeline } from './raw.ts';
 import type { ThreadSetting } from './ort.ts';
-import { latency, mean, type Window } from './stats.ts';
+import { latency, mean, percentile, type Window } from './stats.ts';
 
 /** Requests per block, the first of which is not counted. */
 export const BLOCK = 8;
@@ -33,6 +33,8 @@ export interface PairedSide {
   addedP50Ms: number;
   /** Median over blocks of this side's block p50 − the raw block p50 before it (ms). */
   blockDiffP50Ms: number;
+  /** The quartiles of those block differences (ms): how far the gap moved from block to block. */
+  blockDiffQuartilesMs: [number, number];
   /** Means of the Server-Timing entries (ms): Embers' queue, input, batch, infer, output, handler, total; the plain server's handler. */
   timing: ServerTiming;
   /** Client mean − handler mean: HTTP (and for Embers the gateway, queue and reply), ms. */
@@ -51,6 +53,8 @@ export interface PairedC1 {
   addedP50Ms: number;
   /** Median over block pairs of Embers block p50 − raw block p50 (ms): the same gap, block by block. */
   blockDiffP50Ms: number;
+  /** The quartiles of those block differences (ms). */
+  blockDiffQuartilesMs: [number, number];
   /** Means of Embers' Server-Timing entries (ms): queue, input, batch, infer, output, handler, total. */
   embersTiming: ServerTiming;
   /** Embers client mean − handler mean: HTTP, gateway, queue and reply (ms). */
@@ -63,6 +67,12 @@ export interface PairedC1 {
 
 /** Upper median; NaN for no samples. */
 const median = (xs: number[]) => (xs.length ? [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] : Number.NaN);
+
+/** Lower and upper quartile (nearest rank); NaN for no samples. */
+const quartiles = (xs: number[]): [number, number] => {
+  const s = Float64Array.from(xs).sort();
+  return [percentile(s, 25), percentile(s, 75)];
+};
 
 /** Collects one HTTP side's blocks. */
 class HttpSide {
@@ -115,6 +125,7 @@ class HttpSide {
       p50Ms: l.p50,
       addedP50Ms: l.p50 - rawP50Ms,
       blockDiffP50Ms: median(this.diffs),
+      blockDiffQuartilesMs: quartiles(this.diffs),
       timing,
       outsideHandlerMs: l.mean - (timing.handler ?? Number.NaN),
       errors: this.errors,
@@ -161,6 +172,7 @@ export async function pairedC1(image: string, embers: Target, window: Window, se
     embersP50Ms: e.p50Ms,
     addedP50Ms: e.addedP50Ms,
     blockDiffP50Ms: e.blockDiffP50Ms,
+    blockDiffQuartilesMs: e.blockDiffQuartilesMs,
     embersTiming: e.timing,
     outsideHandlerMs: e.outsideHandlerMs,
     errors: e.errors,
