@@ -75,6 +75,11 @@ class SessionWorker {
     return this.waiting.size;
   }
 
+  /** Inferences asked of this session so far. */
+  get runs(): number {
+    return this.nextId - 1;
+  }
+
   run(feeds: Feeds): Promise<{ outputs: Feeds; inferMs: number }> {
     if (this.dead) return Promise.reject(this.dead);
     const id = this.nextId++;
@@ -109,9 +114,23 @@ export interface ModelSessionInit extends SessionInit {
  */
 export const INLINE_MAX_BYTES = 64 * 2 ** 20;
 
+/**
+ * Runs of a session that the lone chooser does not learn from. A freshly loaded session's first
+ * runs pay for its memory arena and kernels warming up: the ocr models in-process here took
+ * 2–3× a warm run's time for their first 2–3 runs on one thread and 1.5–2× for the recogniser's
+ * first 4 on two spinning threads. The inline session loads after the first lone request, so
+ * its first runs were the chooser's first wide samples: in replicas at c = 1 it measured the
+ * recogniser wide at 1,529 against 386 narrow (ms per million input values) after 32 requests,
+ * kept lone runs narrow (wide 4 of 97 runs), and only moved back once its explorations (one lone
+ * run in 32) had replaced those samples (wide 193 against 447 narrow, later in another run).
+ */
+export const SESSION_WARM_RUNS = 4;
+
 /** A session on the replica's own thread: no thread hop, but it holds that thread while it runs. */
 class InlineSession {
   busy = false;
+  /** Inferences asked of this session so far. */
+  runs = 0;
 
   private constructor(
     private readonly session: ort.InferenceSession,
@@ -133,6 +152,7 @@ class InlineSession {
 
   async run(feeds: Feeds): Promise<{ outputs: Feeds; inferMs: number }> {
     this.busy = true;
+    this.runs++;
     try {
       return await runSession(this.session, this.Tensor, feeds);
     } finally {
@@ -265,11 +285,15 @@ export class ModelSession {
       if (this.inline && !this.inline.busy) {
         if (pinWide) return { ...(await this.inline.run(feeds)), wide: true, lone: true };
         const side = this.chooser.choose();
+        const session = side === 'wide' ? this.inline : this.leastBusy();
+        // A session's first runs are not timed: they would teach the chooser that a side just
+        // loaded is slow (see SESSION_WARM_RUNS), and it would keep lone runs off it for ~100 more.
+        const warm = session.runs >= SESSION_WARM_RUNS;
         // Counted before the run: a worker takes the buffers.
         const values = feedValues(feeds);
         const t0 = performance.now();
-        const r = side === 'wide' ? await this.inline.run(feeds) : await this.leastBusy().run(feeds);
-        return { ...r, wide: side === 'wide', lone: true, timed: { side, cost: ((performance.now() - t0) * 1e6) / Math.max(1, values) } };
+        const r = await session.run(feeds);
+        return { ...r, wide: side === 'wide', lone: true, ...(warm ? { timed: { side, cost: ((performance.now() - t0) * 1e6) / Math.max(1, values) } } : {}) };
       }
       if (this.wideState === 'idle') this.wideState = 'wanted';
       return { ...(await this.leastBusy().run(feeds)), wide: false, lone: true };

@@ -132,7 +132,8 @@ describe('run', () => {
 
   it('a lone request runs its inferences on every core or a narrow session, as measured cheaper; the replica reports instances and GC', async () => {
     // The inline session loads once the replica goes idle after a lone inference asked for it;
-    // later lone requests use it and a narrow session in turn, until each side has three runs.
+    // later lone requests use it and a narrow session in turn, until each side has three runs past
+    // its first SESSION_WARM_RUNS (native/session.ts), which the chooser does not learn from.
     const lone = async () => {
       const res = await run('ocr', { image: helloPng });
       assert.equal(res.status, 200);
