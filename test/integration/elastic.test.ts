@@ -138,18 +138,25 @@ describe('faults', () => {
     });
     try {
       await eventually(async () => (await p.redis().smembers('embers:nodes')).length === 2, 'the second agent to register');
-      // Load that wants two replicas: the scheduler places one on each node.
+      // Load that wants more replicas than one node holds: the scheduler places them on both. It
+      // is kept up (4 more 2 s requests a second, ~8 in flight) until both nodes have a ready
+      // replica: the new agent builds its runtime before its first replica starts, which on a
+      // slow machine outlasted a single burst (a CI run timed out waiting, the load long done).
       const load = Array.from({ length: 8 }, (_, i) => run('sleepy', { ms: 2_000, tag: `two-${i}` }));
+      let sent = load.length;
+      const topUp = setInterval(() => {
+        for (let i = 0; i < 4; i++) load.push(run('sleepy', { ms: 2_000, tag: `two-${sent++}` }));
+      }, 1_000);
       const nodes = await eventually(async () => {
         const ready = (await view('sleepy')).replicas.filter((r) => r.state === 'ready');
         const distinct = new Set(ready.map((r) => r.node));
         return distinct.size === 2 ? distinct : null;
-      }, 'ready replicas on both nodes');
+      }, 'ready replicas on both nodes').finally(() => clearInterval(topUp));
       assert.equal(nodes.size, 2);
       second.kill('SIGKILL');
       const more = Array.from({ length: 6 }, (_, i) => run('sleepy', { ms: 300, tag: `after-${i}` }));
       const results = await Promise.all([...load, ...more]);
-      assert.deepEqual(results.map((r) => r.status), Array(14).fill(200));
+      assert.deepEqual(results.map((r) => r.status), Array(load.length + more.length).fill(200));
       await eventually(async () => (await p.redis().smembers('embers:nodes')).length === 1, 'the dead agent to drop out');
     } finally {
       second.kill('SIGKILL');
