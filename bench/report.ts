@@ -3,7 +3,7 @@ import os from 'node:os';
 import { coldSummaryLine, formatCold } from './cold.ts';
 import { batchingSummaryLine } from './batching.ts';
 import { errorsNote, num, table } from './format.ts';
-import { cpuPerRequestByRole, cpuPerRequestUs, TARGETS, type BenchResult, type Measured } from './result.ts';
+import { cpuPerRequestByRole, cpuPerRequestUs, echoVsPingByCpu, TARGETS, type BenchResult, type Measured } from './result.ts';
 import { BLOCK } from './paired.ts';
 import { settingLabel } from './ort.ts';
 
@@ -132,13 +132,13 @@ export function formatReport(r: BenchResult): string {
   }
   const pr = r.pairedC1;
   out.push(
-    `  added_p50_ms_at_c1   ${num(ratios.added_p50_ms_at_c1, 2).padStart(7)}  ${target('added_p50_ms_at_c1')}  ${verdict(pass.added_p50_ms_at_c1)}   (${pr.blocks} blocks each of ${BLOCK} back-to-back requests, taking turns: raw p50 ${num(pr.rawP50Ms)} → Embers p50 ${num(pr.embersP50Ms)} ms; median block difference ${num(pr.blockDiffP50Ms, 2)} ms, quartiles ${num(pr.blockDiffQuartilesMs?.[0], 2)} to ${num(pr.blockDiffQuartilesMs?.[1], 2)}; outside the handler ${num(pr.outsideHandlerMs, 2)} ms${pr.errors ? `; ${pr.errors} Embers errors` : ''})`,
+    `  added_p50_ms_at_c1   ${num(ratios.added_p50_ms_at_c1, 2).padStart(7)}  ${target('added_p50_ms_at_c1')}  ${verdict(pass.added_p50_ms_at_c1)}   (${pr.blocks} blocks each of ${BLOCK} back-to-back requests, taking turns: raw p50 ${num(pr.rawP50Ms)} → Embers p50 ${num(pr.embersP50Ms)} ms; median block difference ${num(pr.blockDiffP50Ms, 2)} ms, quartiles ${num(pr.blockDiffQuartilesMs[0], 2)} to ${num(pr.blockDiffQuartilesMs[1], 2)}; outside the handler ${num(pr.outsideHandlerMs, 2)} ms${pr.errors ? `; ${pr.errors} Embers errors` : ''})`,
   );
   if (pr.plain) {
     const pl = pr.plain;
     out.push(
       pl.blocks
-        ? `  floor: a plain Hono server running the same handler with raw's session settings, taking the same turns (${pl.blocks} blocks): outside its handler ${num(pl.outsideHandlerMs, 2)} ms (Embers ${num(pr.outsideHandlerMs, 2)}: its queue path adds ${num(pr.outsideHandlerMs - pl.outsideHandlerMs, 2)}); p50 ${num(pl.p50Ms)} ms, ${num(pl.addedP50Ms, 2)} over raw (block differences: median ${num(pl.blockDiffP50Ms, 2)}, quartiles ${num(pl.blockDiffQuartilesMs?.[0], 2)} to ${num(pl.blockDiffQuartilesMs?.[1], 2)})${pl.errors ? `; ${pl.errors} errors` : ''}`
+        ? `  floor: a plain Hono server running the same handler with raw's session settings, taking the same turns (${pl.blocks} blocks): outside its handler ${num(pl.outsideHandlerMs, 2)} ms (Embers ${num(pr.outsideHandlerMs, 2)}: its queue path adds ${num(pr.outsideHandlerMs - pl.outsideHandlerMs, 2)}); p50 ${num(pl.p50Ms)} ms, ${num(pl.addedP50Ms, 2)} over raw (block differences: median ${num(pl.blockDiffP50Ms, 2)}, quartiles ${num(pl.blockDiffQuartilesMs[0], 2)} to ${num(pl.blockDiffQuartilesMs[1], 2)})${pl.errors ? `; ${pl.errors} errors` : ''}`
         : `  floor: the plain Hono server answered nothing (${pl.errors} errors: ${pl.firstError ?? 'no answer'})`,
     );
   }
@@ -167,16 +167,16 @@ export function formatOverhead(o: BenchResult['overhead']): string[] {
     ),
   );
   out.push(...errorsNote('echo', echo), ...errorsNote('ping', ping));
-  const [ec, pc] = [cpuPerRequestUs(echo), cpuPerRequestUs(ping)];
-  if (ec > 0 && pc > 0) {
+  const byCpu = echoVsPingByCpu(echo, ping).echo_vs_ping_by_cpu;
+  if (byCpu !== undefined) {
     const parts = (m: Measured) =>
       Object.entries(cpuPerRequestByRole(m))
         .sort((a, b) => b[1] - a[1])
         .map(([role, us]) => `${role} ${num(us, 0)}`)
         .join(' + ');
     out.push(
-      `CPU per request (µs, cores busy ÷ req/s): echo ${parts(echo)} = ${num(ec, 0)}; ping ${parts(ping)} = ${num(pc, 0)}`,
-      `  ping ÷ echo by CPU: ${num(pc / ec, 3)} (what echo ÷ ping would be with both sides keeping the machine equally busy)`,
+      `CPU per request (µs, cores busy ÷ req/s): echo ${parts(echo)} = ${num(cpuPerRequestUs(echo), 0)}; ping ${parts(ping)} = ${num(cpuPerRequestUs(ping), 0)}`,
+      `  ping ÷ echo by CPU: ${num(byCpu, 3)} (what echo ÷ ping would be with both sides keeping the machine equally busy)`,
     );
   }
   const { sweep, bestEchoVsBestPing } = o;

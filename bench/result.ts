@@ -162,7 +162,7 @@ export function computeRatios(ocr: OcrPoint[], raw: Pick<RawPipeline, 'reqPerSec
 
 /**
  * CPU µs per answered request by role (cores busy ÷ req/s; the cores include the turns' warm-ups,
- * run at the same rate), roles under 0.01 cores left out; 0 in all when nothing was measured.
+ * run at the same rate), roles under 0.01 cores left out; empty when nothing was answered.
  */
 export function cpuPerRequestByRole(m: Pick<Measured, 'cores' | 'reqPerSec'>): Record<string, number> {
   if (!(m.reqPerSec > 0)) return {};
