@@ -4,6 +4,7 @@ import os from 'node:os';
 import type { HandlerContext } from 'embers';
 import { loadOcrFunction } from './ocr-fn.ts';
 import { MODELS, createSession, modelHandle, ort, threadSettings, type ThreadSetting } from './ort.ts';
+import type { LoadRun } from './load.ts';
 import { latency, timedLoop, type Latency, type Window } from './stats.ts';
 
 export interface ClsPoint extends ThreadSetting {
@@ -85,6 +86,25 @@ export async function rawPipeline(image: string, w: Window, setting: ThreadSetti
   } finally {
     await pipeline.close();
   }
+}
+
+/**
+ * The raw pipeline as one side of bench/turns.ts's turns: each turn opens fresh sessions (none
+ * left spinning through the other side's turn), warms up, measures, and closes them.
+ */
+export function rawPipelineSide(image: string, setting: ThreadSetting): (w: Window) => Promise<LoadRun> {
+  return async (w) => {
+    const pipeline = await openRawPipeline(image, setting);
+    try {
+      const t0 = performance.now();
+      const { durations, seconds } = await timedLoop(() => pipeline.run(), w);
+      const warmupSeconds = (performance.now() - t0) / 1000 - seconds;
+      const result = { concurrency: 1, requests: durations.length, errors: 0, seconds, reqPerSec: durations.length / seconds, latencyMs: latency(durations), statuses: {}, warmupSeconds, abandoned: 0 };
+      return { result, samples: durations, timings: new Map() };
+    } finally {
+      await pipeline.close();
+    }
+  };
 }
 
 const silentLog: HandlerContext['log'] = { info() {}, warn() {}, error() {}, debug() {} };

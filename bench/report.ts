@@ -108,7 +108,13 @@ export function formatReport(r: BenchResult): string {
   out.push(
     table(
       ['server', 'conc', ...roles],
-      [...r.ocr.flatMap((p) => [cpuRow('Embers ocr', p.embers), cpuRow('naive ocr', p.naive)]), cpuRow('Embers echo', echo), cpuRow('naive ping', ping)],
+      [
+        ...r.ocr.flatMap((p) => [cpuRow('Embers ocr', p.embers), cpuRow('naive ocr', p.naive)]),
+        cpuRow('raw ocr (loadgen)', r.saturation.raw),
+        cpuRow('Embers ocr, turns', r.saturation.embers),
+        cpuRow('Embers echo', echo),
+        cpuRow('naive ping', ping),
+      ],
     ),
   );
 
@@ -123,8 +129,11 @@ export function formatReport(r: BenchResult): string {
     a.runsReqPerSec && b.runsReqPerSec ? `   (req/s by turn: ${num(a.runsReqPerSec[0], 1)}, ${num(b.runsReqPerSec[0], 1)}, ${num(b.runsReqPerSec[1], 1)}, ${num(a.runsReqPerSec[1], 1)})` : '';
   const best = r.ocr.reduce((a, b) => (b.embers.reqPerSec > a.embers.reqPerSec ? b : a));
   out.push('', 'Summary:');
+  const sat = r.saturation;
+  const cores = (m: Measured) => num(Object.values(m.cores).reduce((a, b) => a + b, 0), 2);
   out.push(
-    `  embers_vs_raw        ${num(ratios.embers_vs_raw, 3).padStart(7)}  ${target('embers_vs_raw')}  ${verdict(pass.embers_vs_raw)}   (Embers best ${num(best.embers.reqPerSec, 2)} req/s at c=${best.concurrency} ÷ raw ${num(rp.reqPerSec, 2)} req/s)`,
+    `  embers_vs_raw        ${num(ratios.embers_vs_raw, 3).padStart(7)}  ${target('embers_vs_raw')}  ${verdict(pass.embers_vs_raw)}   (taking turns: raw ${settingLabel(sat.setting)} ${num(sat.raw.reqPerSec, 2)} req/s on ${cores(sat.raw)} cores, Embers at c=${sat.concurrency} ${num(sat.embers.reqPerSec, 2)} req/s on ${cores(sat.embers)})${turns(sat.raw, sat.embers)}`,
+    `  embers_vs_raw_sweep  ${num(ratios.embers_vs_raw_sweep, 3).padStart(7)}  (no target: the sweep's best, ${num(best.embers.reqPerSec, 2)} req/s at c=${best.concurrency}, ÷ raw ${num(rp.reqPerSec, 2)} req/s measured minutes earlier)`,
   );
   for (const [c, v] of Object.entries(ratios.embers_vs_naive)) {
     const p = r.ocr.find((x) => `c${x.concurrency}` === c);

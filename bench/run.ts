@@ -17,10 +17,10 @@ import { IMAGE_TEXT, testImage } from './image.ts';
 import { bodySection, formatBodies, type BodySection } from './body.ts';
 import { closedLoop, type Target } from './load.ts';
 import { takeTurns } from './turns.ts';
-import { ORT_VERSION, settingLabel } from './ort.ts';
-import { bestCls, machine, RAW_SETTINGS, rawCls, rawPipelines } from './raw.ts';
+import { ORT_VERSION, settingLabel, type ThreadSetting } from './ort.ts';
+import { bestCls, machine, RAW_SETTINGS, rawCls, rawPipelineSide, rawPipelines } from './raw.ts';
 import { formatOverhead, formatReport } from './report.ts';
-import { batchingVerdict, computeRatios, echoVsPingByCpu, type BenchResult, type ColdOnlyResult, type OcrPoint, type OverheadPoint } from './result.ts';
+import { batchingVerdict, computeRatios, echoVsPingByCpu, type BenchResult, type ColdOnlyResult, type OcrPoint, type OverheadPoint, type SaturationTurns } from './result.ts';
 import { ROOT, batchDelta, postJson, settledCounters, startEmbers, startNaive } from './servers.ts';
 import { BLOCK, pairedC1 } from './paired.ts';
 import { windowFromEnv, type Window } from './stats.ts';
@@ -117,7 +117,7 @@ async function mainBatchOnly(): Promise<void> {
       echoTarget(embers),
       { concurrency: OVERHEAD_CONCURRENCY, window },
     );
-    const batches = await batchSection({ port: embers.port, apiKey: embers.apiKey, ocrBody, window, echoLiveReqPerSec: echo.reqPerSec, rawOcrReqPerSec: pipeline.reqPerSec, log });
+    const batches = await batchSection({ port: embers.port, apiKey: embers.apiKey, ocrBody, window, echoLiveReqPerSec: echo.reqPerSec, rawOcrReqPerSec: pipeline.reqPerSec, raw: rawPipelineSide(image, pipeline), log });
     const result = { date: new Date().toISOString(), durationSeconds: (performance.now() - began) / 1000, machine: { ...host, ortVersion: ORT_VERSION }, git: gitInfo(), window, rawPipeline: pipeline, echoLive: echo, batches };
     await mkdir(RESULTS, { recursive: true });
     await writeFile(path.join(RESULTS, 'latest-batch.json'), `${JSON.stringify(result, null, 2)}\n`);
@@ -161,6 +161,20 @@ async function overheadSection(embers: { port: number; apiKey: string }, pingPor
   }
   const bestEchoVsBestPing = Math.max(...sweep.map((x) => x.echoReqPerSec)) / Math.max(...sweep.map((x) => x.pingReqPerSec));
   return { concurrency: OVERHEAD_CONCURRENCY, echo, ping, sweep, bestEchoVsBestPing };
+}
+
+/**
+ * Raw's pipeline and Embers at the concurrency where its sweep peaked, taking turns raw, Embers,
+ * Embers, raw: the saturation ratio from runs seconds apart rather than from the sweep's best
+ * against raw measured minutes earlier (raw's fastest setting ran 21.5 and 32.7 req/s in two runs
+ * on one machine here, one thread ~20 in both).
+ */
+async function saturationSection(image: string, setting: ThreadSetting, embersOcr: Target, ocr: OcrPoint[], groups: number[], window: Window): Promise<SaturationTurns> {
+  const peak = ocr.reduce((a, b) => (b.embers.reqPerSec > a.embers.reqPerSec ? b : a));
+  log(`ocr saturation: raw (${settingLabel(setting)}), Embers c=${peak.concurrency}, Embers, raw`);
+  const [raw, embers] = await takeTurns(groups, window, rawPipelineSide(image, setting), embersOcr, peak.concurrency);
+  log(`ocr saturation: raw ${raw.reqPerSec.toFixed(2)} req/s, Embers ${embers.reqPerSec.toFixed(2)} req/s`);
+  return { concurrency: peak.concurrency, setting: { threads: setting.threads, ...(setting.spin ? { spin: true } : {}) }, raw, embers, ratio: embers.reqPerSec / raw.reqPerSec };
 }
 
 /** `BENCH_ONLY=overhead`: the `echo` against ping section alone. */
@@ -276,6 +290,8 @@ async function main(): Promise<void> {
     before = after;
   }
 
+  const saturation = await saturationSection(image, pipeline, embersOcr, ocr, groups, window);
+
   const overhead = await overheadSection(embers, naive.port, groups, window);
   const { echo, ping } = overhead;
 
@@ -292,7 +308,7 @@ async function main(): Promise<void> {
   let batches: BatchSection | undefined;
   let batchesError: string | undefined;
   try {
-    batches = await batchSection({ port: embers.port, apiKey: embers.apiKey, ocrBody, window, echoLiveReqPerSec: echo.reqPerSec, rawOcrReqPerSec: pipeline.reqPerSec, log });
+    batches = await batchSection({ port: embers.port, apiKey: embers.apiKey, ocrBody, window, echoLiveReqPerSec: echo.reqPerSec, rawOcrReqPerSec: pipeline.reqPerSec, raw: rawPipelineSide(image, pipeline), log });
   } catch (err) {
     batchesError = err instanceof Error ? err.message : String(err);
     log(`batch section failed: ${batchesError}`);
@@ -314,7 +330,7 @@ async function main(): Promise<void> {
     process.exitCode = 1;
   }
 
-  const { ratios, pass } = computeRatios(ocr, pipeline, paired, echo, ping, batching);
+  const { ratios, pass } = computeRatios(ocr, pipeline, saturation, paired, echo, ping, batching);
   const result: BenchResult = {
     date: new Date().toISOString(),
     durationSeconds: (performance.now() - began) / 1000,
@@ -327,6 +343,7 @@ async function main(): Promise<void> {
     naive: { intraOpThreads: naive.intraOpThreads ?? null },
     outputs: { ...outputs, match: outputs.raw === outputs.embers && outputs.raw === outputs.naive },
     ocr,
+    saturation,
     pairedC1: paired,
     overhead,
     ratios,

@@ -1,21 +1,26 @@
-// Two targets taking turns at one concurrency, with the CPU each process used meanwhile.
+// Two sides taking turns, with the CPU each process used meanwhile.
 import { coresByRole, sampleCpu } from './cpu.ts';
 import { closedLoopRun, poolRuns, type LoadRun, type Target } from './load.ts';
 import type { Measured } from './result.ts';
 import type { Window } from './stats.ts';
 
+/** One side of the turns: an HTTP target under closed-loop load, or a run of its own for the window it is given. */
+export type Side = Target | ((window: Window) => Promise<LoadRun>);
+
 /**
- * `a` and `b` in the order a, b, b, a, each for half the window, pooled per target: a drift
+ * `a` and `b` in the order a, b, b, a, each for half the window, pooled per side: a drift
  * of the machine over the four runs (these VMs drift by up to 2× within minutes) cancels to
- * first order in a ÷ b, where a then b would put it all on the ratio.
+ * first order in a ÷ b, where a then b would put it all on the ratio. `concurrency` is the HTTP
+ * targets'.
  */
-export async function takeTurns(groups: number[], window: Window, a: Target, b: Target, concurrency: number): Promise<[Measured, Measured]> {
+export async function takeTurns(groups: number[], window: Window, a: Side, b: Side, concurrency: number): Promise<[Measured, Measured]> {
   const half = { warmupMs: window.warmupMs, measureMs: window.measureMs / 2 };
   const runs: Record<'a' | 'b', { run: LoadRun; cores: Record<string, number>; seconds: number }[]> = { a: [], b: [] };
   for (const which of ['a', 'b', 'b', 'a'] as const) {
+    const side = which === 'a' ? a : b;
     const cpu0 = sampleCpu(groups);
     const t0 = performance.now();
-    const run = await closedLoopRun(which === 'a' ? a : b, { concurrency, window: half });
+    const run = typeof side === 'function' ? await side(half) : await closedLoopRun(side, { concurrency, window: half });
     const seconds = (performance.now() - t0) / 1000;
     runs[which].push({ run, cores: coresByRole(cpu0, sampleCpu(groups), seconds), seconds });
   }

@@ -1,6 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { cpuPerRequestByRole, cpuPerRequestUs, echoVsPingByCpu } from '../../bench/result.ts';
+import type { PairedC1 } from '../../bench/paired.ts';
+import { computeRatios, cpuPerRequestByRole, cpuPerRequestUs, echoVsPingByCpu, type Measured, type OcrPoint } from '../../bench/result.ts';
+import { latency, type Window } from '../../bench/stats.ts';
+import { takeTurns } from '../../bench/turns.ts';
 
 describe('bench: CPU per request', () => {
   it('divides each role’s busy cores by the answered rate, leaving out roles under 0.01 cores', () => {
@@ -18,5 +21,34 @@ describe('bench: CPU per request', () => {
     // No /proc (not Linux), or nothing answered: no figure rather than 0 or Infinity.
     assert.deepEqual(echoVsPingByCpu({ reqPerSec: 4000, cores: {} }, ping), {});
     assert.deepEqual(echoVsPingByCpu(echo, { reqPerSec: 0, cores: { naive: 1 } }), {});
+  });
+});
+
+describe('bench: saturation against raw, taking turns', () => {
+  it('runs function sides in the order a, b, b, a and pools each side’s runs', async () => {
+    const order: string[] = [];
+    const side = (name: string, perSec: number) => async (w: Window) => {
+      order.push(name);
+      assert.equal(w.measureMs, 500, 'each turn gets half the window');
+      const n = Math.round((perSec * w.measureMs) / 1000);
+      const samples = Array.from({ length: n }, () => 1000 / perSec);
+      const result = { concurrency: 1, requests: n, errors: 0, seconds: w.measureMs / 1000, reqPerSec: perSec, latencyMs: latency(samples), statuses: {}, warmupSeconds: 0, abandoned: 0 };
+      return { result, samples, timings: new Map() };
+    };
+    const [raw, embers] = await takeTurns([], { warmupMs: 0, measureMs: 1000 }, side('raw', 20), side('embers', 30), 8);
+    assert.deepEqual(order, ['raw', 'embers', 'embers', 'raw']);
+    assert.deepEqual(raw.runsReqPerSec, [20, 20]);
+    assert.equal(raw.requests, 20);
+    assert.equal(Math.round(embers.reqPerSec), 30);
+  });
+
+  it('judges embers_vs_raw on the turns and keeps the sweep’s best against the first raw run beside it', () => {
+    const point = (c: number, embers: number) => ({ concurrency: c, embers: { reqPerSec: embers }, ratio: 1 }) as unknown as OcrPoint;
+    const paired = { addedP50Ms: 5, blockDiffQuartilesMs: [0, 1] } as unknown as PairedC1;
+    const m = { reqPerSec: 1000, cores: {} } as unknown as Measured;
+    const { ratios, pass } = computeRatios([point(8, 29), point(32, 27)], { reqPerSec: 32.7 }, { ratio: 0.95 }, paired, m, m);
+    assert.equal(ratios.embers_vs_raw, 0.95);
+    assert.equal(pass.embers_vs_raw, true);
+    assert.equal(ratios.embers_vs_raw_sweep?.toFixed(3), (29 / 32.7).toFixed(3));
   });
 });
