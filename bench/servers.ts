@@ -99,7 +99,9 @@ export async function launchEmbers(o: { dataDir?: string; timeoutMs?: number } =
       // Port 0: the gateway takes one the OS gives it, and its banner says which.
       EMBERS_PORT: '0',
       EMBERS_DATA_DIR: dataDir,
-      EMBERS_LOG_LEVEL: 'warn',
+      // The default level (info: the gateway logs a line per request), as JSON through a pipe:
+      // what a user's Embers does. Until the eighth session the bench set warn, which left that
+      // line out: ~5–10 % of `echo`'s req/s at c = 32 in A/Bs on one machine.
       EMBERS_LOG_PRETTY: 'false',
       ...(process.env.BENCH_EXECUTION_PROVIDERS ? { EMBERS_EXECUTION_PROVIDERS: BENCH_PROVIDERS.join(',') } : {}),
     }),
