@@ -18,14 +18,14 @@ export interface BatchSection {
   echo: BatchRun;
   ocr: BatchRun;
   /** Raw's pipeline (its fastest setting) measured just before and just after the ocr batch, req/s. */
-  rawAround?: [number, number];
+  rawAround: [number, number];
   live: LiveUnderBatch;
   /** The same with a pause of SPORADIC_THINK_MS after each answer: the batch runs in the gaps. */
   sporadic: LiveUnderBatch & { thinkMs: number };
   ratios: {
     /** echo batch items/s ÷ live echo req/s (the queue path's own limit). */
     echo_batch_vs_live: number;
-    /** ocr batch items/s ÷ raw in-process pipeline req/s (the mean of rawAround, when measured). Target ≥ 0.9. */
+    /** ocr batch items/s ÷ raw in-process pipeline req/s (the mean of rawAround). Target ≥ 0.9. */
     ocr_batch_vs_raw: number;
     /** live p99 with a batch running ÷ without. Target ≤ 1.2. */
     live_p99_with_batch: number;
@@ -83,9 +83,10 @@ export async function batchSection(o: {
   ocrBody: Buffer;
   window: Window;
   echoLiveReqPerSec: number;
+  /** Raw's rate at the start of the run: sizes the ocr batches. */
   rawOcrReqPerSec: number;
   /** Raw's pipeline as a turn (bench/raw.ts rawPipelineSide): measured around the ocr batch, so the machine's drift since the start of the run stays out of the ratio. */
-  raw?: (w: Window) => Promise<LoadRun>;
+  raw: (w: Window) => Promise<LoadRun>;
   log: (l: string) => void;
 }): Promise<BatchSection> {
   const api: Api = async (method, route, body) => {
@@ -103,15 +104,13 @@ export async function batchSection(o: {
   const ocrLines = Math.max(50, Math.round(o.rawOcrReqPerSec * 20));
   const line = (i: number) => JSON.stringify({ custom_id: `o${i}`, input });
   const rawTurn = async (when: string) => {
-    if (!o.raw) return undefined;
     o.log(`batch: raw ocr pipeline ${when} the ocr batch`);
     return (await o.raw(o.window)).result.reqPerSec;
   };
   const rawBefore = await rawTurn('before');
   o.log(`batch: ${ocrLines} ocr lines`);
   const ocr = await runBatch(api, 'ocr', Array.from({ length: ocrLines }, (_, i) => line(i)).join('\n'), o.log);
-  const rawAfter = await rawTurn('after');
-  const rawAround: [number, number] | undefined = rawBefore !== undefined && rawAfter !== undefined ? [rawBefore, rawAfter] : undefined;
+  const rawAround: [number, number] = [rawBefore, await rawTurn('after')];
 
   const target: Target = { port: o.port, method: 'POST', path: '/v1/run/ocr', headers: { authorization: `Bearer ${o.apiKey}`, 'content-type': 'application/json' }, body: o.ocrBody };
   // Live ocr at c=1 without a batch for half the window, then under a batch that outlasts the
@@ -159,12 +158,12 @@ export async function batchSection(o: {
   return {
     echo,
     ocr,
-    ...(rawAround ? { rawAround } : {}),
+    rawAround,
     live,
     sporadic,
     ratios: {
       echo_batch_vs_live: echo.itemsPerSec / o.echoLiveReqPerSec,
-      ocr_batch_vs_raw: ocr.itemsPerSec / (rawAround ? (rawAround[0] + rawAround[1]) / 2 : o.rawOcrReqPerSec),
+      ocr_batch_vs_raw: ocr.itemsPerSec / ((rawAround[0] + rawAround[1]) / 2),
       live_p99_with_batch: live.p99WithMs / live.p99WithoutMs,
     },
   };
@@ -175,7 +174,7 @@ export function formatBatch(b: BatchSection): string {
   return [
     'Bulk batches (same Embers, after the live points):',
     `  echo  ${b.echo.lines} lines: ${b.echo.itemsPerSec.toFixed(0)} items/s (${b.echo.seconds.toFixed(1)} s running, ${b.echo.endToEndSeconds.toFixed(1)} s end to end); ÷ live echo req/s = ${r.echo_batch_vs_live.toFixed(2)}`,
-    `  ocr   ${b.ocr.lines} lines: ${b.ocr.itemsPerSec.toFixed(2)} items/s (${b.ocr.seconds.toFixed(1)} s); ÷ raw pipeline${b.rawAround ? ` (${b.rawAround[0].toFixed(2)} req/s before it, ${b.rawAround[1].toFixed(2)} after)` : ''} = ${r.ocr_batch_vs_raw.toFixed(2)} (target ≥ 0.90: ${r.ocr_batch_vs_raw >= 0.9 ? 'PASS' : 'MISS'})`,
+    `  ocr   ${b.ocr.lines} lines: ${b.ocr.itemsPerSec.toFixed(2)} items/s (${b.ocr.seconds.toFixed(1)} s); ÷ raw pipeline (${b.rawAround[0].toFixed(2)} req/s before it, ${b.rawAround[1].toFixed(2)} after) = ${r.ocr_batch_vs_raw.toFixed(2)} (target ≥ 0.90: ${r.ocr_batch_vs_raw >= 0.9 ? 'PASS' : 'MISS'})`,
     `  live ocr c=1: p50 ${b.live.p50WithoutMs.toFixed(1)} → ${b.live.p50WithMs.toFixed(1)} ms, p99 ${b.live.p99WithoutMs.toFixed(1)} → ${b.live.p99WithMs.toFixed(1)} ms with a batch running (${b.live.requests} answers; ${b.live.batchLinesDuring} batch lines done meanwhile; without it: p99 ${b.live.p99WithoutRunsMs[0].toFixed(1)} before, ${b.live.p99WithoutRunsMs[1].toFixed(1)} after); p99 ×${r.live_p99_with_batch.toFixed(2)} (target ≤ 1.20: ${r.live_p99_with_batch <= 1.2 ? 'PASS' : 'MISS'})`,
     `  live ocr c=1, ${b.sporadic.thinkMs} ms between requests: p50 ${b.sporadic.p50WithoutMs.toFixed(1)} → ${b.sporadic.p50WithMs.toFixed(1)} ms, p99 ${b.sporadic.p99WithoutMs.toFixed(1)} → ${b.sporadic.p99WithMs.toFixed(1)} ms with a batch running (${b.sporadic.batchLinesDuring} batch lines done meanwhile; the batch runs in the gaps, and a live request that finds a batch inference running shares the cores with it until it ends)`,
   ].join('\n');
