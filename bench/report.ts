@@ -7,6 +7,9 @@ import { cpuPerRequestByRole, cpuPerRequestUs, echoVsPingByCpu, TARGETS, type Be
 import { BLOCK } from './paired.ts';
 import { settingLabel } from './ort.ts';
 
+/** Cores busy across every role measured. */
+const totalCores = (cores: Record<string, number>): number => Object.values(cores).reduce((a, b) => a + b, 0);
+
 export function formatReport(r: BenchResult): string {
   const out: string[] = [];
   const m = r.machine;
@@ -130,9 +133,8 @@ export function formatReport(r: BenchResult): string {
   const best = r.ocr.reduce((a, b) => (b.embers.reqPerSec > a.embers.reqPerSec ? b : a));
   out.push('', 'Summary:');
   const sat = r.saturation;
-  const cores = (m: Measured) => num(Object.values(m.cores).reduce((a, b) => a + b, 0), 2);
   out.push(
-    `  embers_vs_raw        ${num(ratios.embers_vs_raw, 3).padStart(7)}  ${target('embers_vs_raw')}  ${verdict(pass.embers_vs_raw)}   (taking turns: raw ${settingLabel(sat.setting)} ${num(sat.raw.reqPerSec, 2)} req/s on ${cores(sat.raw)} cores, Embers at c=${sat.concurrency} ${num(sat.embers.reqPerSec, 2)} req/s on ${cores(sat.embers)})${turns(sat.raw, sat.embers)}`,
+    `  embers_vs_raw        ${num(ratios.embers_vs_raw, 3).padStart(7)}  ${target('embers_vs_raw')}  ${verdict(pass.embers_vs_raw)}   (taking turns: raw ${settingLabel(sat.setting)} ${num(sat.raw.reqPerSec, 2)} req/s on ${num(totalCores(sat.raw.cores), 2)} cores, Embers at c=${sat.concurrency} ${num(sat.embers.reqPerSec, 2)} req/s on ${num(totalCores(sat.embers.cores), 2)})${turns(sat.raw, sat.embers)}`,
     `  embers_vs_raw_sweep  ${num(ratios.embers_vs_raw_sweep, 3).padStart(7)}  (no target: the sweep's best, ${num(best.embers.reqPerSec, 2)} req/s at c=${best.concurrency}, ÷ raw ${num(rp.reqPerSec, 2)} req/s measured minutes earlier)`,
   );
   for (const [c, v] of Object.entries(ratios.embers_vs_naive)) {
@@ -190,12 +192,11 @@ export function formatOverhead(o: BenchResult['overhead']): string[] {
   }
   const { sweep, bestEchoVsBestPing } = o;
   if (sweep?.length) {
-    const sum = (cores: Record<string, number>) => Object.values(cores).reduce((a, b) => a + b, 0);
     out.push('', `echo and ping by concurrency, taking turns at each (cores: all processes measured, busy; ${os.cpus().length} = the whole machine):`);
     out.push(
       table(
         ['conc', 'echo req/s', 'p50', 'cores', 'ping req/s', 'p50', 'cores', 'echo÷ping'],
-        sweep.map((x) => [String(x.concurrency), num(x.echoReqPerSec, 0), num(x.echoP50Ms, 2), num(sum(x.echoCores), 2), num(x.pingReqPerSec, 0), num(x.pingP50Ms, 2), num(sum(x.pingCores), 2), num(x.echoVsPing, 3)]),
+        sweep.map((x) => [String(x.concurrency), num(x.echoReqPerSec, 0), num(x.echoP50Ms, 2), num(totalCores(x.echoCores), 2), num(x.pingReqPerSec, 0), num(x.pingP50Ms, 2), num(totalCores(x.pingCores), 2), num(x.echoVsPing, 3)]),
       ),
     );
     if (bestEchoVsBestPing !== undefined) out.push(`  best echo ÷ best ping, each at its own concurrency: ${num(bestEchoVsBestPing, 3)} (informative; the target is at c = ${concurrency})`);

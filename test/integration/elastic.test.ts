@@ -143,9 +143,8 @@ describe('faults', () => {
       // replica: the new agent builds its runtime before its first replica starts, which on a
       // slow machine outlasted a single burst (a CI run timed out waiting, the load long done).
       const load = Array.from({ length: 8 }, (_, i) => run('sleepy', { ms: 2_000, tag: `two-${i}` }));
-      let sent = load.length;
       const topUp = setInterval(() => {
-        for (let i = 0; i < 4; i++) load.push(run('sleepy', { ms: 2_000, tag: `two-${sent++}` }));
+        for (let i = 0; i < 4; i++) load.push(run('sleepy', { ms: 2_000, tag: `two-${load.length}` }));
       }, 1_000);
       const nodes = await eventually(async () => {
         const ready = (await view('sleepy')).replicas.filter((r) => r.state === 'ready');
