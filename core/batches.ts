@@ -4,7 +4,7 @@
 // platform can restart mid-batch.
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { keys } from './contracts.ts';
+import { keys, type BatchChunkLine, type RunJobData } from './contracts.ts';
 import { evalScript } from './redis.ts';
 
 export type BatchStatus = 'validating' | 'in_progress' | 'finalizing' | 'completed' | 'failed' | 'cancelling' | 'cancelled';
@@ -48,7 +48,37 @@ export interface BatchRecord {
   /** How far the feeder has read the input (line number), and how many valid lines it queued. */
   cursor: number;
   fed: number;
+  /**
+   * Lines from `chunkFrom` on are queued `chunkSize` to a job (see chunkOf); while unset (0) or
+   * 1, one line a job. Both change only with the cursor, chunkFrom just after it, so a feeder
+   * that resumes from the cursor after a restart cuts the same chunks, and BullMQ's job ids keep
+   * the jobs queued before the restart from being queued twice.
+   */
+  chunkSize: number;
+  chunkFrom: number;
   createdAt: string;
+}
+
+/** A batch line's job id, and the id it is metered and logged under. */
+const batchJobId = (batch: string, line: number) => `${batch}.${line}`;
+
+/** The id of the job that holds the chunk of lines starting at `first`. */
+export const batchChunkId = (batch: string, first: number) => `${batch}.c${first}`;
+
+/** Options of every batch-queue job: removed once done, a failed one kept a while, never retried by BullMQ (the replica handles crashes). */
+export const BATCH_JOB_OPTS = { removeOnComplete: true, removeOnFail: { count: 100 }, attempts: 1 } as const;
+
+/** A batch-queue job for one line alone (the feeder's, and a replica's when it splits a chunk whose replica died). */
+export function lineJob(batch: string, l: BatchChunkLine, meta: { enq: number; t?: string; k?: string }) {
+  const id = batchJobId(batch, l.line);
+  const data: RunJobData = { rid: id, batch: { id: batch, line: l.line, cid: l.cid }, input: l.input, bin: l.bin, ...meta };
+  return { name: 'batch', data, opts: { jobId: id, ...BATCH_JOB_OPTS } };
+}
+
+/** The first line of the chunk `line` falls in, or undefined when it is queued alone. */
+export function chunkOf(line: number, r: Pick<BatchRecord, 'chunkSize' | 'chunkFrom'>): number | undefined {
+  if (r.chunkSize <= 1 || line < r.chunkFrom) return undefined;
+  return r.chunkFrom + Math.floor((line - r.chunkFrom) / r.chunkSize) * r.chunkSize;
 }
 
 /** Records a line's outcome once, and counts it, unless the batch is gone or already final. */
@@ -112,6 +142,8 @@ export class BatchStore {
       invalid: Number(h.invalid),
       cursor: Number(h.cursor),
       fed: Number(h.fed),
+      chunkSize: Number(h.chunkSize ?? 0),
+      chunkFrom: Number(h.chunkFrom ?? 0),
     };
   }
 
@@ -175,8 +207,10 @@ export class BatchStore {
     return { output: jsonl(output), errors: jsonl(errors) };
   }
 
-  async hasResult(id: string, line: number): Promise<boolean> {
-    return (await this.redis.hexists(keys.batchResults(id), String(line))) === 1;
+  /** Which of these lines already have an outcome, in their order. */
+  async haveResults(id: string, lines: number[]): Promise<boolean[]> {
+    if (lines.length === 0) return [];
+    return (await this.redis.hmget(keys.batchResults(id), ...lines.map(String))).map((v) => v !== null);
   }
 
   async retire(id: string): Promise<void> {
@@ -185,6 +219,25 @@ export class BatchStore {
 
   active(): Promise<string[]> {
     return this.redis.smembers(keys.activeBatches);
+  }
+
+  /**
+   * Lines queued and not yet done, by function, over the batches in progress: the load the
+   * scaler counts for batch work (a chunk job holds many lines, run side by side).
+   */
+  async linesOut(): Promise<Map<string, number>> {
+    const out = new Map<string, number>();
+    const ids = await this.active();
+    if (ids.length === 0) return out;
+    const pipe = this.redis.pipeline();
+    for (const id of ids) pipe.hmget(keys.batch(id), 'function', 'status', 'fed', 'completed', 'failed', 'invalid');
+    for (const [, v] of (await pipe.exec()) ?? []) {
+      const [fn, status, fed, completed, failed, invalid] = (v ?? []) as (string | null)[];
+      if (!fn || status !== 'in_progress') continue;
+      const n = Number(fed) - (Number(completed) + Number(failed) - Number(invalid));
+      if (n > 0) out.set(fn, (out.get(fn) ?? 0) + n);
+    }
+    return out;
   }
 }
 

@@ -100,6 +100,26 @@ export interface RunJobData {
   bin?: number;
 }
 
+/** One line of a batch chunk: what RunJobData's `batch`, `input` and `bin` would hold for it alone. */
+export interface BatchChunkLine {
+  line: number;
+  cid: string;
+  input: unknown;
+  bin: number;
+}
+
+/**
+ * A batch-queue job holding several lines of one batch (the feeder cuts them when lines finish
+ * fast: scheduler/batch-feeder.ts). The replica runs them side by side, each as the RunJobData
+ * it would have had alone, and meters and records each under its own id.
+ */
+export interface BatchChunkData {
+  chunk: { batch: string; lines: BatchChunkLine[] };
+  enq: number;
+  t?: string;
+  k?: string;
+}
+
 /**
  * The queue of a function's batch lines. Live requests (sync and async) go to the queue named
  * after the function; a replica serves both with separate slots, live first ("." never appears

@@ -6,15 +6,15 @@ import os from 'node:os';
 import { PerformanceObserver } from 'node:perf_hooks';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { Queue, Worker } from 'bullmq';
+import { Queue, Worker, type Job } from 'bullmq';
 import { decodeLiveJob, finishLiveEntries, leaveLiveGroup, readLiveEntries, type LiveEntry, type LiveOutcome } from '../core/live-queue.ts';
 import { LiveConsumer } from './live-consumer.ts';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { linkPlatformModules } from '../core/bundle-dir.ts';
-import { BatchStore, errorLine, outputLine } from '../core/batches.ts';
+import { BatchStore, errorLine, lineJob, outputLine } from '../core/batches.ts';
 import { newClock, splitTiming, unrunTiming, type CallClock } from './timing.ts';
-import { batchQueueName, encodeReply, errorBody, keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type Manifest, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData } from '../core/contracts.ts';
+import { batchQueueName, encodeReply, errorBody, keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type Manifest, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData, type BatchChunkData } from '../core/contracts.ts';
 import { sinceEnqueued } from '../core/clock.ts';
 import { CANCELED_BODY, enqueueWebhook, isTerminal, JobStore } from '../core/jobs.ts';
 import { recordUsage, type UsageRecord } from '../core/usage.ts';
@@ -104,7 +104,7 @@ export class Replica {
   /** Live requests (sync and async): the function's stream. */
   private live?: LiveConsumer;
   /** Batch lines: the function's BullMQ batch queue. */
-  private batchWorker?: Worker;
+  private batchWorker?: Worker<RunJobData | BatchChunkData>;
   private readonly gate: LiveFirst;
   /** Jobs running now, by lane. */
   private readonly lanes = { live: 0, batch: 0 };
@@ -127,6 +127,8 @@ export class Replica {
   private readonly jobStore: JobStore;
   private readonly batchStore: BatchStore;
   private webhookQueue?: Queue;
+  /** The batch queue, to put back the lines of a chunk whose replica died. */
+  private batchQueueHandle?: Queue;
   /** Running async jobs, by job id, so DELETE /v1/jobs/:id can abort their handlers. */
   private readonly cancels = new Map<string, AbortController>();
   private cancelSub?: Redis;
@@ -268,7 +270,7 @@ export class Replica {
     });
     await this.live.start();
     const batchQueue = batchQueueName(manifest.name);
-    this.batchWorker = new Worker<RunJobData>(batchQueue, (job, _token, signal) => this.process(job.id!, job.data, job.stalledCounter ?? 0, signal), {
+    this.batchWorker = new Worker<RunJobData | BatchChunkData>(batchQueue, (job, _token, signal) => ('chunk' in job.data ? this.processChunk(job as Job<BatchChunkData>, signal) : this.process(job.id!, job.data, job.stalledCounter ?? 0, signal)), {
       connection: this.o.redis,
       prefix: QUEUE_PREFIX,
       concurrency: this.o.batchConcurrency,
@@ -380,12 +382,20 @@ export class Replica {
       await finishLiveEntries(this.o.redis, name, finished);
     }
     await leaveLiveGroup(this.o.redis, name, this.o.id).catch(() => {});
-    const queue = new Queue<RunJobData>(batchQueueName(name), { connection: this.o.redis, prefix: QUEUE_PREFIX });
+    const queue = new Queue<RunJobData | BatchChunkData>(batchQueueName(name), { connection: this.o.redis, prefix: QUEUE_PREFIX });
     try {
       for (const job of await queue.getJobs(['wait', 'prioritized'], 0, 999)) {
         if (!job?.data) continue;
         const removed = await job.remove().then(() => true, () => false);
-        if (removed) await failed(job.id!, job.data);
+        if (!removed) continue;
+        if (!('chunk' in job.data)) await failed(job.id!, job.data);
+        else {
+          const { chunk, ...meta } = job.data;
+          for (const l of chunk.lines) {
+            const { data } = lineJob(chunk.batch, l, meta);
+            await failed(data.rid, data);
+          }
+        }
       }
     } finally {
       await queue.close();
@@ -420,6 +430,7 @@ export class Replica {
     clearInterval(this.heartbeat);
     this.cancelSub?.disconnect();
     await this.webhookQueue?.close();
+    await this.batchQueueHandle?.close();
     await Promise.all([...this.models.values()].map((m) => m.session.close()));
     await this.o.redis.multi().del(keys.replica(this.o.id)).srem(keys.replicas(this.o.manifest.name), this.o.id).exec().catch(() => {});
   }
@@ -581,6 +592,36 @@ export class Replica {
     // A handler that stopped because it was canceled ends "canceled", not "failed".
     const canceled = (cancel?.signal.aborted ?? false) && (status >= 400 || (body === '' && !bytes));
     return this.deliver(jobId, data, { rid, status, replica: this.o.id, timing, ...(cold ? { cold } : {}) }, canceled ? CANCELED_BODY : body, canceled, canceled ? undefined : bytes);
+  }
+
+  /**
+   * A chunk of batch lines: each runs as it would alone (its own slot in the batcher, metered and
+   * recorded under its own id), side by side. A chunk whose replica died is not run again as one:
+   * its lines without an outcome go back to the queue one a job, so a line that kills replicas
+   * is found and answered alone (process: MAX_CRASHES) instead of taking the chunk's others with
+   * it (it costs one crash more than a line queued alone).
+   */
+  private async processChunk(job: Job<BatchChunkData>, signal?: AbortSignal): Promise<void> {
+    const { chunk, ...meta } = job.data;
+    if ((job.stalledCounter ?? 0) > 0) {
+      const done = await this.batchStore.haveResults(chunk.batch, chunk.lines.map((l) => l.line));
+      const left = chunk.lines.filter((_, i) => !done[i]);
+      this.log.warn({ job: job.id, lines: chunk.lines.length, left: left.length }, 'a replica died holding this chunk of batch lines: its lines go back one a job');
+      await this.batchQueue().addBulk(left.map((l) => lineJob(chunk.batch, l, meta)));
+      return;
+    }
+    const runs = await Promise.allSettled(
+      chunk.lines.map((l) => {
+        const { data } = lineJob(chunk.batch, l, meta);
+        return this.process(data.rid, data, 0, signal);
+      }),
+    );
+    const failed = runs.find((r) => r.status === 'rejected');
+    if (failed) throw failed.reason;
+  }
+
+  private batchQueue(): Queue {
+    return (this.batchQueueHandle ??= new Queue(batchQueueName(this.o.manifest.name), { connection: this.o.redis, prefix: QUEUE_PREFIX }));
   }
 
   /**

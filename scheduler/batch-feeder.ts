@@ -3,10 +3,10 @@
 // It feeds lines into the function's batch queue (below live traffic) with a bounded number
 // outstanding, so a 100k-line batch never floods Redis. Every step resumes from Redis state.
 import { createInterface } from 'node:readline';
-import type { Queue } from 'bullmq';
+import type { Job, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { BATCH_TERMINAL, BatchStore, errorLine, type BatchRecord, type BatchStatus } from '../core/batches.ts';
-import { keys, s3Keys, type RunJobData } from '../core/contracts.ts';
+import { BATCH_JOB_OPTS, BATCH_TERMINAL, BatchStore, batchChunkId, chunkOf, errorLine, lineJob, type BatchRecord, type BatchStatus } from '../core/batches.ts';
+import { keys, s3Keys, type BatchChunkData, type BatchChunkLine, type RunJobData } from '../core/contracts.ts';
 import type { Logger } from '../core/log.ts';
 import type { Registry } from '../core/registry.ts';
 import type { ObjectStore } from '../core/s3.ts';
@@ -27,15 +27,24 @@ export interface BatchFeederOptions {
 
 const POLL_MS = 100;
 const MIN_LOOK_MS = 10;
-const CHUNK = 64;
+/** Lines queued with one addBulk (a chunk is never split across two). */
+const FEED_LINES = 64;
+/** Most lines in one chunk job. */
+const MAX_CHUNK = 64;
+/** A chunk holds about this many ms of the batch's lines at the rate they finished (chunkLines). */
+const CHUNK_MS = 10;
+/** How far back Pace looks. */
+const PACE_SPAN_MS = 1000;
+/** The least span of samples a chunk size is decided on. */
+const DECIDE_SPAN_MS = 250;
 
 /** A batch moved on (cancel asked, leadership lost): the current step stops and the loop re-reads it. */
 class Interrupted extends Error {}
 
 /**
  * When the feeder, short of `short` lines of room in the batch's window, looks again: when
- * about half of them should have finished at the rate seen since its last look (`perMs` lines
- * a ms; undefined on the first look), within [10, 100] ms. The window must not drain between
+ * about half of them should have finished at the rate lines finished at lately (`perMs` lines
+ * a ms, from Pace; undefined until it knows), within [10, 100] ms. The window must not drain between
  * two looks: at a fixed 100 ms a 256-line window held `echo` (~4k lines/s) to ~2.7–3.2k lines/s
  * with a sixth of the machine idle, as it emptied in ~60 ms and then waited. A slow function
  * (`ocr`, ~25 lines/s) is still looked at every 100 ms: one HGETALL a look.
@@ -46,7 +55,38 @@ export function nextLookMs(short: number, perMs: number | undefined): number {
   return Math.min(POLL_MS, Math.max(MIN_LOOK_MS, short / perMs / 2));
 }
 
-export const batchJobId = (batch: string, line: number) => `${batch}.${line}`;
+/**
+ * Lines a chunk job holds, from the rate the batch's lines finished at (`perMs` a ms, over all
+ * replicas): about CHUNK_MS of them, so a function of a few ms a line or more keeps one line a
+ * job (and its lines spread over replicas), and a sub-ms one (`echo`) pays BullMQ's job scripts,
+ * ~125 µs of Redis a job here (addStandardJob and moveToFinished, from SLOWLOG), once for tens of
+ * lines. At most a quarter of the window, so several chunks are out at once.
+ */
+export function chunkLines(perMs: number, maxOutstanding: number): number {
+  return Math.max(1, Math.min(MAX_CHUNK, Math.floor(maxOutstanding / 4), Math.floor(perMs * CHUNK_MS)));
+}
+
+/**
+ * The rate a batch's lines finish at, over its last second or so: lines finish in bursts (a
+ * chunk at a time), so a look's own interval (10 ms) says little.
+ */
+export class Pace {
+  private readonly seen: { at: number; done: number }[] = [];
+
+  note(at: number, done: number): void {
+    this.seen.push({ at, done });
+    // Keep the newest sample at least a second old, and nothing older.
+    while (this.seen.length > 2 && at - this.seen[1]!.at >= PACE_SPAN_MS) this.seen.shift();
+  }
+
+  /** Lines a ms since the oldest sample kept, once that spans at least `minSpanMs`. */
+  perMs(minSpanMs = 100): number | undefined {
+    const first = this.seen[0];
+    const last = this.seen.at(-1);
+    if (!first || !last || last.at - first.at < minSpanMs) return undefined;
+    return (last.done - first.done) / (last.at - first.at);
+  }
+}
 
 export class BatchFeeder {
   private readonly batches: BatchStore;
@@ -135,34 +175,72 @@ export class BatchFeeder {
     await this.batches.transition(rec.id, ['validating'], { status: 'in_progress', total, inProgressAt: new Date().toISOString() });
   }
 
-  /** Queues the valid lines not yet queued, keeping at most maxOutstanding in the queue. */
+  /**
+   * Queues the valid lines not yet queued, keeping at most maxOutstanding in the queue: one line
+   * a job until the rate lines finish at is known, then in chunks when they finish fast (chunkLines).
+   */
   private async feed(rec: BatchRecord, log: Logger): Promise<void> {
     const queue = this.o.queue(rec.function);
     const done = await this.batches.doneLines(rec.id);
-    let chunk: { line: number; cid: string; input: unknown; bin: number }[] = [];
+    const meta = { enq: 0, t: rec.tenant, k: rec.key };
+    type FeedJob = { name: string; data: RunJobData | BatchChunkData; opts: { jobId: string } };
+    let jobs: FeedJob[] = [];
+    let lines = 0;
+    // The chunk being filled: queued once a line beyond it comes, so it is never split across two addBulks.
+    let open: { first: number; lines: BatchChunkLine[] } | undefined;
     let cursor = rec.cursor;
+    const pace = new Pace();
+    const closeChunk = () => {
+      if (!open) return;
+      jobs.push({ name: 'batch', data: { chunk: { batch: rec.id, lines: open.lines }, ...meta }, opts: { jobId: batchChunkId(rec.id, open.first), ...BATCH_JOB_OPTS } });
+      open = undefined;
+    };
     const flush = async () => {
-      if (chunk.length === 0) return;
-      await this.waitForRoom(rec.id, chunk.length);
+      closeChunk();
+      if (jobs.length === 0) return;
+      await this.waitForRoom(rec.id, lines, pace);
+      const perMs = pace.perMs(DECIDE_SPAN_MS);
       const enq = Date.now();
-      await queue.addBulk(
-        chunk.map(({ line, cid, input, bin }) => ({
-          name: 'batch',
-          data: { rid: batchJobId(rec.id, line), batch: { id: rec.id, line, cid }, input, enq, t: rec.tenant, k: rec.key, bin } satisfies RunJobData,
-          opts: { jobId: batchJobId(rec.id, line), removeOnComplete: true, removeOnFail: { count: 100 }, attempts: 1 },
-        })),
-      );
-      await this.o.redis.multi().hset(keys.batch(rec.id), 'cursor', cursor).hincrby(keys.batch(rec.id), 'fed', chunk.length).exec();
+      for (const j of jobs) j.data.enq = enq;
+      await queue.addBulk(jobs);
+      const tx = this.o.redis.multi().hset(keys.batch(rec.id), 'cursor', cursor).hincrby(keys.batch(rec.id), 'fed', lines);
+      const size = perMs ? chunkLines(perMs, this.o.maxOutstanding) : 0;
+      const now = Math.max(rec.chunkSize, 1);
+      // Only by a factor of 2 up or 4 down, so the size does not follow the rate's noise.
+      if (perMs && (size >= 2 * now || size <= now / 4)) {
+        // Changed with the cursor the new size starts after, in one transaction: every line
+        // before it is queued, so a feeder resuming from the cursor cuts the same chunks.
+        rec.chunkSize = size;
+        rec.chunkFrom = cursor + 1;
+        tx.hset(keys.batch(rec.id), { chunkSize: size, chunkFrom: rec.chunkFrom });
+        log.info({ linesPerSecond: Math.round(perMs * 1000), chunkSize: size, from: rec.chunkFrom }, 'batch lines queued in chunks of a new size from here');
+      }
+      await tx.exec();
       this.o.wake(rec.function);
-      chunk = [];
+      jobs = [];
+      lines = 0;
     };
     for await (const { line, text } of await this.lines(rec)) {
       if (line <= rec.cursor || done.has(line)) continue;
       const item = parseLine(text);
       if ('error' in item) continue; // recorded while validating
-      chunk.push({ line, cid: item.cid, input: item.input, bin: Buffer.byteLength(text) });
+      let first = chunkOf(line, rec);
+      if (open && open.first !== first) {
+        closeChunk();
+        if (lines >= FEED_LINES) {
+          await flush();
+          // The flush may have changed the chunk size, from this line on.
+          first = chunkOf(line, rec);
+        }
+      }
+      const l = { line, cid: item.cid, input: item.input, bin: Buffer.byteLength(text) };
+      lines++;
       cursor = line;
-      if (chunk.length >= CHUNK) await flush();
+      if (first !== undefined) (open ??= { first, lines: [] }).lines.push(l);
+      else {
+        jobs.push(lineJob(rec.id, l, meta));
+        if (lines >= FEED_LINES) await flush();
+      }
     }
     await flush();
     log.debug('batch fully queued');
@@ -176,17 +254,16 @@ export class BatchFeeder {
     await this.batches.transition(rec.id, ['in_progress'], { status: 'finalizing', finalizingAt: new Date().toISOString() });
   }
 
-  private async waitForRoom(id: string, n: number): Promise<void> {
-    let last: { at: number; done: number } | undefined;
+  /** Waits until `n` more lines fit in the batch's window, or none is out (a window smaller than one addBulk still moves). */
+  private async waitForRoom(id: string, n: number, pace: Pace): Promise<void> {
     for (;;) {
       const r = await this.check(id, ['in_progress']);
       const done = r.completed + r.failed - r.invalid;
-      const short = r.fed - done + n - this.o.maxOutstanding;
-      if (short <= 0) return;
-      const at = performance.now();
-      const perMs = last && at > last.at ? (done - last.done) / (at - last.at) : undefined;
-      last = { at, done };
-      await sleep(nextLookMs(short, perMs));
+      pace.note(performance.now(), done);
+      const out = r.fed - done;
+      const short = out + n - this.o.maxOutstanding;
+      if (short <= 0 || out <= 0) return;
+      await sleep(nextLookMs(short, pace.perMs()));
     }
   }
 
@@ -196,18 +273,20 @@ export class BatchFeeder {
    */
   private async stop(rec: BatchRecord, final: 'cancelled' | 'failed'): Promise<void> {
     const queue = this.o.queue(rec.function);
-    const done = await this.batches.doneLines(rec.id);
-    const running: number[] = [];
-    for await (const { line } of await this.lines(rec)) {
-      if (line > rec.cursor) break;
-      if (done.has(line)) continue;
-      const removed = await queue.remove(batchJobId(rec.id, line)).catch(() => 0);
-      if (!removed && (await queue.getJob(batchJobId(rec.id, line)))) running.push(line);
+    const ofBatch = (j: Job | undefined): j is Job => {
+      const d = j?.data as (Partial<RunJobData> & Partial<BatchChunkData>) | undefined;
+      return (d?.batch?.id ?? d?.chunk?.batch) === rec.id;
+    };
+    const running: string[] = [];
+    for (const job of (await queue.getJobs(['waiting', 'prioritized', 'delayed', 'active'])).filter(ofBatch)) {
+      // A job a replica holds is locked: it is not removed, and is waited for.
+      const removed = await queue.remove(job.id!).catch(() => 0);
+      if (!removed) running.push(job.id!);
     }
     const manifest = await this.o.registry.active(rec.function);
     const until = Date.now() + (manifest?.timeoutMs ?? 30_000) + 30_000;
-    for (const line of running) {
-      while (Date.now() < until && !(await this.batches.hasResult(rec.id, line)) && (await queue.getJob(batchJobId(rec.id, line)))) await sleep(POLL_MS * 2);
+    for (const id of running) {
+      while (Date.now() < until && (await queue.getJobState(id)) === 'active') await sleep(POLL_MS * 2);
     }
     await this.finalize(rec, final);
   }

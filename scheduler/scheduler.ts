@@ -8,6 +8,7 @@ import { liveStream } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
 import { Registry } from '../core/registry.ts';
 import type { ObjectStore } from '../core/s3.ts';
+import { BatchStore } from '../core/batches.ts';
 import { BatchFeeder } from './batch-feeder.ts';
 import { LeaderLease } from './leader.ts';
 import { place, type Placement } from './placement.ts';
@@ -35,10 +36,12 @@ export class Scheduler {
   private running: Promise<void> | null = null;
   private readonly log: Logger;
   readonly feeder: BatchFeeder;
+  private readonly batches: BatchStore;
 
   constructor(private readonly o: SchedulerOptions) {
     this.lease = new LeaderLease(o.redis, o.id, Math.max(3_000, o.tickMs * 6));
     this.registry = new Registry(o.redis, o.store);
+    this.batches = new BatchStore(o.redis);
     this.log = o.log.child({ component: 'scheduler', scheduler: o.id });
     this.feeder = new BatchFeeder({
       redis: o.redis,
@@ -90,11 +93,13 @@ export class Scheduler {
     const pipe = this.o.redis.pipeline();
     for (const m of manifests) pipe.smembers(keys.replicas(m.name));
     const replicaIds = ((await pipe.exec()) ?? []).map(([, ids]) => ids as string[]);
-    // Live requests (waiting or running: their stream's length) and batch lines are both load.
+    // Live requests (waiting or running: their stream's length) and batch lines are both load:
+    // batch lines counted by line (a chunk job holds many), or by job where a batch's record says less.
+    const linesOut = await this.batches.linesOut();
     const counts = await Promise.all(
       manifests.map(async (m) => {
         const [live, batch] = await Promise.all([this.o.redis.xlen(liveStream(m.name)), this.queue(batchQueueName(m.name)).getJobCounts('wait', 'active', 'prioritized', 'delayed')]);
-        return live + Object.values(batch).reduce((a, n) => a + (n ?? 0), 0);
+        return live + Math.max(linesOut.get(m.name) ?? 0, Object.values(batch).reduce((a, n) => a + (n ?? 0), 0));
       }),
     );
     const ready = await Promise.all(replicaIds.map((ids, i) => this.readyCount(ids, manifests[i].version)));

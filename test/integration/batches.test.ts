@@ -137,6 +137,28 @@ describe('bulk batches', () => {
     store.destroy();
   });
 
+  test('fast lines go in chunks; a line that kills its replica is answered, and every line once', async () => {
+    await p.deploy(fixture('boom.ts'));
+    const n = 6000;
+    const poison = 5900;
+    const lines = Array.from({ length: n }, (_, i) => JSON.stringify({ custom_id: `b${i + 1}`, input: { mode: i + 1 === poison ? 'exit' : 'ok' } }));
+    const created = await create('boom', lines.join('\n'));
+    const done = await settled(created.id, 120_000);
+    assert.equal(done.status, 'completed');
+    // The feeder had cut chunks before the poison line (scheduler/batch-feeder.ts chunkLines).
+    const [size, from] = (await p.redis().hmget(`embers:batch:${created.id}`, 'chunkSize', 'chunkFrom')).map(Number);
+    assert.ok(size! > 1 && from! <= poison, `chunks of ${size} lines from line ${from}: the poison line ${poison} should be in one`);
+    const output = await file(created.id, 'output');
+    const errors = await file(created.id, 'errors');
+    exactlyOnce([...output, ...errors].map((l) => l.custom_id), lines.map((_, i) => `b${i + 1}`));
+    assert.ok(errors.some((e) => e.line === poison && e.error!.code === 'replica_crashed'), JSON.stringify(errors));
+    // A line running beside the poison line in both replicas it killed is answered the same way
+    // (a crash ends every job its replica held: up to EMBERS_BATCH_CONCURRENCY − 1 others); one
+    // queued alone did the same before chunks (5 of them in this test then).
+    assert.ok(errors.length <= 8 && errors.every((e) => e.error!.code === 'replica_crashed'), JSON.stringify(errors));
+    assert.deepEqual(done.request_counts, { total: n, completed: output.length, failed: errors.length });
+  });
+
   test('cancel stops feeding, keeps what finished, and never lists a line twice', async () => {
     const lines = Array.from({ length: 400 }, (_, i) => JSON.stringify({ custom_id: `c${i}`, input: { ms: 200, tag: `c${i}` } }));
     const created = await create('sleepy', lines.join('\n'));
