@@ -207,6 +207,10 @@ export class BatchStore {
     return { output: jsonl(output), errors: jsonl(errors) };
   }
 
+  async status(id: string): Promise<BatchStatus | null> {
+    return (await this.redis.hget(keys.batch(id), 'status')) as BatchStatus | null;
+  }
+
   /** Which of these lines already have an outcome, in their order. */
   async haveResults(id: string, lines: number[]): Promise<boolean[]> {
     if (lines.length === 0) return [];

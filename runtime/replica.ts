@@ -2,6 +2,7 @@
 // setup, then consumes the function's two queues, live and batch lines, batching model calls
 // across requests. Each queue has its own slots; batch lines yield the models to live requests.
 import { rename, stat, writeFile } from 'node:fs/promises';
+import { setMaxListeners } from 'node:events';
 import os from 'node:os';
 import { PerformanceObserver } from 'node:perf_hooks';
 import path from 'node:path';
@@ -603,15 +604,21 @@ export class Replica {
    */
   private async processChunk(job: Job<BatchChunkData>, signal?: AbortSignal): Promise<void> {
     const { chunk, ...meta } = job.data;
+    // Lines that have an outcome are not run again (a chunk queued again by a feeder that resumed
+    // after its first copy had run and left the queue).
+    const done = await this.batchStore.haveResults(chunk.batch, chunk.lines.map((l) => l.line));
+    const left = chunk.lines.filter((_, i) => !done[i]);
     if ((job.stalledCounter ?? 0) > 0) {
-      const done = await this.batchStore.haveResults(chunk.batch, chunk.lines.map((l) => l.line));
-      const left = chunk.lines.filter((_, i) => !done[i]);
+      // A cancelled or finished batch wants no more lines.
+      if ((await this.batchStore.status(chunk.batch)) !== 'in_progress') return;
       this.log.warn({ job: job.id, lines: chunk.lines.length, left: left.length }, 'a replica died holding this chunk of batch lines: its lines go back one a job');
       await this.batchQueue().addBulk(left.map((l) => lineJob(chunk.batch, l, meta)));
       return;
     }
+    // Each line's handler listens to the chunk's signal: more than Node's default 10 is expected.
+    if (signal) setMaxListeners(0, signal);
     const runs = await Promise.allSettled(
-      chunk.lines.map((l) => {
+      left.map((l) => {
         const { data } = lineJob(chunk.batch, l, meta);
         return this.process(data.rid, data, 0, signal);
       }),

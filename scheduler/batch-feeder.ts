@@ -190,6 +190,8 @@ export class BatchFeeder {
     let open: { first: number; lines: BatchChunkLine[] } | undefined;
     let cursor = rec.cursor;
     const pace = new Pace();
+    // A window smaller than an addBulk gets what fits (a chunk is at most a quarter of it).
+    const feedLines = Math.min(FEED_LINES, this.o.maxOutstanding);
     const closeChunk = () => {
       if (!open) return;
       jobs.push({ name: 'batch', data: { chunk: { batch: rec.id, lines: open.lines }, ...meta }, opts: { jobId: batchChunkId(rec.id, open.first), ...BATCH_JOB_OPTS } });
@@ -205,9 +207,10 @@ export class BatchFeeder {
       await queue.addBulk(jobs);
       const tx = this.o.redis.multi().hset(keys.batch(rec.id), 'cursor', cursor).hincrby(keys.batch(rec.id), 'fed', lines);
       const size = perMs ? chunkLines(perMs, this.o.maxOutstanding) : 0;
-      const now = Math.max(rec.chunkSize, 1);
-      // Only by a factor of 2 up or 4 down, so the size does not follow the rate's noise.
-      if (perMs && (size >= 2 * now || size <= now / 4)) {
+      // Only up, and by a factor of 2 or more, so the size does not follow the rate's noise (a
+      // chunk's lines are each held back by live traffic on their own; a big chunk of a batch
+      // that slowed down costs only how its lines spread over replicas).
+      if (perMs && size >= 2 * Math.max(rec.chunkSize, 1)) {
         // Changed with the cursor the new size starts after, in one transaction: every line
         // before it is queued, so a feeder resuming from the cursor cuts the same chunks.
         rec.chunkSize = size;
@@ -227,7 +230,7 @@ export class BatchFeeder {
       let first = chunkOf(line, rec);
       if (open && open.first !== first) {
         closeChunk();
-        if (lines >= FEED_LINES) {
+        if (lines >= feedLines) {
           await flush();
           // The flush may have changed the chunk size, from this line on.
           first = chunkOf(line, rec);
@@ -239,7 +242,7 @@ export class BatchFeeder {
       if (first !== undefined) (open ??= { first, lines: [] }).lines.push(l);
       else {
         jobs.push(lineJob(rec.id, l, meta));
-        if (lines >= FEED_LINES) await flush();
+        if (lines >= feedLines) await flush();
       }
     }
     await flush();
@@ -273,22 +276,34 @@ export class BatchFeeder {
    */
   private async stop(rec: BatchRecord, final: 'cancelled' | 'failed'): Promise<void> {
     const queue = this.o.queue(rec.function);
-    const ofBatch = (j: Job | undefined): j is Job => {
-      const d = j?.data as (Partial<RunJobData> & Partial<BatchChunkData>) | undefined;
-      return (d?.batch?.id ?? d?.chunk?.batch) === rec.id;
-    };
-    const running: string[] = [];
-    for (const job of (await queue.getJobs(['waiting', 'prioritized', 'delayed', 'active'])).filter(ofBatch)) {
-      // A job a replica holds is locked: it is not removed, and is waited for.
-      const removed = await queue.remove(job.id!).catch(() => 0);
-      if (!removed) running.push(job.id!);
-    }
     const manifest = await this.o.registry.active(rec.function);
     const until = Date.now() + (manifest?.timeoutMs ?? 30_000) + 30_000;
-    for (const id of running) {
-      while (Date.now() < until && (await queue.getJobState(id)) === 'active') await sleep(POLL_MS * 2);
+    // Removes what waits and waits for what replicas hold (a job a replica holds is locked: not
+    // removed), until none is left: a job whose replica died goes back to waiting and is removed
+    // at the next look.
+    let ids = (await this.jobsOf(queue, rec.id)).map((j) => j.id!);
+    while (ids.length > 0 && Date.now() < until) {
+      const held: string[] = [];
+      for (const id of ids) {
+        const state = await queue.getJobState(id);
+        if (state === 'completed' || state === 'failed' || state === 'unknown') continue;
+        if (state === 'active' || !(await queue.remove(id).catch(() => 0))) held.push(id);
+      }
+      ids = held;
+      if (ids.length) await sleep(POLL_MS * 2);
     }
+    // Line jobs a replica put back (a chunk it split) just before the batch stopped.
+    for (const job of await this.jobsOf(queue, rec.id)) await queue.remove(job.id!).catch(() => 0);
     await this.finalize(rec, final);
+  }
+
+  /** The batch's jobs in its function's queue: waiting, delayed or held by a replica. */
+  private async jobsOf(queue: Queue, id: string): Promise<Job[]> {
+    const ofBatch = (j: Job | undefined): j is Job => {
+      const d = j?.data as (Partial<RunJobData> & Partial<BatchChunkData>) | undefined;
+      return (d?.batch?.id ?? d?.chunk?.batch) === id;
+    };
+    return (await queue.getJobs(['waiting', 'prioritized', 'delayed', 'active'])).filter(ofBatch);
   }
 
   /** Writes the output and error files from the recorded outcomes, then closes the batch. */
