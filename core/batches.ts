@@ -4,7 +4,7 @@
 // platform can restart mid-batch.
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { keys, type BatchChunkLine, type RunJobData } from './contracts.ts';
+import { keys, type BatchChunkData, type BatchChunkLine, type RunJobData } from './contracts.ts';
 import { evalScript } from './redis.ts';
 
 export type BatchStatus = 'validating' | 'in_progress' | 'finalizing' | 'completed' | 'failed' | 'cancelling' | 'cancelled';
@@ -63,16 +63,27 @@ export interface BatchRecord {
 const batchJobId = (batch: string, line: number) => `${batch}.${line}`;
 
 /** The id of the job that holds the chunk of lines starting at `first`. */
-export const batchChunkId = (batch: string, first: number) => `${batch}.c${first}`;
+const batchChunkId = (batch: string, first: number) => `${batch}.c${first}`;
 
 /** Options of every batch-queue job: removed once done, a failed one kept a while, never retried by BullMQ (the replica handles crashes). */
-export const BATCH_JOB_OPTS = { removeOnComplete: true, removeOnFail: { count: 100 }, attempts: 1 } as const;
+const BATCH_JOB_OPTS = { removeOnComplete: true, removeOnFail: { count: 100 }, attempts: 1 } as const;
 
 /** A batch-queue job for one line alone (the feeder's, and a replica's when it splits a chunk whose replica died). */
 export function lineJob(batch: string, l: BatchChunkLine, meta: { enq: number; t?: string; k?: string }) {
   const id = batchJobId(batch, l.line);
   const data: RunJobData = { rid: id, batch: { id: batch, line: l.line, cid: l.cid }, input: l.input, bin: l.bin, ...meta };
   return { name: 'batch', data, opts: { jobId: id, ...BATCH_JOB_OPTS } };
+}
+
+/** A batch-queue job for the lines of one chunk, the first of them `first`. */
+export function chunkJob(batch: string, first: number, lines: BatchChunkLine[], meta: { enq: number; t?: string; k?: string }) {
+  const data: BatchChunkData = { chunk: { batch, lines }, ...meta };
+  return { name: 'batch', data, opts: { jobId: batchChunkId(batch, first), ...BATCH_JOB_OPTS } };
+}
+
+/** A chunk's lines (all, or those given) as the jobs each would be alone. */
+export function chunkLineJobs({ chunk, ...meta }: BatchChunkData, lines = chunk.lines) {
+  return lines.map((l) => lineJob(chunk.batch, l, meta));
 }
 
 /** The first line of the chunk `line` falls in, or undefined when it is queued alone. */

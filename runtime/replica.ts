@@ -13,7 +13,7 @@ import { LiveConsumer } from './live-consumer.ts';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { linkPlatformModules } from '../core/bundle-dir.ts';
-import { BatchStore, errorLine, lineJob, outputLine } from '../core/batches.ts';
+import { BatchStore, chunkLineJobs, errorLine, outputLine } from '../core/batches.ts';
 import { newClock, splitTiming, unrunTiming, type CallClock } from './timing.ts';
 import { batchQueueName, encodeReply, errorBody, keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type Manifest, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData, type BatchChunkData } from '../core/contracts.ts';
 import { sinceEnqueued } from '../core/clock.ts';
@@ -390,13 +390,7 @@ export class Replica {
         const removed = await job.remove().then(() => true, () => false);
         if (!removed) continue;
         if (!('chunk' in job.data)) await failed(job.id!, job.data);
-        else {
-          const { chunk, ...meta } = job.data;
-          for (const l of chunk.lines) {
-            const { data } = lineJob(chunk.batch, l, meta);
-            await failed(data.rid, data);
-          }
-        }
+        else for (const { data } of chunkLineJobs(job.data)) await failed(data.rid, data);
       }
     } finally {
       await queue.close();
@@ -603,7 +597,7 @@ export class Replica {
    * it (it costs one crash more than a line queued alone).
    */
   private async processChunk(job: Job<BatchChunkData>, signal?: AbortSignal): Promise<void> {
-    const { chunk, ...meta } = job.data;
+    const { chunk } = job.data;
     // Lines that have an outcome are not run again (a chunk queued again by a feeder that resumed
     // after its first copy had run and left the queue).
     const done = await this.batchStore.haveResults(chunk.batch, chunk.lines.map((l) => l.line));
@@ -612,17 +606,12 @@ export class Replica {
       // A cancelled or finished batch wants no more lines.
       if ((await this.batchStore.status(chunk.batch)) !== 'in_progress') return;
       this.log.warn({ job: job.id, lines: chunk.lines.length, left: left.length }, 'a replica died holding this chunk of batch lines: its lines go back one a job');
-      await this.batchQueue().addBulk(left.map((l) => lineJob(chunk.batch, l, meta)));
+      await this.batchQueue().addBulk(chunkLineJobs(job.data, left));
       return;
     }
     // Each line's handler listens to the chunk's signal: more than Node's default 10 is expected.
     if (signal) setMaxListeners(0, signal);
-    const runs = await Promise.allSettled(
-      left.map((l) => {
-        const { data } = lineJob(chunk.batch, l, meta);
-        return this.process(data.rid, data, 0, signal);
-      }),
-    );
+    const runs = await Promise.allSettled(chunkLineJobs(job.data, left).map(({ data }) => this.process(data.rid, data, 0, signal)));
     const failed = runs.find((r) => r.status === 'rejected');
     if (failed) throw failed.reason;
   }

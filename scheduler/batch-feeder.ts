@@ -5,7 +5,7 @@
 import { createInterface } from 'node:readline';
 import type { Job, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { BATCH_JOB_OPTS, BATCH_TERMINAL, BatchStore, batchChunkId, chunkOf, errorLine, lineJob, type BatchRecord, type BatchStatus } from '../core/batches.ts';
+import { BATCH_TERMINAL, BatchStore, chunkJob, chunkOf, errorLine, lineJob, type BatchRecord, type BatchStatus } from '../core/batches.ts';
 import { keys, s3Keys, type BatchChunkData, type BatchChunkLine, type RunJobData } from '../core/contracts.ts';
 import type { Logger } from '../core/log.ts';
 import type { Registry } from '../core/registry.ts';
@@ -183,8 +183,7 @@ export class BatchFeeder {
     const queue = this.o.queue(rec.function);
     const done = await this.batches.doneLines(rec.id);
     const meta = { enq: 0, t: rec.tenant, k: rec.key };
-    type FeedJob = { name: string; data: RunJobData | BatchChunkData; opts: { jobId: string } };
-    let jobs: FeedJob[] = [];
+    let jobs: (ReturnType<typeof lineJob> | ReturnType<typeof chunkJob>)[] = [];
     let lines = 0;
     // The chunk being filled: queued once a line beyond it comes, so it is never split across two addBulks.
     let open: { first: number; lines: BatchChunkLine[] } | undefined;
@@ -194,7 +193,7 @@ export class BatchFeeder {
     const feedLines = Math.min(FEED_LINES, this.o.maxOutstanding);
     const closeChunk = () => {
       if (!open) return;
-      jobs.push({ name: 'batch', data: { chunk: { batch: rec.id, lines: open.lines }, ...meta }, opts: { jobId: batchChunkId(rec.id, open.first), ...BATCH_JOB_OPTS } });
+      jobs.push(chunkJob(rec.id, open.first, open.lines, meta));
       open = undefined;
     };
     const flush = async () => {
