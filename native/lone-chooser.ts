@@ -3,16 +3,23 @@
 // session runs it on EMBERS_ORT_THREADS threads (1 by default) on a worker thread (two thread
 // hops). Which is faster depends on the model and on the machine at the time: on these 2-core
 // VMs the `ocr` pipeline took 45 ms with 2 threads against 68 ms with 1 on one day, and 46
-// against 42 on another (raw, in-process), when the second vCPU was slow to keep up. A fixed
-// intra_op_num_threads (Triton, ORT) picks one.
+// against 42 on another (raw, in-process), when the second vCPU was slow to keep up; and within
+// a minute, the recogniser on two spinning threads ran 13 ms a call for some seconds and 26 for
+// the next ones (a process alone on the machine, its two threads on separate vCPUs throughout).
+// A fixed intra_op_num_threads (Triton, ORT) picks one.
 // The chooser alternates until each side has `minSamples` runs, then takes the side with the
-// lower median cost of its last `window` runs (wide unless narrow is `margin` cheaper), and every
-// `exploreEvery` lone runs gives the other side one run. Costs are per input value (the caller
-// divides), so inputs of different sizes compare. Medians, not means: one run slowed by a GC
-// pause or a late vCPU does not swing the choice. The price is lag: the side not chosen keeps
-// its last `window` samples, one per `exploreEvery` runs, so switching back to it takes about
-// (window + 1) / 2 explorations (~96 lone runs by default) once it has become the cheaper one.
-// Pure: no clock, no I/O.
+// lower median cost of its last `window` runs (wide unless narrow is `margin` cheaper), and
+// re-checks the side not chosen with one run every so often. Costs are per input value (the
+// caller divides), so inputs of different sizes compare. Medians, not means: one run slowed by
+// a GC pause or a late vCPU does not swing the choice.
+// The re-checks are adaptive. Every `exploreEvery` lone runs while re-checks keep confirming the
+// choice; every `minExploreEvery` once the choice has just switched or a re-check found the
+// other side cheaper than the chosen one's median, doubling back up with each re-check that
+// confirms (so also just after the first choice, made while the replica was starting). A slow spell of some seconds used to leave lone runs on the side it favoured until
+// three of that side's re-checks, one every 32 runs, had replaced the samples (~96 lone runs
+// after the spell: at c = 1 most of a bench section, the request 1.5× slower); now one re-check
+// that finds the other side cheaper brings the next ones closer, and the choice flips back
+// within ~10 runs of it. Pure: no clock, no I/O.
 
 export type LoneSide = 'wide' | 'narrow';
 
@@ -21,50 +28,78 @@ export interface LoneChooserOptions {
   minSamples?: number;
   /** Runs per side kept for its median. @default 5 */
   window?: number;
-  /** Every this many lone runs, one goes to the side not chosen. @default 32 */
+  /** At most this many lone runs between re-checks of the side not chosen. @default 32 */
   exploreEvery?: number;
+  /** At least this many, just after the choice switched or a re-check contradicted it. @default 4 */
+  minExploreEvery?: number;
   /** Narrow must be this much faster (a fraction) to be chosen: ties go wide. @default 0.05 */
   margin?: number;
 }
 
 export class LoneChooser {
   private readonly times: Record<LoneSide, number[]> = { wide: [], narrow: [] };
-  private runs = 0;
+  /** Lone runs since the side not chosen was last re-checked. */
+  private sinceCheck = 0;
+  /** Lone runs between re-checks now: minExploreEvery…exploreEvery. */
+  private checkEvery: number;
   private readonly minSamples: number;
   private readonly window: number;
   private readonly exploreEvery: number;
+  private readonly minExploreEvery: number;
   private readonly margin: number;
 
   constructor(o: LoneChooserOptions = {}) {
     this.minSamples = o.minSamples ?? 3;
     this.window = Math.max(o.window ?? 5, this.minSamples);
     this.exploreEvery = o.exploreEvery ?? 32;
+    this.minExploreEvery = Math.min(o.minExploreEvery ?? 4, this.exploreEvery);
     this.margin = o.margin ?? 0.05;
+    // The first choice rests on minSamples runs each, taken while the replica was starting: re-checked soon too.
+    this.checkEvery = this.minExploreEvery;
   }
 
   /** The side the next lone run should take. */
   choose(): LoneSide {
-    this.runs++;
-    const { wide, narrow } = this.times;
-    if (wide.length < this.minSamples || narrow.length < this.minSamples) return wide.length <= narrow.length ? 'wide' : 'narrow';
+    if (!this.measured) return this.times.wide.length <= this.times.narrow.length ? 'wide' : 'narrow';
     const best = this.best;
-    if (this.runs % this.exploreEvery === 0) return best === 'wide' ? 'narrow' : 'wide';
-    return best;
+    if (++this.sinceCheck < this.checkEvery) return best;
+    this.sinceCheck = 0;
+    return other(best);
   }
 
   /** Records what a lone run cost on `side` (time per input value, hops included). */
   observe(side: LoneSide, cost: number): void {
     if (!Number.isFinite(cost) || cost < 0) return;
+    const measured = this.measured;
+    const before = this.best;
+    if (measured && side !== before) {
+      // A re-check: does this run say the side not chosen is the cheaper one now?
+      const chosen = median(this.times[before]);
+      const contradicts = side === 'narrow' ? this.narrowWins(chosen, cost) : !this.narrowWins(cost, chosen);
+      this.checkEvery = contradicts ? this.minExploreEvery : Math.min(this.exploreEvery, this.checkEvery * 2);
+    }
     const t = this.times[side];
     t.push(cost);
     if (t.length > this.window) t.shift();
+    if (measured && this.best !== before) {
+      this.checkEvery = this.minExploreEvery;
+      this.sinceCheck = 0;
+    }
   }
 
   /** The side chosen once both are measured (wide until then). */
   get best(): LoneSide {
-    const wide = median(this.times.wide);
-    const narrow = median(this.times.narrow);
-    return this.times.wide.length >= this.minSamples && this.times.narrow.length >= this.minSamples && narrow < wide * (1 - this.margin) ? 'narrow' : 'wide';
+    return this.measured && this.narrowWins(median(this.times.wide), median(this.times.narrow)) ? 'narrow' : 'wide';
+  }
+
+  /** Both sides have their minimum of runs. */
+  private get measured(): boolean {
+    return this.times.wide.length >= this.minSamples && this.times.narrow.length >= this.minSamples;
+  }
+
+  /** Narrow is chosen over wide only where it is `margin` cheaper: ties go wide. */
+  private narrowWins(wide: number, narrow: number): boolean {
+    return narrow < wide * (1 - this.margin);
   }
 
   /** For the replica's record: the choice and each side's median cost (NaN before a run). */
@@ -72,6 +107,8 @@ export class LoneChooser {
     return { choice: this.best, wide: median(this.times.wide), narrow: median(this.times.narrow) };
   }
 }
+
+const other = (side: LoneSide): LoneSide => (side === 'wide' ? 'narrow' : 'wide');
 
 function median(xs: readonly number[]): number {
   if (!xs.length) return Number.NaN;
