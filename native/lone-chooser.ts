@@ -12,14 +12,16 @@
 // re-checks the side not chosen with one run every so often. Costs are per input value (the
 // caller divides), so inputs of different sizes compare. Medians, not means: one run slowed by
 // a GC pause or a late vCPU does not swing the choice.
-// The re-checks are adaptive. Every `exploreEvery` lone runs while re-checks keep confirming the
-// choice; every `minExploreEvery` once the choice has just switched or a re-check found the
-// other side cheaper than the chosen one's median, doubling back up with each re-check that
-// confirms (so also just after the first choice, made while the replica was starting). A slow spell of some seconds used to leave lone runs on the side it favoured until
-// three of that side's re-checks, one every 32 runs, had replaced the samples (~96 lone runs
-// after the spell: at c = 1 most of a bench section, the request 1.5× slower); now one re-check
-// that finds the other side cheaper brings the next ones closer, and the choice flips back
-// within ~10 runs of it. Pure: no clock, no I/O.
+// The re-checks are adaptive: every `minExploreEvery` lone runs just after the choice switched
+// (and after the first choice, made while the replica was starting) or after a re-check that
+// contradicted it, doubling with each re-check that confirms it, up to every `exploreEvery`. A
+// re-check contradicts the choice where its cost, taken as its side's median, would have made
+// that side the choice (the same margin rule: ties go wide), so a near-tie does not keep the
+// re-checks close. A slow spell of some seconds used to leave lone runs on the side it favoured
+// until three of the other side's re-checks, one every 32 runs, had replaced its samples (~96
+// lone runs after the spell: at c = 1 most of a bench section, the request 1.5× slower). Now the
+// first re-check after the spell (at most exploreEvery runs later) brings the next ones 4 runs
+// apart, and the choice flips back ~8 runs after it. Pure: no clock, no I/O.
 
 export type LoneSide = 'wide' | 'narrow';
 
@@ -51,10 +53,10 @@ export class LoneChooser {
   constructor(o: LoneChooserOptions = {}) {
     this.minSamples = o.minSamples ?? 3;
     this.window = Math.max(o.window ?? 5, this.minSamples);
-    this.exploreEvery = o.exploreEvery ?? 32;
-    this.minExploreEvery = Math.min(o.minExploreEvery ?? 4, this.exploreEvery);
+    this.exploreEvery = Math.max(1, o.exploreEvery ?? 32);
+    this.minExploreEvery = Math.max(1, Math.min(o.minExploreEvery ?? 4, this.exploreEvery));
     this.margin = o.margin ?? 0.05;
-    // The first choice rests on minSamples runs each, taken while the replica was starting: re-checked soon too.
+    // The first choice rests on minSamples runs each, taken while the replica was starting.
     this.checkEvery = this.minExploreEvery;
   }
 

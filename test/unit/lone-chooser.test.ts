@@ -26,8 +26,11 @@ describe('LoneChooser', () => {
     // Re-checks 4, 8 and 16 runs after the first choice, then every 32.
     assert.ok(taken.slice(6).filter((s) => s === 'narrow').length <= 200 / 32 + 3, 'narrow only to explore');
     const tie = new LoneChooser();
-    drive(tie, (s) => (s === 'wide' ? 50 : 48.5), 100);
+    const tieTaken = drive(tie, (s) => (s === 'wide' ? 50 : 48.5), 200);
     assert.equal(tie.stats.choice, 'wide', 'narrow 3 % faster is inside the 5 % margin');
+    // Such re-checks confirm the choice: they do not keep coming 4 runs apart.
+    const tieChecks = tieTaken.slice(6).flatMap((s, i) => (s === 'narrow' ? [i] : []));
+    assert.equal(tieChecks.at(-1)! - tieChecks.at(-2)!, 32);
   });
 
   it('runs narrow where one thread is faster, and reports both medians', () => {
@@ -76,8 +79,22 @@ describe('LoneChooser', () => {
     const checks = taken.slice(6).flatMap((s, i) => (s === 'wide' ? [i + 6] : []));
     // Re-checks confirming narrow: 4, 8, 16, then 32 runs apart.
     const gaps = checks.slice(1).map((at, i) => at - checks[i]);
+    assert.equal(checks[0], 6 + 3, 'the first re-check on the 4th run after the first choice');
     assert.deepEqual(gaps.slice(0, 3), [8, 16, 32], `gaps ${gaps.join(',')}`);
     assert.ok(gaps.slice(3).every((g) => g === 32), `gaps ${gaps.join(',')}`);
+  });
+
+  it('a re-check that finds narrow cheaper brings the next ones closer', () => {
+    const c = new LoneChooser();
+    // Wide is faster for 300 runs (re-checks 32 apart by then), then narrow gets much cheaper.
+    const cost = (s: LoneSide, i: number) => (s === 'wide' ? 45 : i < 300 ? 68 : 30);
+    drive(c, cost, 300);
+    assert.equal(c.stats.choice, 'wide');
+    const after = drive(c, cost, 60, 300);
+    const firstNarrowStretch = after.findIndex((s, i) => after.slice(i, i + 4).every((x) => x === 'narrow'));
+    // The first re-check that sees it (≤ 32 runs in), then two more 4 runs apart.
+    assert.ok(firstNarrowStretch >= 0 && firstNarrowStretch <= 32 + 2 * 4 + 1, `narrow after ${firstNarrowStretch} runs`);
+    assert.equal(c.stats.choice, 'narrow');
   });
 
   it('a run slowed once (a GC pause) does not swing the choice', () => {
