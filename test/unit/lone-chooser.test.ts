@@ -91,7 +91,7 @@ describe('LoneChooser', () => {
     drive(c, cost, 300);
     assert.equal(c.stats.choice, 'wide');
     const after = drive(c, cost, 60, 300);
-    const firstNarrowStretch = after.findIndex((s, i) => after.slice(i, i + 4).every((x) => x === 'narrow'));
+    const firstNarrowStretch = after.findIndex((_, i) => after.slice(i, i + 4).every((x) => x === 'narrow'));
     // The first re-check that sees it (≤ 32 runs in), then two more 4 runs apart.
     assert.ok(firstNarrowStretch >= 0 && firstNarrowStretch <= 32 + 2 * 4 + 1, `narrow after ${firstNarrowStretch} runs`);
     assert.equal(c.stats.choice, 'narrow');
