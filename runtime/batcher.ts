@@ -87,12 +87,21 @@ export interface RunResult {
   waitMs: number;
 }
 
+/** What a caller may pass with its feeds. */
+export interface RunOptions {
+  /** Aborting it takes the call back while it still waits for its batch (it rejects with the reason); a call already running finishes. */
+  signal?: AbortSignal;
+  /** Called once, when the call's batch starts (not if it is taken back or never starts). */
+  onStart?: () => void;
+}
+
 interface Pending {
   feeds: Feeds;
   rows: number;
   at: number;
   resolve: (r: RunResult) => void;
   reject: (e: unknown) => void;
+  onStart?: () => void;
 }
 
 interface Group {
@@ -131,12 +140,25 @@ export class DynamicBatcher {
   }
 
   /** Runs the feeds in the next batch of their shape; `low` for batch lines, which yield to live calls. */
-  run(feeds: Feeds, low = false): Promise<RunResult> {
+  run(feeds: Feeds, low = false, o: RunOptions = {}): Promise<RunResult> {
     const n = rows(feeds);
     if (!(n >= 1)) return Promise.reject(new RangeError('feeds need at least one input with a batch dimension ≥ 1'));
+    const { signal } = o;
+    if (signal?.aborted) return Promise.reject(signal.reason);
     this.stats.requests++;
     return new Promise<RunResult>((resolve, reject) => {
-      const call: Pending = { feeds, rows: n, at: this.clock.now(), resolve, reject };
+      // A handler past its timeout (or a canceled job) takes back a call still waiting, e.g. a batch
+      // line's held back while live requests run: its handler can settle, instead of the replica
+      // waiting for a call that may not start for a long time and replacing itself as stuck.
+      const onAbort = () => {
+        if (this.withdraw(call)) reject(signal!.reason);
+      };
+      const settle = <T>(f: (v: T) => void) => (v: T) => {
+        signal?.removeEventListener('abort', onAbort);
+        f(v);
+      };
+      const call: Pending = { feeds, rows: n, at: this.clock.now(), resolve: settle(resolve), reject: settle(reject), onStart: o.onStart };
+      signal?.addEventListener('abort', onAbort, { once: true });
       const key = `${low ? 'low' : 'live'}|${batchKey(feeds)}`;
       const cap = this.stats.cap;
       let group = this.groups.get(key);
@@ -153,6 +175,23 @@ export class DynamicBatcher {
       if (group.rows >= cap || (low && group.calls.length >= (this.options.lowMaxCalls ?? Infinity))) this.seal(group);
       this.dispatch();
     });
+  }
+
+  /** Takes a waiting call out of its group; false if it is not waiting (its batch started). */
+  private withdraw(call: Pending): boolean {
+    for (const [i, g] of [...this.full.entries(), ...[...this.groups.values()].map((g) => [-1, g] as const)]) {
+      const at = g.calls.indexOf(call);
+      if (at < 0) continue;
+      g.calls.splice(at, 1);
+      g.rows -= call.rows;
+      if (!g.calls.length) {
+        if (i >= 0) this.full.splice(i, 1);
+        else this.groups.delete(g.key);
+      } else if (g.oldest === call.at) g.oldest = Math.min(...g.calls.map((c) => c.at));
+      this.dispatch();
+      return true;
+    }
+    return false;
   }
 
   private seal(group: Group): void {
@@ -226,6 +265,7 @@ export class DynamicBatcher {
     s.executions++;
     s.maxCallsPerBatch = Math.max(s.maxCallsPerBatch, calls.length);
     s.callsPerBatch[calls.length] = (s.callsPerBatch[calls.length] ?? 0) + 1;
+    for (const c of calls) c.onStart?.();
     try {
       const { outputs, inferMs, wide, lone } = await this.options.execute(concatFeeds(calls.map((c) => c.feeds)), group.low);
       s.inferMsTotal += inferMs;

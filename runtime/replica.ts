@@ -14,7 +14,7 @@ import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { linkPlatformModules } from '../core/bundle-dir.ts';
 import { BatchStore, chunkLineJobs, errorLine, outputLine } from '../core/batches.ts';
-import { newClock, splitTiming, unrunTiming, type CallClock } from './timing.ts';
+import { heldMs, holdCall, newClock, splitTiming, unrunTiming, type CallClock } from './timing.ts';
 import { batchQueueName, encodeReply, errorBody, keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type Manifest, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData, type BatchChunkData } from '../core/contracts.ts';
 import { sinceEnqueued } from '../core/clock.ts';
 import { CANCELED_BODY, enqueueWebhook, isTerminal, JobStore } from '../core/jobs.ts';
@@ -454,7 +454,8 @@ export class Replica {
   }
 
   /** The handler's models; a batch line's (`low`) calls yield to live ones. `clock` times a request's calls (setup and warmup get one nobody reads). */
-  private handles(clock: CallClock = newClock(), low = false): Record<string, ModelHandle> {
+  /** Model handles for one request; `signal` (its handler's) takes back its calls still waiting for their batch. */
+  private handles(clock: CallClock = newClock(), low = false, signal?: AbortSignal): Record<string, ModelHandle> {
     const out: Record<string, ModelHandle> = {};
     for (const [name, m] of this.models) {
       out[name] = {
@@ -463,13 +464,15 @@ export class Replica {
         run: async (feeds: Feeds) => {
           clock.firstAt ??= performance.now();
           clock.pending++;
+          const started = holdCall(clock);
           try {
-            const r = await m.batcher.run(feeds, low);
+            const r = await m.batcher.run(feeds, low, { signal, onStart: started });
             clock.inferMs += r.inferMs;
             clock.execMs += r.execMs;
             clock.batchMs += r.waitMs;
             return r.outputs;
           } finally {
+            started();
             clock.pending--;
             clock.lastEndAt = performance.now();
           }
@@ -725,7 +728,7 @@ export class Replica {
     const ctl = new AbortController();
     jobSignal?.addEventListener('abort', () => ctl.abort(jobSignal.reason), { once: true });
     const ctx: HandlerContext = {
-      models: this.handles(clock, low),
+      models: this.handles(clock, low, ctl.signal),
       get log() {
         return log();
       },
@@ -743,15 +746,28 @@ export class Replica {
       () => (settled = true),
       () => (settled = true),
     );
+    // A batch line's budget leaves out the time its model calls waited for their batch: held back
+    // while live requests run (live-first.ts), for as long as they do, it is not running. Without
+    // this, steady live traffic timed out the batch lines it held back, and a line whose call was
+    // still waiting past the grace made its replica replace itself as stuck. A live request's
+    // budget is its caller's wait, so all of it counts.
+    const began = performance.now();
     const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
+      const expire = () => {
+        const used = performance.now() - began - (low ? heldMs(clock, performance.now()) : 0);
+        if (used < budget) {
+          timer = setTimeout(expire, budget - used);
+          return;
+        }
+        // Its calls still waiting for their batch are taken back (they reject with this reason).
         ctl.abort(new TimeoutError(`handler ran past ${budget} ms`));
         reject(new TimeoutError(`${this.o.manifest.name} did not finish within ${this.o.manifest.timeoutMs} ms`));
         // A handler that ignores its signal holds a slot (and maybe a core) forever: replace the replica.
         setTimeout(() => {
           if (!settled) this.stuck(rid);
         }, this.o.handlerGraceMs).unref();
-      }, budget);
+      };
+      timer = setTimeout(expire, budget);
     });
     try {
       return await Promise.race([running, timeout]);

@@ -14,9 +14,29 @@ export interface CallClock {
   execMs: number;
   /** Its calls' waits for their batch to start, summed (ms). */
   batchMs: number;
+  /** Calls waiting for their batch to start now. */
+  waiting: number;
+  /** Since when at least one call has been waiting (performance.now(); while `waiting` > 0). */
+  waitingSince: number;
+  /** How long at least one of its calls was waiting for its batch, in intervals that ended (ms). */
+  heldMs: number;
 }
 
-export const newClock = (): CallClock => ({ pending: 0, inferMs: 0, execMs: 0, batchMs: 0 });
+export const newClock = (): CallClock => ({ pending: 0, inferMs: 0, execMs: 0, batchMs: 0, waiting: 0, waitingSince: 0, heldMs: 0 });
+
+/** How long, up to `now`, at least one of the request's model calls was waiting for its batch to start (ms). */
+export const heldMs = (clock: CallClock, now: number): number => clock.heldMs + (clock.waiting > 0 ? now - clock.waitingSince : 0);
+
+/** Marks one model call waiting for its batch; the function returned ends the wait (once). */
+export function holdCall(clock: CallClock): () => void {
+  if (clock.waiting++ === 0) clock.waitingSince = performance.now();
+  let ended = false;
+  return () => {
+    if (ended) return;
+    ended = true;
+    if (--clock.waiting === 0) clock.heldMs += performance.now() - clock.waitingSince;
+  };
+}
 
 const ms2 = (n: number) => Math.round(n * 100) / 100;
 

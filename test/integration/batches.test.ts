@@ -161,6 +161,34 @@ describe('bulk batches', () => {
     assert.equal((await p.fetch('/v1/functions/boom', { method: 'DELETE' })).status, 200);
   });
 
+  test('batch lines held back by steady live traffic for longer than their budget wait, and are not timed out', async () => {
+    await p.deploy(fixture('patient.ts'));
+    const call = async (i: number) => {
+      const res = await p.fetch('/v1/run/patient', { method: 'POST', body: JSON.stringify({ i }) });
+      assert.equal(res.status, 200, await res.clone().text());
+    };
+    await call(0);
+    const replicaIds = async () => ((await (await p.fetch('/v1/functions/patient')).json()) as { replicas: { id: string }[] }).replicas.map((r) => r.id);
+    const before = await replicaIds();
+    const lines = Array.from({ length: 60 }, (_, i) => JSON.stringify({ custom_id: `p${i}`, input: { i } }));
+    const created = await create('patient', lines.join('\n'));
+    await eventually(async () => (await get(created.id)).request_counts.completed >= 1, 'the batch to be running', 60_000);
+    // Live requests back to back on two connections for 3 s, ~4 times the function's 800 ms
+    // budget: the batch lines in the replica wait at the live-first gate all that time.
+    const until = Date.now() + 3000;
+    let live = 0;
+    await Promise.all([0, 1].map(async () => {
+      while (Date.now() < until) await call(++live);
+    }));
+    const done = await settled(created.id, 60_000);
+    assert.equal(done.status, 'completed');
+    const errors = await file(created.id, 'errors');
+    assert.deepEqual(errors.map((e) => e.error!.code), [], 'no line timed out');
+    assert.deepEqual(done.request_counts, { total: 60, completed: 60, failed: 0 });
+    assert.deepEqual(await replicaIds(), before, 'the replica was not replaced as stuck');
+    assert.equal((await p.fetch('/v1/functions/patient', { method: 'DELETE' })).status, 200);
+  });
+
   test('cancel stops feeding, keeps what finished, and never lists a line twice', async () => {
     const lines = Array.from({ length: 400 }, (_, i) => JSON.stringify({ custom_id: `c${i}`, input: { ms: 200, tag: `c${i}` } }));
     const created = await create('sleepy', lines.join('\n'));

@@ -284,6 +284,38 @@ describe('DynamicBatcher', () => {
     await Promise.all(low);
   });
 
+  it('takes back a call still waiting when its signal aborts; a running one finishes; onStart says when a batch starts', async () => {
+    const clock = new FakeClock();
+    const { batches, execute } = recorder();
+    let mayRun = false;
+    const b = new DynamicBatcher({ maxBatchSize: 4, maxDelayMs: 5, execute, clock, lowMayRun: () => mayRun });
+    const held = new AbortController();
+    const started: number[] = [];
+    const taken = b.run(rowsOf([1]), true, { signal: held.signal, onStart: () => started.push(1) });
+    const kept = b.run(rowsOf([2]), true, { onStart: () => started.push(2) });
+    clock.advance(50);
+    assert.equal(b.pending(true), 2, 'both wait while live requests run');
+    held.abort(new Error('handler ran past its budget'));
+    await assert.rejects(taken, /ran past its budget/);
+    assert.equal(b.pending(true), 1, 'the aborted call left its group');
+    mayRun = true;
+    b.poke();
+    clock.advance(5);
+    assert.equal(batches.length, 1);
+    assert.deepEqual([...batches[0].dims], [1, 2], 'the batch holds only the call still wanted');
+    assert.deepEqual(started, [2]);
+    batches[0].release();
+    assert.deepEqual([...((await kept).outputs.y.data as Float32Array)], [4, 4]);
+    const running = new AbortController();
+    const late = b.run(rowsOf([3]), false, { signal: running.signal, onStart: () => started.push(3) });
+    clock.advance(5);
+    assert.deepEqual(started, [2, 3]);
+    running.abort(new Error('too late'));
+    batches[1].release();
+    assert.deepEqual([...((await late).outputs.y.data as Float32Array)], [6, 6], 'a call whose batch started is not taken back');
+    await assert.rejects(b.run(rowsOf([4]), false, { signal: running.signal }), /too late/, 'an aborted signal refuses a new call');
+  });
+
   it('caps the calls of a low-priority inference at lowMaxCalls', async () => {
     const clock = new FakeClock();
     const { batches, execute } = recorder();
