@@ -10,7 +10,9 @@
 // than lockMs: those of a replica that died. It takes them into a backlog it runs before anything
 // new. The delivery count says how many replicas were handed a request, so a request that keeps
 // killing its replica can be answered instead of run again. A replica that drains leaves its
-// backlog pending, to be taken over again.
+// backlog pending, to be taken over again at once: it hands those entries over (XCLAIM … IDLE
+// lockMs makes them claimable now), as does a replica that abandons what it holds (replaced as
+// stuck); a replica scans once as it starts, so a replacement takes them within a moment.
 import type { Redis } from 'ioredis';
 import type { RunJobData } from '../core/contracts.ts';
 import { claimLiveEntries, decodeLiveJob, ensureLiveGroup, finishLiveEntries, leaveLiveGroup, LIVE_GROUP, liveStream, readLiveEntries, type LiveEntry, type LiveOutcome } from '../core/live-queue.ts';
@@ -68,15 +70,18 @@ export class LiveConsumer {
     // XREADGROUP BLOCK holds its connection: a connection of its own.
     this.reader = this.o.redis.duplicate();
     this.reader.on('error', () => {});
-    this.tending = setInterval(() => {
+    const tendNow = () => {
       // One at a time: while Redis is unreachable, calls would otherwise pile up behind each other.
       if (this.tendingNow) return;
       this.tendingNow = true;
       this.tend()
         .catch((err: Error) => this.o.log.warn({ err: err.message }, 'could not tend held requests'))
         .finally(() => (this.tendingNow = false));
-    }, Math.max(100, Math.floor(this.o.lockMs / 3)));
+    };
+    this.tending = setInterval(tendNow, Math.max(100, Math.floor(this.o.lockMs / 3)));
     this.reading = this.read();
+    // A first scan now: requests a replica handed over (or its predecessor left) run at once.
+    tendNow();
   }
 
   /** Requests running now: those held, less those waiting in the backlog. */
@@ -94,17 +99,33 @@ export class LiveConsumer {
     this.reader?.disconnect();
     if (this.active > 0) await new Promise<void>((resolve) => (this.idle = resolve));
     clearInterval(this.tending);
+    // What it took over and never started: claimable by another replica now, not after lockMs.
+    await this.handOver(this.backlog.map((b) => b.id));
     // Finishing calls still under way too: leaving the group checks that nothing is pending.
     this.track(this.flushFinished());
     await Promise.all(this.flushes);
     await leaveLiveGroup(this.o.redis, this.o.fn, this.o.consumer).catch(() => {});
   }
 
-  /** Stops at once; what it holds stays pending and is taken over by another replica after lockMs. */
-  abandon(): void {
+  /**
+   * Stops at once without waiting for what it holds (a replica replacing itself as stuck): those
+   * requests are handed over, claimable by any replica now (their delivery counts as a crash, as
+   * it would have after lockMs). Unreachable, Redis lets them go after lockMs as before.
+   */
+  async abandon(): Promise<void> {
     this.stopped = true;
     clearInterval(this.tending);
     this.reader?.disconnect();
+    await this.handOver([...this.held]);
+  }
+
+  /** Makes entries this replica holds claimable by the others' next scan (idle for lockMs already); gives up after a second. */
+  private async handOver(ids: string[]): Promise<void> {
+    if (!ids.length) return;
+    let timer: NodeJS.Timeout | undefined;
+    const call = this.o.redis.call('XCLAIM', this.stream, LIVE_GROUP, this.o.consumer, 0, ...ids, 'IDLE', this.o.lockMs, 'JUSTID').catch(() => {});
+    await Promise.race([call, new Promise((r) => (timer = setTimeout(r, 1000)))]);
+    clearTimeout(timer);
   }
 
   private async read(): Promise<void> {

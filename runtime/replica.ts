@@ -410,7 +410,7 @@ export class Replica {
     clearInterval(this.heartbeat);
     this.cancelSub?.disconnect();
     this.gate.close();
-    this.live?.abandon();
+    await this.live?.abandon();
     await this.batchWorker?.close(true).catch(() => {});
     await this.o.redis.multi().del(keys.replica(this.o.id)).srem(keys.replicas(this.o.manifest.name), this.o.id).exec().catch(() => {});
   }

@@ -23,14 +23,14 @@ let redis: Redis;
 const log = createLogger('test', 'silent');
 const job = (rid: string): RunJobData => ({ rid, gw: 'gw-test', input: { rid }, enq: Date.now() });
 
-/** Queues `rid` on `fn` and has a replica take it and die at once (SIGKILL: nothing acknowledged, nothing tended). */
+/** Queues `rid` on `fn` and has a replica take it and stop at once (nothing acknowledged, nothing tended after). */
 async function orphan(fn: string, rid: string): Promise<LiveQueue> {
   const q = new LiveQueue(redis);
   await q.add(fn, job(rid));
   const dead = new LiveConsumer({ redis, fn, consumer: `replica-dead-${fn}`, concurrency: 1, lockMs: 300, log, process: () => new Promise<void>(() => {}) });
   await dead.start();
   await eventually(async () => (await q.waiting(fn)) === 0, 'the first replica to take it');
-  dead.abandon();
+  await dead.abandon();
   return q;
 }
 
@@ -160,6 +160,25 @@ describe('live queue', () => {
     assert.deepEqual(runs, [{ rid: 'held', deliveries: 2 }]);
     await eventually(async () => (await redis.xlen(liveStream('crashy'))) === 0, 'the taken-over request to be deleted');
     await heir.drain();
+  });
+
+  it('a replica that abandons what it holds (replaced as stuck) hands it over at once, not after lockMs', async () => {
+    const q = new LiveQueue(redis);
+    await q.add('handover', job('read-then-stuck'));
+    // A 60 s lock: taken over only by the hand-over, well inside this test's 10 s wait.
+    const stuck = new LiveConsumer({ redis, fn: 'handover', consumer: 'replica-stuck', concurrency: 2, lockMs: 60_000, log, process: () => new Promise<void>(() => {}) });
+    await stuck.start();
+    await eventually(async () => (await q.waiting('handover')) === 0, 'the stuck replica to take it');
+    await stuck.abandon();
+    const runs: { rid: string; deliveries: number }[] = [];
+    const next = new LiveConsumer({ redis, fn: 'handover', consumer: 'replica-next', concurrency: 2, lockMs: 60_000, log, process: async (_e, data, deliveries) => void runs.push({ rid: data.rid, deliveries }) });
+    const t0 = Date.now();
+    await next.start();
+    await eventually(async () => runs.length === 1, 'the next replica to take it over', 10_000);
+    assert.deepEqual(runs, [{ rid: 'read-then-stuck', deliveries: 2 }]);
+    assert.ok(Date.now() - t0 < 10_000);
+    await eventually(async () => (await redis.xlen(liveStream('handover'))) === 0, 'the request to be finished');
+    await next.drain();
   });
 
   it('a live replica keeps what it holds past lockMs; a request the gateway took back is skipped', async () => {
