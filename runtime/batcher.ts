@@ -151,7 +151,10 @@ export class DynamicBatcher {
       // line's held back while live requests run: its handler can settle, instead of the replica
       // waiting for a call that may not start for a long time and replacing itself as stuck.
       const onAbort = () => {
-        if (this.withdraw(call)) reject(signal!.reason);
+        if (!this.withdraw(call)) return;
+        reject(signal!.reason);
+        // Once the abort's other listeners (the same handler's other calls) have left too.
+        queueMicrotask(() => this.dispatch());
       };
       const settle = <T>(f: (v: T) => void) => (v: T) => {
         signal?.removeEventListener('abort', onAbort);
@@ -188,7 +191,6 @@ export class DynamicBatcher {
         if (i >= 0) this.full.splice(i, 1);
         else this.groups.delete(g.key);
       } else if (g.oldest === call.at) g.oldest = Math.min(...g.calls.map((c) => c.at));
-      this.dispatch();
       return true;
     }
     return false;

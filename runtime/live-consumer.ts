@@ -17,6 +17,7 @@ import type { Redis } from 'ioredis';
 import type { RunJobData } from '../core/contracts.ts';
 import { claimLiveEntries, decodeLiveJob, ensureLiveGroup, finishLiveEntries, leaveLiveGroup, LIVE_GROUP, liveStream, readLiveEntries, type LiveEntry, type LiveOutcome } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
+import { evalScript } from '../core/redis.ts';
 
 /** How long one read waits for work before looking again (bounds how long a drain waits for the reader). */
 const BLOCK_MS = 1000;
@@ -42,6 +43,25 @@ export interface LiveConsumerOptions {
 // Entries are read as Buffers (LiveEntry). Any replica may read a binary body: one whose version
 // does not take bytes in that field answers it 415 (runtime/replica.ts).
 
+/**
+ * Hands entries over: each one still pending with this consumer (another replica may have taken
+ * it over meanwhile: left alone) gets the idle time `ARGV[3]` ms, so the next scan takes it; with
+ * `ARGV[4]` = 1 its delivery count goes back by one (a delivery that never ran it).
+ * KEYS[1] stream; ARGV: group, consumer, idle ms, unrun, ids…
+ */
+const HAND_OVER = `
+local n = 0
+for i = 5, #ARGV do
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)[1]
+  if p and p[2] == ARGV[2] then
+    local count = tonumber(p[4])
+    if ARGV[4] == '1' and count > 1 then count = count - 1 end
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'IDLE', ARGV[3], 'RETRYCOUNT', count, 'JUSTID')
+    n = n + 1
+  end
+end
+return n`;
+
 export class LiveConsumer {
   private readonly stream: string;
   private reader?: Redis;
@@ -53,7 +73,8 @@ export class LiveConsumer {
   private slotFreed?: () => void;
   private idle?: () => void;
   private finished: { id: string; outcome?: LiveOutcome }[] = [];
-  private tendingNow = false;
+  /** The tending call under way, if any. */
+  private tendingNow?: Promise<void>;
   /** Finishing calls under way (drain waits for them). */
   private readonly flushes = new Set<Promise<void>>();
   /** Taken over from silent replicas, held (and kept) by this one, run before anything new. */
@@ -73,10 +94,9 @@ export class LiveConsumer {
     const tendNow = () => {
       // One at a time: while Redis is unreachable, calls would otherwise pile up behind each other.
       if (this.tendingNow) return;
-      this.tendingNow = true;
-      this.tend()
+      this.tendingNow = this.tend()
         .catch((err: Error) => this.o.log.warn({ err: err.message }, 'could not tend held requests'))
-        .finally(() => (this.tendingNow = false));
+        .finally(() => (this.tendingNow = undefined));
     };
     this.tending = setInterval(tendNow, Math.max(100, Math.floor(this.o.lockMs / 3)));
     this.reading = this.read();
@@ -99,8 +119,10 @@ export class LiveConsumer {
     this.reader?.disconnect();
     if (this.active > 0) await new Promise<void>((resolve) => (this.idle = resolve));
     clearInterval(this.tending);
-    // What it took over and never started: claimable by another replica now, not after lockMs.
-    await this.handOver(this.backlog.map((b) => b.id));
+    // What it took over and never started (a scan under way may still add some): claimable by
+    // another replica now, not after lockMs, and not counted as a crash of this one.
+    await this.tendingNow;
+    await this.handOver(this.backlog.map((b) => b.id), true);
     // Finishing calls still under way too: leaving the group checks that nothing is pending.
     this.track(this.flushFinished());
     await Promise.all(this.flushes);
@@ -119,11 +141,14 @@ export class LiveConsumer {
     await this.handOver([...this.held]);
   }
 
-  /** Makes entries this replica holds claimable by the others' next scan (idle for lockMs already); gives up after a second. */
-  private async handOver(ids: string[]): Promise<void> {
+  /**
+   * Makes entries this replica still holds claimable by the others' next scan (idle for lockMs
+   * already); `unrun`: it never started them, so its delivery is not counted. Gives up after a second.
+   */
+  private async handOver(ids: string[], unrun = false): Promise<void> {
     if (!ids.length) return;
     let timer: NodeJS.Timeout | undefined;
-    const call = this.o.redis.call('XCLAIM', this.stream, LIVE_GROUP, this.o.consumer, 0, ...ids, 'IDLE', this.o.lockMs, 'JUSTID').catch(() => {});
+    const call = evalScript(this.o.redis, HAND_OVER, 1, this.stream, LIVE_GROUP, this.o.consumer, this.o.lockMs, unrun ? 1 : 0, ...ids).catch(() => {});
     await Promise.race([call, new Promise((r) => (timer = setTimeout(r, 1000)))]);
     clearTimeout(timer);
   }

@@ -23,14 +23,11 @@ let redis: Redis;
 const log = createLogger('test', 'silent');
 const job = (rid: string): RunJobData => ({ rid, gw: 'gw-test', input: { rid }, enq: Date.now() });
 
-/** Queues `rid` on `fn` and has a replica take it and stop at once (nothing acknowledged, nothing tended after). */
+/** Queues `rid` on `fn` and has a replica take it and die at once (SIGKILL: nothing acknowledged, tended or handed over). */
 async function orphan(fn: string, rid: string): Promise<LiveQueue> {
   const q = new LiveQueue(redis);
   await q.add(fn, job(rid));
-  const dead = new LiveConsumer({ redis, fn, consumer: `replica-dead-${fn}`, concurrency: 1, lockMs: 300, log, process: () => new Promise<void>(() => {}) });
-  await dead.start();
-  await eventually(async () => (await q.waiting(fn)) === 0, 'the first replica to take it');
-  await dead.abandon();
+  await redis.xreadgroup('GROUP', LIVE_GROUP, `replica-dead-${fn}`, 'COUNT', 1, 'STREAMS', liveStream(fn), '>');
   return q;
 }
 
