@@ -1,7 +1,7 @@
 // Bulk batches in the bench: a 100k-line echo batch and an ocr batch (items/s against the live
 // and raw limits), and live ocr p99 at concurrency 1 with and without a batch running.
 import type { BatchView } from '../core/batches.ts';
-import { closedLoop, closedLoopRun, poolRuns, type LoadRun, type Target } from './load.ts';
+import { closedLoop, closedLoopRun, poolRuns, type LoadRun, type SlowAnswer, type Target } from './load.ts';
 import { sleep, type Window } from './stats.ts';
 
 export interface BatchRun {
@@ -43,6 +43,10 @@ export interface LiveUnderBatch {
   requests: number;
   /** Batch lines finished while live requests were measured. */
   batchLinesDuring: number;
+  /** The slowest answers with the batch running, with their Server-Timing: whether a batch inference (batch wait, infer) or the machine slowed them. */
+  slowestWith?: SlowAnswer[];
+  /** The same without it (both halves). */
+  slowestWithout?: SlowAnswer[];
 }
 
 const SPORADIC_THINK_MS = 250;
@@ -149,6 +153,8 @@ export async function batchSection(o: {
       p50WithMs: withBatch.latencyMs.p50,
       requests: withBatch.requests,
       batchLinesDuring: after.request_counts.completed - doneBefore,
+      ...(withBatch.slowest ? { slowestWith: withBatch.slowest } : {}),
+      ...(without.slowest ? { slowestWithout: without.slowest } : {}),
     };
   };
   // The target's point is measured over 3 windows: a p99 of one window's ~75 answers is its worst one.
@@ -176,6 +182,17 @@ export function formatBatch(b: BatchSection): string {
     `  echo  ${b.echo.lines} lines: ${b.echo.itemsPerSec.toFixed(0)} items/s (${b.echo.seconds.toFixed(1)} s running, ${b.echo.endToEndSeconds.toFixed(1)} s end to end); ÷ live echo req/s = ${r.echo_batch_vs_live.toFixed(2)}`,
     `  ocr   ${b.ocr.lines} lines: ${b.ocr.itemsPerSec.toFixed(2)} items/s (${b.ocr.seconds.toFixed(1)} s); ÷ raw pipeline (${b.rawAround[0].toFixed(2)} req/s before it, ${b.rawAround[1].toFixed(2)} after) = ${r.ocr_batch_vs_raw.toFixed(2)} (target ≥ 0.90: ${r.ocr_batch_vs_raw >= 0.9 ? 'PASS' : 'MISS'})`,
     `  live ocr c=1: p50 ${b.live.p50WithoutMs.toFixed(1)} → ${b.live.p50WithMs.toFixed(1)} ms, p99 ${b.live.p99WithoutMs.toFixed(1)} → ${b.live.p99WithMs.toFixed(1)} ms with a batch running (${b.live.requests} answers; ${b.live.batchLinesDuring} batch lines done meanwhile; without it: p99 ${b.live.p99WithoutRunsMs[0].toFixed(1)} before, ${b.live.p99WithoutRunsMs[1].toFixed(1)} after); p99 ×${r.live_p99_with_batch.toFixed(2)} (target ≤ 1.20: ${r.live_p99_with_batch <= 1.2 ? 'PASS' : 'MISS'})`,
+    `    slowest 3 with the batch: ${slowList(b.live.slowestWith)}; without: ${slowList(b.live.slowestWithout)}`,
     `  live ocr c=1, ${b.sporadic.thinkMs} ms between requests: p50 ${b.sporadic.p50WithoutMs.toFixed(1)} → ${b.sporadic.p50WithMs.toFixed(1)} ms, p99 ${b.sporadic.p99WithoutMs.toFixed(1)} → ${b.sporadic.p99WithMs.toFixed(1)} ms with a batch running (${b.sporadic.batchLinesDuring} batch lines done meanwhile; the batch runs in the gaps, and a live request that finds a batch inference running shares the cores with it until it ends)`,
   ].join('\n');
+}
+
+/** "113.6 ms (infer 98.0, batch 0.1, queue 0.5)", the three slowest: a batch inference beside a live one shows as a longer infer, or as batch wait. */
+function slowList(list?: SlowAnswer[]): string {
+  if (!list?.length) return 'none recorded';
+  const f = (n?: number) => (n === undefined ? '?' : n.toFixed(1));
+  return list
+    .slice(0, 3)
+    .map((a) => `${a.ms.toFixed(1)} ms (infer ${f(a.timing.infer)}, batch ${f(a.timing.batch)}, queue ${f(a.timing.queue)})`)
+    .join(', ');
 }

@@ -45,7 +45,19 @@ export interface LoadResult {
   /** In flight when the drain limit passed (their sockets were destroyed). */
   abandoned: number;
   firstError?: string;
+  /** The SLOWEST_KEPT slowest measured answers, slowest first, each with its Server-Timing (ms): what slowed a high percentile. */
+  slowest?: SlowAnswer[];
 }
+
+export interface SlowAnswer {
+  ms: number;
+  /** Seconds after the measured window opened. */
+  atS: number;
+  timing: ServerTiming;
+}
+
+/** Slowest answers a run keeps (the p99 of a few hundred answers is one of its slowest few). */
+export const SLOWEST_KEPT = 5;
 
 export interface Answer {
   status: number;
@@ -143,6 +155,7 @@ export function poolRuns(runs: readonly LoadRun[]): LoadResult {
     warmupSeconds: sum((r) => r.warmupSeconds),
     abandoned: sum((r) => r.abandoned),
     firstError: results.find((r) => r.firstError)?.firstError,
+    ...(results.some((r) => r.slowest) ? { slowest: results.flatMap((r) => r.slowest ?? []).sort((x, y) => y.ms - x.ms).slice(0, SLOWEST_KEPT) } : {}),
   };
 }
 
@@ -163,6 +176,7 @@ export async function closedLoopRun(target: Target, o: LoadOptions): Promise<Loa
   const samples: number[] = [];
   const statuses: Record<string, number> = {};
   const timings = new Map<string, number[]>();
+  const slowest: SlowAnswer[] = [];
   let sent = 0;
   let inFlight = 0;
   let errors = 0;
@@ -196,6 +210,12 @@ export async function closedLoopRun(target: Target, o: LoadOptions): Promise<Loa
       if (a.status >= 200 && a.status < 300) {
         samples.push(t1 - t0);
         if (a.timing) parseTiming(a.timing, timings);
+        if (slowest.length < SLOWEST_KEPT || t1 - t0 > slowest[slowest.length - 1].ms) {
+          const one = new Map<string, number[]>();
+          if (a.timing) parseTiming(a.timing, one);
+          slowest.push({ ms: t1 - t0, atS: (t0 - measureStart) / 1000, timing: Object.fromEntries([...one].map(([k, v]) => [k, v[0]])) });
+          slowest.sort((x, y) => y.ms - x.ms).splice(SLOWEST_KEPT);
+        }
       } else {
         errors++;
         firstError ??= a.error;
@@ -226,6 +246,7 @@ export async function closedLoopRun(target: Target, o: LoadOptions): Promise<Loa
     warmupSeconds: Number.isFinite(measureStart) ? (measureStart - started) / 1000 : 0,
     abandoned,
     firstError,
+    ...(slowest.length ? { slowest } : {}),
   };
   return { result, samples, timings };
 }
