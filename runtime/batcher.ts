@@ -182,18 +182,15 @@ export class DynamicBatcher {
 
   /** Takes a waiting call out of its group; false if it is not waiting (its batch started). */
   private withdraw(call: Pending): boolean {
-    for (const [i, g] of [...this.full.entries(), ...[...this.groups.values()].map((g) => [-1, g] as const)]) {
-      const at = g.calls.indexOf(call);
-      if (at < 0) continue;
-      g.calls.splice(at, 1);
-      g.rows -= call.rows;
-      if (!g.calls.length) {
-        if (i >= 0) this.full.splice(i, 1);
-        else this.groups.delete(g.key);
-      } else if (g.oldest === call.at) g.oldest = Math.min(...g.calls.map((c) => c.at));
-      return true;
-    }
-    return false;
+    const full = this.full.findIndex((g) => g.calls.includes(call));
+    const g = full >= 0 ? this.full[full] : [...this.groups.values()].find((g) => g.calls.includes(call));
+    if (!g) return false;
+    g.calls.splice(g.calls.indexOf(call), 1);
+    g.rows -= call.rows;
+    if (g.calls.length) g.oldest = Math.min(...g.calls.map((c) => c.at));
+    else if (full >= 0) this.full.splice(full, 1);
+    else this.groups.delete(g.key);
+    return true;
   }
 
   private seal(group: Group): void {

@@ -18,6 +18,7 @@ import type { RunJobData } from '../core/contracts.ts';
 import { claimLiveEntries, decodeLiveJob, ensureLiveGroup, finishLiveEntries, leaveLiveGroup, LIVE_GROUP, liveStream, readLiveEntries, type LiveEntry, type LiveOutcome } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
 import { evalScript } from '../core/redis.ts';
+import { waitAtMost } from '../core/settle.ts';
 
 /** How long one read waits for work before looking again (bounds how long a drain waits for the reader). */
 const BLOCK_MS = 1000;
@@ -147,10 +148,8 @@ export class LiveConsumer {
    */
   private async handOver(ids: string[], unrun = false): Promise<void> {
     if (!ids.length) return;
-    let timer: NodeJS.Timeout | undefined;
-    const call = evalScript(this.o.redis, HAND_OVER, 1, this.stream, LIVE_GROUP, this.o.consumer, this.o.lockMs, unrun ? 1 : 0, ...ids).catch(() => {});
-    await Promise.race([call, new Promise((r) => (timer = setTimeout(r, 1000)))]);
-    clearTimeout(timer);
+    const call = evalScript(this.o.redis, HAND_OVER, 1, this.stream, LIVE_GROUP, this.o.consumer, this.o.lockMs, unrun ? 1 : 0, ...ids);
+    await waitAtMost(call, 1000, this.o.log, 'the hand-over of held requests');
   }
 
   private async read(): Promise<void> {

@@ -453,11 +453,11 @@ export class Replica {
     return mod.default;
   }
 
-  /** The handler's models; a batch line's (`low`) calls yield to live ones. `clock` times a request's calls (setup and warmup get one nobody reads). */
   /**
-   * Model handles for one request; `signal` (its handler's, read only once a model is called: an
-   * AbortSignal made per request cost ~6 % of an `echo` replica's CPU) takes back its calls still
-   * waiting for their batch.
+   * The handler's models; a batch line's (`low`) calls yield to live ones. `clock` times a
+   * request's calls (setup and warmup get one nobody reads). `signal` (the handler's, read only
+   * once a model is called: an AbortSignal made per request cost ~6 % of an `echo` replica's CPU)
+   * takes back its calls still waiting for their batch.
    */
   private handles(clock: CallClock = newClock(), low = false, signal?: () => AbortSignal): Record<string, ModelHandle> {
     const out: Record<string, ModelHandle> = {};
@@ -731,12 +731,10 @@ export class Replica {
     const budget = this.o.manifest.timeoutMs;
     const ctl = new AbortController();
     jobSignal?.addEventListener('abort', () => ctl.abort(jobSignal.reason), { once: true });
-    let signalShared = false;
     const ctx: HandlerContext = {
       models: this.handles(clock, low, () => {
         // One listener per waiting model call: a pipeline may have dozens waiting at once.
-        if (!signalShared) setMaxListeners(0, ctl.signal);
-        signalShared = true;
+        setMaxListeners(0, ctl.signal);
         return ctl.signal;
       }),
       get log() {
