@@ -75,6 +75,7 @@ export function agentOptions(config: Config, o: { redisUrl: string; store: Objec
     nodeTtlMs: config.EMBERS_NODE_TTL_MS,
     providers: config.EMBERS_EXECUTION_PROVIDERS,
     modelReplicaCores: ortInstances(config) * config.EMBERS_ORT_THREADS,
+    lockMs: config.EMBERS_JOB_LOCK_MS,
     scheduler: {
       tickMs: config.EMBERS_SCHEDULER_TICK_MS,
       batchMaxOutstanding: config.EMBERS_BATCH_MAX_OUTSTANDING,

@@ -164,6 +164,9 @@ export interface ErrorBody {
   error: { code: string; message: string; details?: unknown };
 }
 
+/** On the cancel channel in place of a job id: scan the live queue for handed-over requests now (core/live-queue.ts). */
+export const SCAN_NOW = '+scan';
+
 export const keys = {
   functionIndex: 'embers:functions',
   function: (name: string) => `embers:function:${name}`,
@@ -184,7 +187,10 @@ export const keys = {
   /** Async job record (hash) and the tombstone that outlives it, so an expired id answers "expired". */
   job: (id: string) => `embers:job:${id}`,
   jobGone: (id: string) => `embers:job:${id}:gone`,
-  /** Replicas listen here for cancellations of running async jobs: `<function> <job id>`. */
+  /**
+   * Replicas listen here for cancellations of running async jobs, `<function> <job id>`, and for
+   * `<function> +scan` (SCAN_NOW): live requests of that function were handed over, to be taken now.
+   */
   cancelChannel: 'embers:cancel',
   /** Replicas on one node announce "<replica> 1" when busy with live requests, "<replica> 0" when idle (runtime/live-first.ts). */
   liveChannel: (node: string) => `embers:live:${node}`,

@@ -9,7 +9,7 @@
 // Acknowledged entries are deleted, so the stream's length is what waits plus what runs, and
 // its length less the group's pending count is what waits.
 import type { Redis } from 'ioredis';
-import { encodeReplies, type RunJobData } from './contracts.ts';
+import { encodeReplies, keys, SCAN_NOW, type RunJobData } from './contracts.ts';
 import { evalScript, flushWrites } from './redis.ts';
 import { tenantKeys } from './tenants.ts';
 import { hourKey, recordArgs, RECORD_FIELDS, RECORDS_MAX, USAGE_LUA, usageKeys, type UsageRecord } from './usage.ts';
@@ -35,6 +35,48 @@ export async function ensureLiveGroup(redis: Redis, fn: string): Promise<void> {
 export async function leaveLiveGroup(redis: Redis, fn: string, consumer: string): Promise<void> {
   const held = (await redis.xpending(liveStream(fn), LIVE_GROUP, '-', '+', 1, consumer)) as unknown[];
   if (held.length === 0) await redis.xgroup('DELCONSUMER', liveStream(fn), LIVE_GROUP, consumer);
+}
+
+/**
+ * Hands entries over: each one still pending with `ARGV[2]` (another replica may have taken it
+ * over meanwhile: left alone) gets the idle time `ARGV[3]` ms, so the next scan of any replica
+ * takes it; with `ARGV[4]` = 1 its delivery count goes back by one (a delivery that never ran it).
+ * The ids are `ARGV[6…]`, or, with none given, every entry the consumer holds (a replica that
+ * died). When any was handed over, `ARGV[5]` is published on the cancel channel (KEYS[2]): the
+ * function's replicas scan now instead of at their next tending.
+ * KEYS: stream, channel; ARGV: group, consumer, idle ms, unrun, message, ids…
+ */
+const HAND_OVER = `
+local held = {}
+if #ARGV > 5 then
+  for i = 6, #ARGV do
+    local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)[1]
+    if p and p[2] == ARGV[2] then held[#held + 1] = p end
+  end
+else
+  held = redis.pcall('XPENDING', KEYS[1], ARGV[1], '-', '+', 100000, ARGV[2])
+  -- No stream or group (the function never had a live request): nothing held.
+  if held.err then return 0 end
+end
+for _, p in ipairs(held) do
+  local count = tonumber(p[4])
+  if ARGV[4] == '1' and count > 1 then count = count - 1 end
+  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, p[1], 'IDLE', ARGV[3], 'RETRYCOUNT', count, 'JUSTID')
+end
+if #held > 0 then redis.call('PUBLISH', KEYS[2], ARGV[5]) end
+return #held`;
+
+/**
+ * Makes the live entries `consumer` holds claimable by the function's other replicas now rather
+ * than after `lockMs`, and tells them to scan (`<fn> +scan` on the cancel channel). `ids`:
+ * those entries (a replica handing over what it holds); none: every one it holds (its agent, once
+ * the replica's process has exited). `unrun`: it never started them, so that delivery is not
+ * counted. Resolves with how many were handed over.
+ */
+export async function handOverLiveEntries(redis: Redis, fn: string, consumer: string, lockMs: number, o: { ids?: string[]; unrun?: boolean } = {}): Promise<number> {
+  if (o.ids && !o.ids.length) return 0;
+  const n = await evalScript(redis, HAND_OVER, 2, liveStream(fn), keys.cancelChannel, LIVE_GROUP, consumer, lockMs, o.unrun ? 1 : 0, `${fn} ${SCAN_NOW}`, ...(o.ids ?? []));
+  return n as number;
 }
 
 /** What finishing a live entry writes besides its acknowledgement. */

@@ -12,12 +12,13 @@
 // killing its replica can be answered instead of run again. A replica that drains leaves its
 // backlog pending, to be taken over again at once: it hands those entries over (XCLAIM … IDLE
 // lockMs makes them claimable now), as does a replica that abandons what it holds (replaced as
-// stuck); a replica scans once as it starts, so a replacement takes them within a moment.
+// stuck), and a replica's agent once its process has exited (crashed, killed: scheduler/agent.ts).
+// A hand-over tells the function's replicas to scan at once (scanNow); a replica also scans once
+// as it starts, so a replacement takes them within a moment.
 import type { Redis } from 'ioredis';
 import type { RunJobData } from '../core/contracts.ts';
-import { claimLiveEntries, decodeLiveJob, ensureLiveGroup, finishLiveEntries, leaveLiveGroup, LIVE_GROUP, liveStream, readLiveEntries, type LiveEntry, type LiveOutcome } from '../core/live-queue.ts';
+import { claimLiveEntries, decodeLiveJob, ensureLiveGroup, finishLiveEntries, handOverLiveEntries, leaveLiveGroup, LIVE_GROUP, liveStream, readLiveEntries, type LiveEntry, type LiveOutcome } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
-import { evalScript } from '../core/redis.ts';
 import { waitAtMost } from '../core/settle.ts';
 
 /** How long one read waits for work before looking again (bounds how long a drain waits for the reader). */
@@ -43,25 +44,6 @@ export interface LiveConsumerOptions {
 
 // Entries are read as Buffers (LiveEntry). Any replica may read a binary body: one whose version
 // does not take bytes in that field answers it 415 (runtime/replica.ts).
-
-/**
- * Hands entries over: each one still pending with this consumer (another replica may have taken
- * it over meanwhile: left alone) gets the idle time `ARGV[3]` ms, so the next scan takes it; with
- * `ARGV[4]` = 1 its delivery count goes back by one (a delivery that never ran it).
- * KEYS[1] stream; ARGV: group, consumer, idle ms, unrun, ids…
- */
-const HAND_OVER = `
-local n = 0
-for i = 5, #ARGV do
-  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)[1]
-  if p and p[2] == ARGV[2] then
-    local count = tonumber(p[4])
-    if ARGV[4] == '1' and count > 1 then count = count - 1 end
-    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'IDLE', ARGV[3], 'RETRYCOUNT', count, 'JUSTID')
-    n = n + 1
-  end
-end
-return n`;
 
 export class LiveConsumer {
   private readonly stream: string;
@@ -92,17 +74,29 @@ export class LiveConsumer {
     // XREADGROUP BLOCK holds its connection: a connection of its own.
     this.reader = this.o.redis.duplicate();
     this.reader.on('error', () => {});
-    const tendNow = () => {
-      // One at a time: while Redis is unreachable, calls would otherwise pile up behind each other.
-      if (this.tendingNow) return;
-      this.tendingNow = this.tend()
-        .catch((err: Error) => this.o.log.warn({ err: err.message }, 'could not tend held requests'))
-        .finally(() => (this.tendingNow = undefined));
-    };
-    this.tending = setInterval(tendNow, Math.max(100, Math.floor(this.o.lockMs / 3)));
+    this.tending = setInterval(() => this.tendNow(), Math.max(100, Math.floor(this.o.lockMs / 3)));
     this.reading = this.read();
     // A first scan now: requests a replica handed over (or its predecessor left) run at once.
-    tendNow();
+    this.tendNow();
+  }
+
+  private tendNow(): void {
+    // One at a time: while Redis is unreachable, calls would otherwise pile up behind each other.
+    if (this.tendingNow) return;
+    this.tendingNow = this.tend()
+      .catch((err: Error) => this.o.log.warn({ err: err.message }, 'could not tend held requests'))
+      .finally(() => (this.tendingNow = undefined));
+  }
+
+  /**
+   * Scans the whole pending list now (told that requests were handed over: handOverLiveEntries),
+   * rather than a step at its next tending. Not once stopped: its tending would take back what
+   * it handed over itself.
+   */
+  scanNow(): void {
+    if (this.stopped || !this.tending) return;
+    this.claimCursor = '0-0';
+    this.tendNow();
   }
 
   /** Requests running now: those held, less those waiting in the backlog. */
@@ -147,9 +141,7 @@ export class LiveConsumer {
    * already); `unrun`: it never started them, so its delivery is not counted. Gives up after a second.
    */
   private async handOver(ids: string[], unrun = false): Promise<void> {
-    if (!ids.length) return;
-    const call = evalScript(this.o.redis, HAND_OVER, 1, this.stream, LIVE_GROUP, this.o.consumer, this.o.lockMs, unrun ? 1 : 0, ...ids);
-    await waitAtMost(call, 1000, this.o.log, 'the hand-over of held requests');
+    await waitAtMost(handOverLiveEntries(this.o.redis, this.o.fn, this.o.consumer, this.o.lockMs, { ids, unrun }), 1000, this.o.log, 'the hand-over of held requests');
   }
 
   private async read(): Promise<void> {

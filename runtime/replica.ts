@@ -15,7 +15,7 @@ import { z } from 'zod';
 import { linkPlatformModules } from '../core/bundle-dir.ts';
 import { BatchStore, chunkLineJobs, errorLine, outputLine } from '../core/batches.ts';
 import { heldMs, holdCall, newClock, splitTiming, unrunTiming, type CallClock } from './timing.ts';
-import { batchQueueName, encodeReply, errorBody, keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type Manifest, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData, type BatchChunkData } from '../core/contracts.ts';
+import { batchQueueName, encodeReply, errorBody, keys, QUEUE_PREFIX, SCAN_NOW, WEBHOOK_QUEUE, type Manifest, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData, type BatchChunkData } from '../core/contracts.ts';
 import { sinceEnqueued } from '../core/clock.ts';
 import { CANCELED_BODY, enqueueWebhook, isTerminal, JobStore } from '../core/jobs.ts';
 import { recordUsage, type UsageRecord } from '../core/usage.ts';
@@ -254,9 +254,13 @@ export class Replica {
       const [a, b] = message.split(' ');
       if (channel === liveChannel) {
         if (a !== this.o.id) this.gate.peer(a, b === '1');
-      } else if (a === manifest.name) this.cancels.get(b)?.abort(new CanceledError('canceled'));
+      } else if (a === manifest.name) {
+        if (b === SCAN_NOW) this.live?.scanNow();
+        else this.cancels.get(b)?.abort(new CanceledError('canceled'));
+      }
     });
-    // Cancellations, and the node's other replicas saying when live requests need the cores.
+    // Cancellations (and hand-overs of live requests), and the node's other replicas saying when
+    // live requests need the cores.
     await this.cancelSub.subscribe(keys.cancelChannel, liveChannel);
     // Live requests and batch lines each have their own queue and slots: batch lines can never
     // hold the slots a live request needs, however many are queued.

@@ -17,6 +17,7 @@ import type { ScalerSettings } from './scaler.ts';
 import { buildRuntime } from './runtime-build.ts';
 import { Scheduler } from './scheduler.ts';
 import { waitAtMost } from '../core/settle.ts';
+import { handOverLiveEntries } from '../core/live-queue.ts';
 
 const REPLICA_SOURCE = fileURLToPath(new URL('../runtime/main.ts', import.meta.url));
 const TSX = import.meta.resolve('tsx');
@@ -52,6 +53,8 @@ export interface AgentOptions {
   providers?: string[];
   /** Cores a replica running models keeps busy under load on CPU (its instances × threads). @default 0 */
   modelReplicaCores?: number;
+  /** The replicas' lock time (EMBERS_JOB_LOCK_MS): what a dead replica's requests are handed over as idle for. @default 30000 */
+  lockMs?: number;
 }
 
 interface ReplicaProcess {
@@ -250,6 +253,7 @@ export class NodeAgent {
       this.replicas.delete(id);
       this.prepareStandby();
       void this.redis.multi().del(keys.replica(id)).srem(keys.replicas(fn), id).exec().catch(() => {});
+      this.handOver(r);
       if (r.stopping || this.closed) return;
       if (code === EXIT_REPLACE_ME) {
         this.log.warn({ replica: id }, 'replica asked to be replaced');
@@ -260,12 +264,25 @@ export class NodeAgent {
         const delay = Math.min(30_000, 500 * 2 ** (b.failures - 1));
         b.until = Date.now() + delay;
         this.backoff.set(key, b);
-        // Its held jobs come back to the queue when their locks expire.
+        // Its live requests were handed over (above); its batch lines come back when their locks expire.
         this.log.warn({ replica: id, code, retryInMs: delay }, 'replica exited unexpectedly; restarting');
         setTimeout(() => void this.reconcile(), delay).unref();
       }
       void this.reconcile();
     });
+  }
+
+  /**
+   * Hands the live requests an exited replica still held (it crashed, was killed, or outlived its
+   * stop's grace) to the function's other replicas and its replacement now, not after the lock
+   * time: nothing else would (a replica that exits in order holds none; one replaced as stuck
+   * handed them over itself, and doing it again changes nothing).
+   */
+  private handOver(r: ReplicaProcess): void {
+    handOverLiveEntries(this.redis, r.fn, r.id, this.o.lockMs ?? 30_000).then(
+      (n) => n && this.log.warn({ replica: r.id, requests: n }, 'handed over the live requests of a replica that exited'),
+      (err: Error) => this.log.warn({ replica: r.id, err: err.message }, 'could not hand over the live requests of a replica that exited; they run again after the lock time'),
+    );
   }
 
   private async stopReplica(r: ReplicaProcess): Promise<void> {

@@ -7,8 +7,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import type { RunJobData } from '../../core/contracts.ts';
-import { decodeLiveJob, finishLiveEntries, KeyRejectedError, LIVE_GROUP, leaveLiveGroup, LiveQueue, liveStream } from '../../core/live-queue.ts';
+import { keys, SCAN_NOW, type RunJobData } from '../../core/contracts.ts';
+import { decodeLiveJob, finishLiveEntries, handOverLiveEntries, KeyRejectedError, LIVE_GROUP, leaveLiveGroup, LiveQueue, liveStream } from '../../core/live-queue.ts';
 import { usageKeys, type UsageRecord } from '../../core/usage.ts';
 import { tenantKeys } from '../../core/tenants.ts';
 import { createLogger } from '../../core/log.ts';
@@ -176,6 +176,34 @@ describe('live queue', () => {
     assert.ok(Date.now() - t0 < 10_000);
     await eventually(async () => (await redis.xlen(liveStream('handover'))) === 0, 'the request to be finished');
     await next.drain();
+  });
+
+  it("a dead replica's requests, handed over by its agent, are taken by a running replica at once when it is told to scan", async () => {
+    // Running before the death, with a 60 s lock: its own first scan and tending find nothing.
+    const runs: { rid: string; deliveries: number }[] = [];
+    const peer = new LiveConsumer({ redis, fn: 'died', consumer: 'replica-peer', concurrency: 2, lockMs: 60_000, log, process: async (_e, data, deliveries) => void runs.push({ rid: data.rid, deliveries }) });
+    await orphan('died', 'held-by-the-dead');
+    await peer.start();
+    // As a replica does with the cancel channel's messages (runtime/replica.ts).
+    const sub = redis.duplicate();
+    const told: string[] = [];
+    sub.on('message', (_channel: string, message: string) => {
+      told.push(message);
+      if (message === `died ${SCAN_NOW}`) peer.scanNow();
+    });
+    await sub.subscribe(keys.cancelChannel);
+    try {
+      assert.equal(await handOverLiveEntries(redis, 'nothing-here', 'replica-x', 60_000), 0, 'no stream: nothing held');
+      assert.equal(await handOverLiveEntries(redis, 'died', 'replica-peer', 60_000), 0, 'a consumer holding nothing');
+      assert.equal(await handOverLiveEntries(redis, 'died', 'replica-dead-died', 60_000), 1);
+      await eventually(async () => runs.length === 1, 'the running replica to take it', 10_000);
+      assert.deepEqual(runs, [{ rid: 'held-by-the-dead', deliveries: 2 }]);
+      assert.deepEqual(told, [`died ${SCAN_NOW}`]);
+      await eventually(async () => (await redis.xlen(liveStream('died'))) === 0, 'the request to be finished');
+    } finally {
+      sub.disconnect();
+      await peer.drain();
+    }
   });
 
   it('a live replica keeps what it holds past lockMs; a request the gateway took back is skipped', async () => {

@@ -1,0 +1,39 @@
+// A replica killed outright (SIGKILL, the kernel's OOM killer, a crash in native code) runs no
+// code of its own, so the live requests it held would wait out the lock time before another
+// replica took them. Its agent hands them over as soon as the process has exited. The lock here
+// is two minutes and the gateway's queue limit 20 s: a request left for the lock would be
+// answered 504, so an answer of 200 is the hand-over.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { LIVE_GROUP, liveStream } from '../../core/live-queue.ts';
+import { eventually, fixture, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
+
+let p: TestPlatform;
+
+before(async () => {
+  p = await startTestPlatform({ EMBERS_JOB_LOCK_MS: '120000', EMBERS_QUEUE_TIMEOUT_MS: '20000' });
+  await p.deploy(fixture('sleepy.ts'));
+});
+after(() => p?.close());
+
+const run = (body: unknown) => p.fetch('/v1/run/sleepy', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+
+describe('a replica killed outright', () => {
+  it('has its live requests handed over by its agent and answered, not left for the lock time', async () => {
+    assert.equal((await run({ ms: 1 })).status, 200, 'a warm replica');
+    const pending = Array.from({ length: 4 }, (_, i) => run({ ms: 1_500, tag: `held-${i}` }));
+    // The replica holding requests (in the group's pending list under its id) is the one to kill.
+    const victim = await eventually(async () => {
+      const [, , , consumers] = (await p.redis().xpending(liveStream('sleepy'), LIVE_GROUP)) as [number, unknown, unknown, [string, string][] | null];
+      const holder = consumers?.find(([, n]) => Number(n) > 0)?.[0];
+      return p.agent.running().find((r) => r.id === holder && r.pid !== undefined) ?? null;
+    }, 'a replica holding requests');
+    process.kill(victim.pid!, 'SIGKILL');
+    const results = await Promise.all(pending);
+    assert.deepEqual(results.map((r) => r.status), [200, 200, 200, 200]);
+    const bodies = (await Promise.all(results.map((r) => r.json()))) as { tag: string; pid: number }[];
+    assert.deepEqual(bodies.map((b) => b.tag).sort(), ['held-0', 'held-1', 'held-2', 'held-3']);
+    // Killed well inside its 1.5 s sleeps, the victim answered none: what it held ran again elsewhere.
+    assert.ok(bodies.every((b) => b.pid !== victim.pid), JSON.stringify(bodies));
+  });
+});
