@@ -17,11 +17,13 @@ import type { ScalerSettings } from './scaler.ts';
 import { buildRuntime } from './runtime-build.ts';
 import { Scheduler } from './scheduler.ts';
 import { waitAtMost } from '../core/settle.ts';
-import { handOverLiveEntries } from '../core/live-queue.ts';
+import { handOverLiveEntries, leaveLiveGroup } from '../core/live-queue.ts';
 
 const REPLICA_SOURCE = fileURLToPath(new URL('../runtime/main.ts', import.meta.url));
 const TSX = import.meta.resolve('tsx');
 const STOP_GRACE_MS = 15_000;
+/** After a hand-over, when an exited replica's consumer leaves the live group (the others have taken its requests by then). */
+const HANDED_OVER_LEAVE_MS = 5_000;
 /** Longest close() waits for each Redis-bound step (the scheduler's pass, a reconcile, the node record). */
 const CLOSE_WAIT_MS = 10_000;
 /**
@@ -276,11 +278,17 @@ export class NodeAgent {
    * Hands the live requests an exited replica still held (it crashed, was killed, or outlived its
    * stop's grace) to the function's other replicas and its replacement now, not after the lock
    * time: nothing else would (a replica that exits in order holds none; one replaced as stuck
-   * handed them over itself, and doing it again changes nothing).
+   * handed them over itself, and doing it again changes nothing). Then its consumer leaves the
+   * live group, once the others have taken what it held (a consumer that holds entries is kept).
    */
   private handOver(r: ReplicaProcess): void {
+    const leave = () => void leaveLiveGroup(this.redis, r.fn, r.id).catch(() => {});
     handOverLiveEntries(this.redis, r.fn, r.id, this.o.lockMs ?? 30_000).then(
-      (n) => n && this.log.warn({ replica: r.id, requests: n }, 'handed over the live requests of a replica that exited'),
+      (n) => {
+        if (!n) return leave();
+        this.log.warn({ replica: r.id, requests: n }, 'handed over the live requests of a replica that exited');
+        setTimeout(leave, HANDED_OVER_LEAVE_MS).unref();
+      },
       (err: Error) => this.log.warn({ replica: r.id, err: err.message }, 'could not hand over the live requests of a replica that exited; they run again after the lock time'),
     );
   }

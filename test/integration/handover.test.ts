@@ -35,5 +35,8 @@ describe('a replica killed outright', () => {
     assert.deepEqual(bodies.map((b) => b.tag).sort(), ['held-0', 'held-1', 'held-2', 'held-3']);
     // Killed well inside its 1.5 s sleeps, the victim answered none: what it held ran again elsewhere.
     assert.ok(bodies.every((b) => b.pid !== victim.pid), JSON.stringify(bodies));
+    // Its consumer leaves the live group once the others hold what it held.
+    const consumers = async () => ((await p.redis().xinfo('CONSUMERS', liveStream('sleepy'), LIVE_GROUP)) as string[][]).map((c) => c[1]);
+    await eventually(async () => !(await consumers()).includes(victim.id), 'the dead replica to leave the group', 20_000);
   });
 });
