@@ -7,7 +7,7 @@ import os from 'node:os';
 import { PerformanceObserver } from 'node:perf_hooks';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { Queue, Worker, type Job } from 'bullmq';
+import { DelayedError, Queue, Worker, type Job } from 'bullmq';
 import { decodeLiveJob, finishLiveEntries, leaveLiveGroup, readLiveEntries, type LiveEntry, type LiveOutcome } from '../core/live-queue.ts';
 import { LiveConsumer } from './live-consumer.ts';
 import type { Redis } from 'ioredis';
@@ -106,6 +106,11 @@ export class Replica {
   private live?: LiveConsumer;
   /** Batch lines: the function's BullMQ batch queue. */
   private batchWorker?: Worker<RunJobData | BatchChunkData>;
+  /** Batch jobs (chunks and lines) the worker is in now. */
+  private batchJobs = 0;
+  private batchJobEnded?: () => void;
+  /** A batch line running alone here (runAlone): other batch jobs step out of the worker meanwhile. */
+  private alone?: string;
   private readonly gate: LiveFirst;
   /** Jobs running now, by lane. */
   private readonly lanes = { live: 0, batch: 0 };
@@ -275,7 +280,7 @@ export class Replica {
     });
     await this.live.start();
     const batchQueue = batchQueueName(manifest.name);
-    this.batchWorker = new Worker<RunJobData | BatchChunkData>(batchQueue, (job, _token, signal) => ('chunk' in job.data ? this.processChunk(job as Job<BatchChunkData>, signal) : this.process(job.id!, job.data, job.stalledCounter ?? 0, signal)), {
+    this.batchWorker = new Worker<RunJobData | BatchChunkData>(batchQueue, (job, token, signal) => this.processBatchJob(job, token, signal), {
       connection: this.o.redis,
       prefix: QUEUE_PREFIX,
       concurrency: this.o.batchConcurrency,
@@ -600,6 +605,50 @@ export class Replica {
     return this.deliver(jobId, data, { rid, status, replica: this.o.id, timing, ...(cold ? { cold } : {}) }, canceled ? CANCELED_BODY : body, canceled, canceled ? undefined : bytes);
   }
 
+  private async processBatchJob(job: Job<RunJobData | BatchChunkData>, token: string | undefined, signal?: AbortSignal): Promise<void> {
+    this.batchJobs++;
+    try {
+      if (this.alone !== undefined) {
+        // Out of the worker while a line runs alone, so a crash then is not counted against this job.
+        await job.moveToDelayed(Date.now() + ALONE_DEFER_MS, token);
+        throw new DelayedError();
+      }
+      if ('chunk' in job.data) return await this.processChunk(job as Job<BatchChunkData>, signal);
+      const crashes = job.stalledCounter ?? 0;
+      const run = () => this.process(job.id!, job.data as RunJobData, crashes, signal).then(() => {});
+      await (crashes > 0 && crashes < MAX_CRASHES ? this.runAlone(job.id!, crashes, run) : run());
+    } finally {
+      this.batchJobs--;
+      const ended = this.batchJobEnded;
+      this.batchJobEnded = undefined;
+      ended?.();
+    }
+  }
+
+  /**
+   * Runs a batch line that a replica died holding, alone among this replica's batch jobs. A crash
+   * ends every job its replica held, so the lines that ran beside a line that kills replicas came
+   * back with it, counted as crashed too; had they run beside it again, they would have reached
+   * MAX_CRASHES with it and been answered `replica_crashed` without being at fault. Alone, a
+   * second crash is the line's own. The worker takes no more jobs (concurrency 1) and the line
+   * waits for the batch jobs already running here to end; one fetched meanwhile steps out
+   * (processBatchJob), as does a second such line, to come back shortly. Live requests still run
+   * beside it.
+   */
+  private async runAlone(id: string, crashes: number, run: () => Promise<void>): Promise<void> {
+    const worker = this.batchWorker!;
+    this.alone = id;
+    worker.concurrency = 1;
+    try {
+      while (this.batchJobs > 1) await new Promise<void>((resolve) => (this.batchJobEnded = resolve));
+      this.log.warn({ job: id, crashes }, 'a replica died holding this batch line: it runs alone');
+      await run();
+    } finally {
+      this.alone = undefined;
+      worker.concurrency = this.o.batchConcurrency;
+    }
+  }
+
   /**
    * A chunk of batch lines: each runs as it would alone (its own slot in the batcher, metered and
    * recorded under its own id), side by side. A chunk whose replica died is not run again as one:
@@ -814,6 +863,8 @@ const LARGE_REPLY = 64 * 1024;
 
 /** A request whose replica died this many times is answered 500 instead of run again. */
 const MAX_CRASHES = 2;
+/** How long a batch job that stepped out while a line runs alone waits before it is taken again (runAlone). */
+const ALONE_DEFER_MS = 500;
 
 export class TimeoutError extends Error {
   override name = 'TimeoutError';
