@@ -1,6 +1,7 @@
 // `embers jobs` — follow and cancel async runs (`embers run --async`).
 import { Command } from 'commander';
 import type { JobView } from '../../core/jobs.ts';
+import { errorMessage, jsonOrText } from '../client.ts';
 import { CliError } from '../errors.ts';
 import { clientFrom, printJson, withConnection } from './common.ts';
 import { saveResult } from './run.ts';
@@ -27,7 +28,7 @@ export function jobsCommand(): Command {
     }
     if (opts.out !== undefined && job.status === 'succeeded') {
       const res = await client.send('GET', `${route}/output`);
-      if (!res.ok) throw new CliError(`GET ${route}/output → ${res.status}: ${await res.text()}`);
+      if (!res.ok) throw new CliError(`GET ${route}/output → ${res.status}: ${errorMessage(jsonOrText(await res.text()))}`);
       await saveResult(opts.out, Buffer.from(await res.arrayBuffer()), res.headers.get('content-type') ?? 'unknown type');
       printJson({ ...job, output: undefined });
       return;
