@@ -30,11 +30,14 @@ export async function ensureLiveGroup(redis: Redis, fn: string): Promise<void> {
 
 /**
  * Removes a replica's consumer from the group, unless it still holds entries: deleting a consumer
- * drops its pending entries, and those must stay claimable by the other replicas.
+ * drops its pending entries, and those must stay claimable by the other replicas. Resolves with
+ * whether it is gone.
  */
-export async function leaveLiveGroup(redis: Redis, fn: string, consumer: string): Promise<void> {
+export async function leaveLiveGroup(redis: Redis, fn: string, consumer: string): Promise<boolean> {
   const held = (await redis.xpending(liveStream(fn), LIVE_GROUP, '-', '+', 1, consumer)) as unknown[];
-  if (held.length === 0) await redis.xgroup('DELCONSUMER', liveStream(fn), LIVE_GROUP, consumer);
+  if (held.length) return false;
+  await redis.xgroup('DELCONSUMER', liveStream(fn), LIVE_GROUP, consumer);
+  return true;
 }
 
 /**
@@ -66,16 +69,19 @@ end
 if #held > 0 then redis.call('PUBLISH', KEYS[2], ARGV[5]) end
 return #held`;
 
+/** The idle time handed-over entries get: past any replica's lock time, so every replica's scan takes them. */
+const HANDED_OVER_IDLE_MS = 24 * 3600_000;
+
 /**
  * Makes the live entries `consumer` holds claimable by the function's other replicas now rather
- * than after `lockMs`, and tells them to scan (`<fn> +scan` on the cancel channel). `ids`:
+ * than after the lock time, and tells them to scan (`<fn> +scan` on the cancel channel). `ids`:
  * those entries (a replica handing over what it holds); none: every one it holds (its agent, once
  * the replica's process has exited). `unrun`: it never started them, so that delivery is not
  * counted. Resolves with how many were handed over.
  */
-export async function handOverLiveEntries(redis: Redis, fn: string, consumer: string, lockMs: number, o: { ids?: string[]; unrun?: boolean } = {}): Promise<number> {
+export async function handOverLiveEntries(redis: Redis, fn: string, consumer: string, o: { ids?: string[]; unrun?: boolean } = {}): Promise<number> {
   if (o.ids && !o.ids.length) return 0;
-  const n = await evalScript(redis, HAND_OVER, 2, liveStream(fn), keys.cancelChannel, LIVE_GROUP, consumer, lockMs, o.unrun ? 1 : 0, `${fn} ${SCAN_NOW}`, ...(o.ids ?? []));
+  const n = await evalScript(redis, HAND_OVER, 2, liveStream(fn), keys.cancelChannel, LIVE_GROUP, consumer, HANDED_OVER_IDLE_MS, o.unrun ? 1 : 0, `${fn} ${SCAN_NOW}`, ...(o.ids ?? []));
   return n as number;
 }
 

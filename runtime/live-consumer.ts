@@ -64,6 +64,8 @@ export class LiveConsumer {
   private backlog: { id: string; fields: Buffer[]; deliveries: number }[] = [];
   /** Where the scan for silent replicas' entries goes on from (it covers the pending list in steps). */
   private claimCursor = '0-0';
+  /** A whole scan was asked for (scanNow): the next tending makes it. */
+  private rescan = false;
 
   constructor(private readonly o: LiveConsumerOptions) {
     this.stream = liveStream(o.fn);
@@ -85,17 +87,21 @@ export class LiveConsumer {
     if (this.tendingNow) return;
     this.tendingNow = this.tend()
       .catch((err: Error) => this.o.log.warn({ err: err.message }, 'could not tend held requests'))
-      .finally(() => (this.tendingNow = undefined));
+      .finally(() => {
+        this.tendingNow = undefined;
+        // Asked for while this one ran (its scan may have passed the handed-over entries).
+        if (this.rescan && !this.stopped) this.tendNow();
+      });
   }
 
   /**
    * Scans the whole pending list now (told that requests were handed over: handOverLiveEntries),
-   * rather than a step at its next tending. Not once stopped: its tending would take back what
-   * it handed over itself.
+   * rather than a step at its next tending: from its start, until it has gone round or its
+   * backlog is full. Not once stopped: its tending would take back what it handed over itself.
    */
   scanNow(): void {
     if (this.stopped || !this.tending) return;
-    this.claimCursor = '0-0';
+    this.rescan = true;
     this.tendNow();
   }
 
@@ -141,7 +147,7 @@ export class LiveConsumer {
    * already); `unrun`: it never started them, so its delivery is not counted. Gives up after a second.
    */
   private async handOver(ids: string[], unrun = false): Promise<void> {
-    await waitAtMost(handOverLiveEntries(this.o.redis, this.o.fn, this.o.consumer, this.o.lockMs, { ids, unrun }), 1000, this.o.log, 'the hand-over of held requests');
+    await waitAtMost(handOverLiveEntries(this.o.redis, this.o.fn, this.o.consumer, { ids, unrun }), 1000, this.o.log, 'the hand-over of held requests');
   }
 
   private async read(): Promise<void> {
@@ -267,9 +273,19 @@ export class LiveConsumer {
    */
   private async tend(): Promise<void> {
     if (this.held.size) await this.o.redis.xclaim(this.stream, LIVE_GROUP, this.o.consumer, 0, ...this.held, 'JUSTID');
-    if (this.stopped || this.backlog.length >= this.o.concurrency) return;
-    const [next, claimed] = await claimLiveEntries(this.o.redis, this.o.fn, this.o.consumer, this.o.lockMs, this.claimCursor, this.o.concurrency - this.backlog.length);
-    this.claimCursor = next;
+    const whole = this.rescan;
+    this.rescan = false;
+    if (whole) this.claimCursor = '0-0';
+    do {
+      if (this.stopped || this.backlog.length >= this.o.concurrency) return;
+      const [next, claimed] = await claimLiveEntries(this.o.redis, this.o.fn, this.o.consumer, this.o.lockMs, this.claimCursor, this.o.concurrency - this.backlog.length);
+      this.claimCursor = next;
+      await this.takeOver(claimed);
+    } while (whole && this.claimCursor !== '0-0');
+  }
+
+  /** Entries claimed from silent replicas go to the backlog, with their delivery counts. */
+  private async takeOver(claimed: LiveEntry[]): Promise<void> {
     const fresh = claimed.filter(([id]) => !this.held.has(id));
     if (!fresh.length) return;
     for (const [id] of fresh) this.held.add(id);

@@ -111,6 +111,10 @@ export class Replica {
   private batchJobEnded?: () => void;
   /** A batch line running alone here (runAlone): other batch jobs step out of the worker meanwhile. */
   private alone?: string;
+  /** Batch jobs leaving the worker for a while (stepOut). */
+  private steppingOut = 0;
+  /** While set, the batch worker takes one job at a time (isolate). */
+  private isolation?: NodeJS.Timeout;
   private readonly gate: LiveFirst;
   /** Jobs running now, by lane. */
   private readonly lanes = { live: 0, batch: 0 };
@@ -608,15 +612,11 @@ export class Replica {
   private async processBatchJob(job: Job<RunJobData | BatchChunkData>, token: string | undefined, signal?: AbortSignal): Promise<void> {
     this.batchJobs++;
     try {
-      if (this.alone !== undefined) {
-        // Out of the worker while a line runs alone, so a crash then is not counted against this job.
-        await job.moveToDelayed(Date.now() + ALONE_DEFER_MS, token);
-        throw new DelayedError();
-      }
-      if ('chunk' in job.data) return await this.processChunk(job as Job<BatchChunkData>, signal);
-      const crashes = job.stalledCounter ?? 0;
-      const run = () => this.process(job.id!, job.data as RunJobData, crashes, signal).then(() => {});
-      await (crashes > 0 && crashes < MAX_CRASHES ? this.runAlone(job.id!, crashes, run) : run());
+      const crashes = 'chunk' in job.data ? 0 : (job.stalledCounter ?? 0);
+      const run = () => ('chunk' in job.data ? this.processChunk(job as Job<BatchChunkData>, signal) : this.process(job.id!, job.data, crashes, signal).then(() => {}));
+      if (crashes > 0 && crashes < MAX_CRASHES) return await this.runAlone(job, token, run);
+      if (this.alone !== undefined) return await this.stepOut(job, token, run);
+      await run();
     } finally {
       this.batchJobs--;
       const ended = this.batchJobEnded;
@@ -626,27 +626,61 @@ export class Replica {
   }
 
   /**
-   * Runs a batch line that a replica died holding, alone among this replica's batch jobs. A crash
+   * Runs a batch line that a replica died holding alone among this replica's batch jobs. A crash
    * ends every job its replica held, so the lines that ran beside a line that kills replicas came
-   * back with it, counted as crashed too; had they run beside it again, they would have reached
-   * MAX_CRASHES with it and been answered `replica_crashed` without being at fault. Alone, a
-   * second crash is the line's own. The worker takes no more jobs (concurrency 1) and the line
-   * waits for the batch jobs already running here to end; one fetched meanwhile steps out
-   * (processBatchJob), as does a second such line, to come back shortly. Live requests still run
-   * beside it.
+   * back with it, counted as crashed too, and (stalled jobs come back together) ran beside it
+   * again: they reached MAX_CRASHES with it and were answered `replica_crashed` without being at
+   * fault. Alone, a second crash is the line's own. Such a line turns the worker down to one job
+   * at a time (isolate). If other batch jobs are running here it steps out too, rather than wait
+   * inside the worker, where a crash would count against it; else it runs, and a job the worker
+   * fetched before (or fetches meanwhile) steps out. Live requests still run beside it.
    */
-  private async runAlone(id: string, crashes: number, run: () => Promise<void>): Promise<void> {
-    const worker = this.batchWorker!;
-    this.alone = id;
-    worker.concurrency = 1;
+  private async runAlone(job: Job, token: string | undefined, run: () => Promise<void>): Promise<void> {
+    this.isolate();
+    if (this.alone !== undefined) return this.stepOut(job, token, run);
+    this.alone = job.id!;
     try {
+      // Jobs the worker fetched before its concurrency dropped enter processBatchJob now (and step out).
+      await new Promise((resolve) => setImmediate(resolve));
+      if (this.batchJobs - this.steppingOut > 1) return await this.stepOut(job, token, run);
       while (this.batchJobs > 1) await new Promise<void>((resolve) => (this.batchJobEnded = resolve));
-      this.log.warn({ job: id, crashes }, 'a replica died holding this batch line: it runs alone');
+      this.log.warn({ job: job.id, crashes: job.stalledCounter }, 'a replica died holding this batch line: it runs alone');
       await run();
     } finally {
       this.alone = undefined;
-      worker.concurrency = this.o.batchConcurrency;
     }
+  }
+
+  /**
+   * Leaves the worker for ALONE_DEFER_MS without counting an attempt (a batch line runs alone
+   * here). If that fails, the job runs now all the same.
+   */
+  private async stepOut(job: Job, token: string | undefined, run: () => Promise<void>): Promise<void> {
+    this.steppingOut++;
+    try {
+      await job.moveToDelayed(Date.now() + ALONE_DEFER_MS, token);
+    } catch (err) {
+      this.log.warn({ job: job.id, err: (err as Error).message }, 'could not step out while a batch line runs alone: running it now');
+      return run();
+    } finally {
+      this.steppingOut--;
+    }
+    throw new DelayedError();
+  }
+
+  /** One batch job at a time until ISOLATION_MS after the last line that runs alone came, and none runs alone. */
+  private isolate(): void {
+    const worker = this.batchWorker!;
+    worker.concurrency = 1;
+    clearTimeout(this.isolation);
+    const end = () => {
+      if (this.alone !== undefined) this.isolation = setTimeout(end, ISOLATION_MS).unref();
+      else {
+        this.isolation = undefined;
+        worker.concurrency = this.o.batchConcurrency;
+      }
+    };
+    this.isolation = setTimeout(end, ISOLATION_MS).unref();
   }
 
   /**
@@ -865,6 +899,8 @@ const LARGE_REPLY = 64 * 1024;
 const MAX_CRASHES = 2;
 /** How long a batch job that stepped out while a line runs alone waits before it is taken again (runAlone). */
 const ALONE_DEFER_MS = 500;
+/** How long a replica's batch worker stays at one job at a time after a line that runs alone came (isolate). */
+const ISOLATION_MS = 5_000;
 
 export class TimeoutError extends Error {
   override name = 'TimeoutError';

@@ -22,8 +22,8 @@ import { handOverLiveEntries, leaveLiveGroup } from '../core/live-queue.ts';
 const REPLICA_SOURCE = fileURLToPath(new URL('../runtime/main.ts', import.meta.url));
 const TSX = import.meta.resolve('tsx');
 const STOP_GRACE_MS = 15_000;
-/** After a hand-over, when an exited replica's consumer leaves the live group (the others have taken its requests by then). */
-const HANDED_OVER_LEAVE_MS = 5_000;
+/** How often the agent tries to remove an exited replica's consumer from its live group, while it still holds entries. */
+const LEAVE_RETRY_MS = 5_000;
 /** Longest close() waits for each Redis-bound step (the scheduler's pass, a reconcile, the node record). */
 const CLOSE_WAIT_MS = 10_000;
 /**
@@ -55,7 +55,7 @@ export interface AgentOptions {
   providers?: string[];
   /** Cores a replica running models keeps busy under load on CPU (its instances × threads). @default 0 */
   modelReplicaCores?: number;
-  /** The replicas' lock time (EMBERS_JOB_LOCK_MS): what a dead replica's requests are handed over as idle for. @default 30000 */
+  /** The replicas' lock time (EMBERS_JOB_LOCK_MS): how long an exited replica's consumer is tried for removal from its live group. @default 30000 */
   lockMs?: number;
 }
 
@@ -279,17 +279,24 @@ export class NodeAgent {
    * stop's grace) to the function's other replicas and its replacement now, not after the lock
    * time: nothing else would (a replica that exits in order holds none; one replaced as stuck
    * handed them over itself, and doing it again changes nothing). Then its consumer leaves the
-   * live group, once the others have taken what it held (a consumer that holds entries is kept).
+   * live group once the others have taken what it held (tried every few seconds for two lock
+   * times: a consumer that still holds entries is kept, so they stay claimable).
    */
   private handOver(r: ReplicaProcess): void {
-    const leave = () => void leaveLiveGroup(this.redis, r.fn, r.id).catch(() => {});
-    handOverLiveEntries(this.redis, r.fn, r.id, this.o.lockMs ?? 30_000).then(
+    const until = Date.now() + 2 * (this.o.lockMs ?? 30_000);
+    const leave = async (): Promise<void> => {
+      const left = await leaveLiveGroup(this.redis, r.fn, r.id).catch(() => false);
+      if (!left && !this.closed && Date.now() < until) setTimeout(() => void leave(), LEAVE_RETRY_MS).unref();
+    };
+    handOverLiveEntries(this.redis, r.fn, r.id).then(
       (n) => {
-        if (!n) return leave();
-        this.log.warn({ replica: r.id, requests: n }, 'handed over the live requests of a replica that exited');
-        setTimeout(leave, HANDED_OVER_LEAVE_MS).unref();
+        if (n) this.log.warn({ replica: r.id, requests: n }, 'handed over the live requests of a replica that exited');
+        void leave();
       },
-      (err: Error) => this.log.warn({ replica: r.id, err: err.message }, 'could not hand over the live requests of a replica that exited; they run again after the lock time'),
+      (err: Error) => {
+        this.log.warn({ replica: r.id, err: err.message }, 'could not hand over the live requests of a replica that exited; they run again after the lock time');
+        void leave();
+      },
     );
   }
 

@@ -5,7 +5,8 @@
 // answered 504, so an answer of 200 is the hand-over.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { LIVE_GROUP, liveStream } from '../../core/live-queue.ts';
+import { keys, type RunJobData } from '../../core/contracts.ts';
+import { handOverLiveEntries, LIVE_GROUP, liveStream } from '../../core/live-queue.ts';
 import { eventually, fixture, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
 
 let p: TestPlatform;
@@ -38,5 +39,24 @@ describe('a replica killed outright', () => {
     // Its consumer leaves the live group once the others hold what it held.
     const consumers = async () => ((await p.redis().xinfo('CONSUMERS', liveStream('sleepy'), LIVE_GROUP)) as string[][]).map((c) => c[1]);
     await eventually(async () => !(await consumers()).includes(victim.id), 'the dead replica to leave the group', 20_000);
+  });
+
+  it('a running replica takes handed-over requests when told on the cancel channel, not at its next tending (40 s here)', async () => {
+    assert.equal((await run({ ms: 1 })).status, 200, 'a running replica');
+    const redis = p.redis();
+    const sub = redis.duplicate();
+    const replies: Buffer[] = [];
+    sub.on('messageBuffer', (_channel: Buffer, message: Buffer) => replies.push(message));
+    await sub.subscribe(keys.replyChannel('gw-ghost'));
+    try {
+      // Queued and read by a consumer that is no replica, in one transaction (no replica can read
+      // it first), as if a replica had read it and died; then handed over as its agent would.
+      const data: RunJobData = { rid: 'ghost-1', gw: 'gw-ghost', input: { ms: 1, tag: 'ghost' }, enq: Date.now() };
+      await redis.multi().xadd(liveStream('sleepy'), '*', 'd', JSON.stringify(data)).xreadgroup('GROUP', LIVE_GROUP, 'replica-ghost', 'COUNT', 1, 'STREAMS', liveStream('sleepy'), '>').exec();
+      assert.equal(await handOverLiveEntries(redis, 'sleepy', 'replica-ghost'), 1);
+      await eventually(async () => replies.some((m) => m.includes('ghost-1')), 'a running replica to answer it', 20_000);
+    } finally {
+      sub.disconnect();
+    }
   });
 });

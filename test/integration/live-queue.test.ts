@@ -77,8 +77,11 @@ describe('live queue', () => {
 
   it('requests added in one tick are queued in one call, each judged by its own key', async () => {
     await redis.hset(tenantKeys.keysByHash, 'hash-ok', JSON.stringify({ id: 'key-ok' }), 'hash-revoked', JSON.stringify({ id: 'key-r', revokedAt: new Date().toISOString() }));
-    const base = redis.duplicate();
-    const monitor = await base.monitor();
+    // (A connection of its own, made by monitor(). Another connection starting meanwhile, as a
+    // duplicate made here just before did, can put its first command into MONITOR's feed in the
+    // same read as MONITOR's OK, before ioredis counts the connection as monitoring: it then takes
+    // the feed's line for a reply and throws "Command queue state error".)
+    const monitor = await redis.monitor();
     const adds: string[][] = [];
     monitor.on('monitor', (_t: string, args: string[]) => {
       if (args[0].toLowerCase() === 'evalsha' && args[3] === tenantKeys.keysByHash) adds.push(args);
@@ -113,7 +116,6 @@ describe('live queue', () => {
       assert.deepEqual(b[1].fields[3], body, 'a binary body is queued byte for byte');
     } finally {
       monitor.disconnect();
-      base.disconnect();
     }
   });
 
@@ -193,9 +195,9 @@ describe('live queue', () => {
     });
     await sub.subscribe(keys.cancelChannel);
     try {
-      assert.equal(await handOverLiveEntries(redis, 'nothing-here', 'replica-x', 60_000), 0, 'no stream: nothing held');
-      assert.equal(await handOverLiveEntries(redis, 'died', 'replica-peer', 60_000), 0, 'a consumer holding nothing');
-      assert.equal(await handOverLiveEntries(redis, 'died', 'replica-dead-died', 60_000), 1);
+      assert.equal(await handOverLiveEntries(redis, 'nothing-here', 'replica-x'), 0, 'no stream: nothing held');
+      assert.equal(await handOverLiveEntries(redis, 'died', 'replica-peer'), 0, 'a consumer holding nothing');
+      assert.equal(await handOverLiveEntries(redis, 'died', 'replica-dead-died'), 1);
       await eventually(async () => runs.length === 1, 'the running replica to take it', 10_000);
       assert.deepEqual(runs, [{ rid: 'held-by-the-dead', deliveries: 2 }]);
       assert.deepEqual(told, [`died ${SCAN_NOW}`]);
@@ -307,8 +309,11 @@ describe('live queue', () => {
     await sub.subscribe('embers:test:answers');
     // What Redis runs, in order (MONITOR), with where each command came from: the replica's
     // connection, or the finishing script ("lua").
-    const base = redis.duplicate();
-    const monitor = await base.monitor();
+    // (A connection of its own, made by monitor(). Another connection starting meanwhile, as a
+    // duplicate made here just before did, can put its first command into MONITOR's feed in the
+    // same read as MONITOR's OK, before ioredis counts the connection as monitoring: it then takes
+    // the feed's line for a reply and throws "Command queue state error".)
+    const monitor = await redis.monitor();
     const commands: string[] = [];
     monitor.on('monitor', (_t: string, args: string[], source: string) => {
       const name = args[0].toLowerCase();
@@ -354,7 +359,6 @@ describe('live queue', () => {
       release.splice(0).forEach((r) => r());
       await c.drain();
       monitor.disconnect();
-      base.disconnect();
       sub.disconnect();
     }
   });
