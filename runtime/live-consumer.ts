@@ -11,7 +11,7 @@
 // new. The delivery count says how many replicas were handed a request, so a request that keeps
 // killing its replica can be answered instead of run again. A replica that drains leaves its
 // backlog pending, to be taken over again at once: it hands those entries over (XCLAIM … IDLE
-// lockMs makes them claimable now), as does a replica that abandons what it holds (replaced as
+// of a day makes them claimable now), as does a replica that abandons what it holds (replaced as
 // stuck), and a replica's agent once its process has exited (crashed, killed: scheduler/agent.ts).
 // A hand-over tells the function's replicas to scan at once (scanNow); a replica also scans once
 // as it starts, so a replacement takes them within a moment.
@@ -85,13 +85,18 @@ export class LiveConsumer {
   private tendNow(): void {
     // One at a time: while Redis is unreachable, calls would otherwise pile up behind each other.
     if (this.tendingNow) return;
-    this.tendingNow = this.tend()
-      .catch((err: Error) => this.o.log.warn({ err: err.message }, 'could not tend held requests'))
-      .finally(() => {
+    this.tendingNow = this.tend().then(
+      () => {
         this.tendingNow = undefined;
-        // Asked for while this one ran (its scan may have passed the handed-over entries).
+        // Asked for while this one ran (its scan may have passed the handed-over entries). After
+        // a failure, the interval tries again: Redis refusing at once must not make a busy loop.
         if (this.rescan && !this.stopped) this.tendNow();
-      });
+      },
+      (err: Error) => {
+        this.tendingNow = undefined;
+        this.o.log.warn({ err: err.message }, 'could not tend held requests');
+      },
+    );
   }
 
   /**
@@ -143,8 +148,9 @@ export class LiveConsumer {
   }
 
   /**
-   * Makes entries this replica still holds claimable by the others' next scan (idle for lockMs
-   * already); `unrun`: it never started them, so its delivery is not counted. Gives up after a second.
+   * Makes entries this replica still holds claimable at once, and tells the function's replicas
+   * to scan (handOverLiveEntries); `unrun`: it never started them, so its delivery is not
+   * counted. Gives up after a second.
    */
   private async handOver(ids: string[], unrun = false): Promise<void> {
     await waitAtMost(handOverLiveEntries(this.o.redis, this.o.fn, this.o.consumer, { ids, unrun }), 1000, this.o.log, 'the hand-over of held requests');

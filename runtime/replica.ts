@@ -7,7 +7,7 @@ import os from 'node:os';
 import { PerformanceObserver } from 'node:perf_hooks';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { DelayedError, Queue, Worker, type Job } from 'bullmq';
+import { Queue, WaitingError, Worker, type Job } from 'bullmq';
 import { decodeLiveJob, finishLiveEntries, leaveLiveGroup, readLiveEntries, type LiveEntry, type LiveOutcome } from '../core/live-queue.ts';
 import { LiveConsumer } from './live-consumer.ts';
 import type { Redis } from 'ioredis';
@@ -631,9 +631,11 @@ export class Replica {
    * back with it, counted as crashed too, and (stalled jobs come back together) ran beside it
    * again: they reached MAX_CRASHES with it and were answered `replica_crashed` without being at
    * fault. Alone, a second crash is the line's own. Such a line turns the worker down to one job
-   * at a time (isolate). If other batch jobs are running here it steps out too, rather than wait
-   * inside the worker, where a crash would count against it; else it runs, and a job the worker
-   * fetched before (or fetches meanwhile) steps out. Live requests still run beside it.
+   * at a time (isolate). If other batch jobs are running here it steps out too, to the front of
+   * the wait list, rather than wait inside the worker, where a crash would count against it (the
+   * next replica with a free slot takes it, and turns down the same way; this one takes it when
+   * its running jobs end, if no other did); else it runs, and a job the worker fetched before (or
+   * fetches meanwhile) steps out. Live requests still run beside it.
    */
   private async runAlone(job: Job, token: string | undefined, run: () => Promise<void>): Promise<void> {
     this.isolate();
@@ -652,20 +654,24 @@ export class Replica {
   }
 
   /**
-   * Leaves the worker for ALONE_DEFER_MS without counting an attempt (a batch line runs alone
-   * here). If that fails, the job runs now all the same.
+   * Leaves the worker, back to the front of the wait list, without counting an attempt (a batch
+   * line runs alone here, or this one must and others run here): another replica, or this one
+   * when a job ends, takes it next. If Redis cannot be reached, the job runs now all the same; if
+   * the job is no longer this replica's (its lock was lost), it is left alone.
    */
   private async stepOut(job: Job, token: string | undefined, run: () => Promise<void>): Promise<void> {
     this.steppingOut++;
     try {
-      await job.moveToDelayed(Date.now() + ALONE_DEFER_MS, token);
+      await job.moveToWait(token);
     } catch (err) {
-      this.log.warn({ job: job.id, err: (err as Error).message }, 'could not step out while a batch line runs alone: running it now');
-      return run();
+      if (typeof (err as { code?: unknown }).code !== 'number') {
+        this.log.warn({ job: job.id, err: (err as Error).message }, 'could not step out while a batch line runs alone: running it now');
+        return run();
+      }
     } finally {
       this.steppingOut--;
     }
-    throw new DelayedError();
+    throw new WaitingError();
   }
 
   /** One batch job at a time until ISOLATION_MS after the last line that runs alone came, and none runs alone. */
@@ -897,8 +903,6 @@ const LARGE_REPLY = 64 * 1024;
 
 /** A request whose replica died this many times is answered 500 instead of run again. */
 const MAX_CRASHES = 2;
-/** How long a batch job that stepped out while a line runs alone waits before it is taken again (runAlone). */
-const ALONE_DEFER_MS = 500;
 /** How long a replica's batch worker stays at one job at a time after a line that runs alone came (isolate). */
 const ISOLATION_MS = 5_000;
 
