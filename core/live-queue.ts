@@ -42,17 +42,17 @@ export async function leaveLiveGroup(redis: Redis, fn: string, consumer: string)
 
 /**
  * Hands entries over: each one still pending with `ARGV[2]` (another replica may have taken it
- * over meanwhile: left alone) gets the idle time `ARGV[3]` ms, so the next scan of any replica
- * takes it; with `ARGV[4]` = 1 its delivery count goes back by one (a delivery that never ran it).
- * The ids are `ARGV[6…]`, or, with none given, every entry the consumer holds (a replica that
- * died). When any was handed over, `ARGV[5]` is published on the cancel channel (KEYS[2]): the
- * function's replicas scan now instead of at their next tending.
- * KEYS: stream, channel; ARGV: group, consumer, idle ms, unrun, message, ids…
+ * over meanwhile: left alone) gets the idle time `ARGV[3]` ms, so the next look of any replica
+ * takes it, with its delivery count as it is (the delivery ends as a crash would). The ids are
+ * `ARGV[5…]`, or, with none given, every entry the consumer holds (a replica that died). When
+ * any was handed over, `ARGV[4]` is published on the cancel channel (KEYS[2]): the function's
+ * replicas look now instead of at their next tending.
+ * KEYS: stream, channel; ARGV: group, consumer, idle ms, message, ids…
  */
 const HAND_OVER = `
 local held = {}
-if #ARGV > 5 then
-  for i = 6, #ARGV do
+if #ARGV > 4 then
+  for i = 5, #ARGV do
     local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)[1]
     if p and p[2] == ARGV[2] then held[#held + 1] = p end
   end
@@ -62,11 +62,9 @@ else
   if held.err then return 0 end
 end
 for _, p in ipairs(held) do
-  local count = tonumber(p[4])
-  if ARGV[4] == '1' and count > 1 then count = count - 1 end
-  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, p[1], 'IDLE', ARGV[3], 'RETRYCOUNT', count, 'JUSTID')
+  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, p[1], 'IDLE', ARGV[3], 'RETRYCOUNT', p[4], 'JUSTID')
 end
-if #held > 0 then redis.call('PUBLISH', KEYS[2], ARGV[5]) end
+if #held > 0 then redis.call('PUBLISH', KEYS[2], ARGV[4]) end
 return #held`;
 
 /** The idle time handed-over entries get: past any replica's lock time, so every replica's scan takes them. */
@@ -74,14 +72,13 @@ const HANDED_OVER_IDLE_MS = 24 * 3600_000;
 
 /**
  * Makes the live entries `consumer` holds claimable by the function's other replicas now rather
- * than after the lock time, and tells them to scan (`<fn> +scan` on the cancel channel). `ids`:
+ * than after the lock time, and tells them to look (`<fn> +scan` on the cancel channel). `ids`:
  * those entries (a replica handing over what it holds); none: every one it holds (its agent, once
- * the replica's process has exited). `unrun`: it never started them, so that delivery is not
- * counted. Resolves with how many were handed over.
+ * the replica's process has exited). Resolves with how many were handed over.
  */
-export async function handOverLiveEntries(redis: Redis, fn: string, consumer: string, o: { ids?: string[]; unrun?: boolean } = {}): Promise<number> {
-  if (o.ids && !o.ids.length) return 0;
-  const n = await evalScript(redis, HAND_OVER, 2, liveStream(fn), keys.cancelChannel, LIVE_GROUP, consumer, HANDED_OVER_IDLE_MS, o.unrun ? 1 : 0, `${fn} ${SCAN_NOW}`, ...(o.ids ?? []));
+export async function handOverLiveEntries(redis: Redis, fn: string, consumer: string, ids?: string[]): Promise<number> {
+  if (ids && !ids.length) return 0;
+  const n = await evalScript(redis, HAND_OVER, 2, liveStream(fn), keys.cancelChannel, LIVE_GROUP, consumer, HANDED_OVER_IDLE_MS, `${fn} ${SCAN_NOW}`, ...(ids ?? []));
   return n as number;
 }
 
@@ -244,15 +241,40 @@ export async function readLiveEntries(redis: Redis, fn: string, consumer: string
   return (res?.[0]?.[1] ?? []).map(([id, fields]) => [id.toString(), fields]);
 }
 
-/**
- * XAUTOCLAIM for `consumer` of up to `count` entries idle for `minIdleMs`, scanning the pending
- * list from `cursor`: where the scan goes on from, and the entries taken (those deleted meanwhile
- * left out). Plain arrays in RESP3 too, so callBuffer reads it as it is.
- */
-export async function claimLiveEntries(redis: Redis, fn: string, consumer: string, minIdleMs: number, cursor: string, count: number): Promise<[next: string, entries: LiveEntry[]]> {
-  const [next, claimed] = (await redis.callBuffer('XAUTOCLAIM', [liveStream(fn), LIVE_GROUP, consumer, minIdleMs, cursor, 'COUNT', count])) as [Buffer, ([Buffer, Buffer[]] | null)[]];
-  return [next.toString(), claimed.filter((e) => e !== null).map(([id, fields]) => [id.toString(), fields])];
+/** A request taken over from another consumer: its fields, and how many replicas it was handed to, this one included. */
+export interface TakenOver {
+  id: string;
+  fields: Buffer[];
+  deliveries: number;
 }
+
+/**
+ * Takes for `consumer` the oldest entry idle for `minIdleMs` (its replica went silent, or handed
+ * it over), with its delivery count raised: XPENDING's IDLE filter finds it without claiming
+ * anything else, XCLAIM takes it if it is still idle that long. One taken meanwhile by another
+ * replica, or deleted (XCLAIM drops a deleted entry from the pending list), is passed over.
+ * XCLAIM's reply is plain arrays in RESP3 too, so callBuffer reads it as it is.
+ */
+export async function claimLiveEntry(redis: Redis, fn: string, consumer: string, minIdleMs: number): Promise<TakenOver | undefined> {
+  for (let tries = 0; tries < CLAIM_TRIES; tries++) {
+    const idle = (await redis.xpending(liveStream(fn), LIVE_GROUP, 'IDLE', minIdleMs, '-', '+', 1)) as [string, string, number, number][];
+    if (!idle.length) return undefined;
+    const [id, , , count] = idle[0];
+    const [claimed] = (await redis.callBuffer('XCLAIM', [liveStream(fn), LIVE_GROUP, consumer, minIdleMs, id])) as ([Buffer, Buffer[]] | null)[];
+    // XCLAIM counts this delivery.
+    if (claimed) return { id, fields: claimed[1], deliveries: Number(count) + 1 };
+  }
+  return undefined;
+}
+
+/** Whether an entry has been idle for `minIdleMs` (claimLiveEntry would take one), without claiming it. */
+export async function hasLiveEntryToClaim(redis: Redis, fn: string, minIdleMs: number): Promise<boolean> {
+  const idle = (await redis.xpending(liveStream(fn), LIVE_GROUP, 'IDLE', minIdleMs, '-', '+', 1)) as unknown[];
+  return idle.length > 0;
+}
+
+/** Entries claimLiveEntry passes over (taken meanwhile, or deleted) before it leaves the rest to the next look. */
+const CLAIM_TRIES = 16;
 
 /**
  * An entry's job (field `d`), with its binary body (field `b`, if any) set as `input[data.raw]`;

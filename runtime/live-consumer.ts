@@ -6,18 +6,18 @@
 //
 // Crash safety comes from the group's pending list. While a replica holds requests it re-claims
 // them for itself every lockMs / 3 (XCLAIM … JUSTID resets their idle time without counting a
-// delivery), and every replica scans the pending list, a step each time, for entries idle longer
-// than lockMs: those of a replica that died. It takes them into a backlog it runs before anything
-// new. The delivery count says how many replicas were handed a request, so a request that keeps
-// killing its replica can be answered instead of run again. A replica that drains leaves its
-// backlog pending, to be taken over again at once: it hands those entries over (XCLAIM … IDLE
-// of a day makes them claimable now), as does a replica that abandons what it holds (replaced as
-// stuck), and a replica's agent once its process has exited (crashed, killed: scheduler/agent.ts).
-// A hand-over tells the function's replicas to scan at once (scanNow); a replica also scans once
-// as it starts, so a replacement takes them within a moment.
+// delivery), and at the same pace every replica looks for an entry idle longer than lockMs: one
+// whose replica died. It takes such requests one at a time, with nothing else running, and runs
+// each alone before anything new (`alone`). The delivery count says how many replicas were
+// handed a request, so a request that keeps killing its replica can be answered instead of run
+// again, and running alone keeps that count from growing on the requests that ran beside it. A
+// replica that abandons what it holds (replaced as stuck) hands it over (XCLAIM … IDLE of a day
+// makes it claimable now), as does a replica's agent once its process has exited (crashed,
+// killed: scheduler/agent.ts). A hand-over tells the function's replicas to look at once
+// (scanNow); a replica also looks as it starts, so a replacement takes them within a moment.
 import type { Redis } from 'ioredis';
 import type { RunJobData } from '../core/contracts.ts';
-import { claimLiveEntries, decodeLiveJob, ensureLiveGroup, finishLiveEntries, handOverLiveEntries, leaveLiveGroup, LIVE_GROUP, liveStream, readLiveEntries, type LiveEntry, type LiveOutcome } from '../core/live-queue.ts';
+import { claimLiveEntry, decodeLiveJob, ensureLiveGroup, finishLiveEntries, handOverLiveEntries, hasLiveEntryToClaim, leaveLiveGroup, LIVE_GROUP, liveStream, readLiveEntries, type LiveEntry, type LiveOutcome, type TakenOver } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
 import { waitAtMost } from '../core/settle.ts';
 
@@ -51,7 +51,7 @@ export class LiveConsumer {
   private reading?: Promise<void>;
   private tending?: NodeJS.Timeout;
   private stopped = false;
-  /** Entries this replica holds: running, or waiting in the backlog. */
+  /** Entries this replica holds (all running). */
   private readonly held = new Set<string>();
   private slotFreed?: () => void;
   private idle?: () => void;
@@ -60,12 +60,23 @@ export class LiveConsumer {
   private tendingNow?: Promise<void>;
   /** Finishing calls under way (drain waits for them). */
   private readonly flushes = new Set<Promise<void>>();
-  /** Taken over from silent replicas, held (and kept) by this one, run before anything new. */
-  private backlog: { id: string; fields: Buffer[]; deliveries: number }[] = [];
-  /** Where the scan for silent replicas' entries goes on from (it covers the pending list in steps). */
-  private claimCursor = '0-0';
-  /** A whole scan was asked for (scanNow): the next tending makes it. */
-  private rescan = false;
+  /**
+   * The request taken over that runs now, alone among this replica's live requests. A replica's
+   * death ends every request it held, so the ones that ran beside a request that kills replicas
+   * come back with it, their delivery counts raised too; taken over together and run together
+   * again, they would reach the crash limit with it and be answered `replica_crashed` unrun. So
+   * a replica takes them one at a time, and only with nothing else running (one held while it
+   * waited would be counted too if this replica died meanwhile): told there are some
+   * (`lookForTakeOver`), it reads nothing new, lets what runs end, takes the oldest, runs it
+   * alone, and looks again when it ends. A second crash is then the request's own. Batch lines
+   * may still run beside it.
+   */
+  private alone?: string;
+  /** Requests may wait to be taken over (a hand-over's notice, a tending's look, one run alone ended): the reader looks before reading anything new. */
+  private lookForTakeOver = true;
+  /** The reader connection's client id, and whether it is in a blocking read now (scanNow wakes it). */
+  private readerId?: number;
+  private readerBlocked = false;
 
   constructor(private readonly o: LiveConsumerOptions) {
     this.stream = liveStream(o.fn);
@@ -74,45 +85,39 @@ export class LiveConsumer {
   async start(): Promise<void> {
     await ensureLiveGroup(this.o.redis, this.o.fn);
     // XREADGROUP BLOCK holds its connection: a connection of its own.
-    this.reader = this.o.redis.duplicate();
-    this.reader.on('error', () => {});
+    const reader = (this.reader = this.o.redis.duplicate());
+    reader.on('error', () => {});
+    // Its id, to wake it from its blocking read when requests wait to be taken over (scanNow); a new
+    // one after each reconnection.
+    reader.on('ready', () => void reader.client('ID').then((id) => (this.readerId = id as number), () => {}));
     this.tending = setInterval(() => this.tendNow(), Math.max(100, Math.floor(this.o.lockMs / 3)));
+    // Its first turn looks for requests to take over (lookForTakeOver starts set): those a replica
+    // handed over, or its predecessor left, run before anything new.
     this.reading = this.read();
-    // A first scan now: requests a replica handed over (or its predecessor left) run at once.
-    this.tendNow();
   }
 
   private tendNow(): void {
     // One at a time: while Redis is unreachable, calls would otherwise pile up behind each other.
     if (this.tendingNow) return;
-    this.tendingNow = this.tend().then(
-      () => {
-        this.tendingNow = undefined;
-        // Asked for while this one ran (its scan may have passed the handed-over entries). After
-        // a failure, the interval tries again: Redis refusing at once must not make a busy loop.
-        if (this.rescan && !this.stopped) this.tendNow();
-      },
-      (err: Error) => {
-        this.tendingNow = undefined;
-        this.o.log.warn({ err: err.message }, 'could not tend held requests');
-      },
-    );
+    this.tendingNow = this.tend()
+      .catch((err: Error) => this.o.log.warn({ err: err.message }, 'could not tend held requests'))
+      .finally(() => (this.tendingNow = undefined));
   }
 
   /**
-   * Scans the whole pending list now (told that requests were handed over: handOverLiveEntries),
-   * rather than a step at its next tending: from its start, until it has gone round or its
-   * backlog is full. Not once stopped: its tending would take back what it handed over itself.
+   * Looks for a request to take over as soon as nothing runs here (told that requests were
+   * handed over: handOverLiveEntries) rather than at its next tending. A reader blocked on the
+   * stream is woken (its read answers nothing), not left to notice within BLOCK_MS.
    */
   scanNow(): void {
-    if (this.stopped || !this.tending) return;
-    this.rescan = true;
-    this.tendNow();
+    if (this.stopped) return;
+    this.lookForTakeOver = true;
+    if (this.readerBlocked && this.readerId !== undefined) void this.o.redis.client('UNBLOCK', this.readerId).catch(() => 0);
   }
 
-  /** Requests running now: those held, less those waiting in the backlog. */
+  /** Requests running now. */
   private get active(): number {
-    return this.held.size - this.backlog.length;
+    return this.held.size;
   }
 
   /** Takes no more requests and waits for those it holds; then leaves the group. */
@@ -125,10 +130,7 @@ export class LiveConsumer {
     this.reader?.disconnect();
     if (this.active > 0) await new Promise<void>((resolve) => (this.idle = resolve));
     clearInterval(this.tending);
-    // What it took over and never started (a scan under way may still add some): claimable by
-    // another replica now, not after lockMs, and not counted as a crash of this one.
     await this.tendingNow;
-    await this.handOver(this.backlog.map((b) => b.id), true);
     // Finishing calls still under way too: leaving the group checks that nothing is pending.
     this.track(this.flushFinished());
     await Promise.all(this.flushes);
@@ -147,29 +149,43 @@ export class LiveConsumer {
     await this.handOver([...this.held]);
   }
 
-  /**
-   * Makes entries this replica still holds claimable at once, and tells the function's replicas
-   * to scan (handOverLiveEntries); `unrun`: it never started them, so its delivery is not
-   * counted. Gives up after a second.
-   */
-  private async handOver(ids: string[], unrun = false): Promise<void> {
-    await waitAtMost(handOverLiveEntries(this.o.redis, this.o.fn, this.o.consumer, { ids, unrun }), 1000, this.o.log, 'the hand-over of held requests');
+  /** Makes entries this replica still holds claimable at once, and tells the function's replicas (handOverLiveEntries). Gives up after a second. */
+  private async handOver(ids: string[]): Promise<void> {
+    await waitAtMost(handOverLiveEntries(this.o.redis, this.o.fn, this.o.consumer, ids), 1000, this.o.log, 'the hand-over of held requests');
   }
 
   private async read(): Promise<void> {
     while (!this.stopped) {
-      // Requests taken over from a silent replica are older than anything new: they go first.
-      while (this.backlog.length && this.active < this.o.concurrency) {
-        const { id, fields, deliveries } = this.backlog.shift()!;
+      // Requests taken over from a replica that died holding them are older than anything new:
+      // they go first, one at a time, each alone (see `alone`).
+      if (this.lookForTakeOver && this.active === 0) {
+        let entry: TakenOver | undefined;
+        try {
+          entry = await claimLiveEntry(this.o.redis, this.o.fn, this.o.consumer, this.o.lockMs);
+        } catch (err) {
+          if (this.stopped) return;
+          this.o.log.warn({ err: (err as Error).message }, 'looking for requests to take over failed; retrying');
+          await new Promise((r) => setTimeout(r, 500));
+          continue;
+        }
+        if (!entry) {
+          this.lookForTakeOver = false;
+          continue;
+        }
+        const { id, fields, deliveries } = entry;
+        this.o.log.warn({ entry: id, deliveries }, 'took over a request whose replica went silent');
+        this.held.add(id);
+        this.alone = id;
         this.launch(id, fields, deliveries);
       }
-      if (this.active >= this.o.concurrency) {
+      if (this.lookForTakeOver || this.alone !== undefined || this.active >= this.o.concurrency) {
         await new Promise<void>((resolve) => (this.slotFreed = resolve));
         continue;
       }
       let entries: LiveEntry[];
       try {
-        entries = await readLiveEntries(this.reader!, this.o.fn, this.o.consumer, this.o.concurrency - this.active, BLOCK_MS);
+        this.readerBlocked = true;
+        entries = await readLiveEntries(this.reader!, this.o.fn, this.o.consumer, this.o.concurrency - this.active, BLOCK_MS).finally(() => (this.readerBlocked = false));
       } catch (err) {
         if (this.stopped) return;
         const message = (err as Error).message;
@@ -199,8 +215,7 @@ export class LiveConsumer {
     }
     if (!data) {
       this.o.log.error({ entry: id }, 'unreadable live queue entry dropped');
-      this.held.delete(id);
-      return this.finish(id);
+      return this.done(id);
     }
     void this.o.process(id, data, deliveries).then(
       (outcome) => this.done(id, outcome || undefined),
@@ -217,6 +232,11 @@ export class LiveConsumer {
   private done(id: string, outcome?: LiveOutcome, finish = true): void {
     this.held.delete(id);
     if (finish) this.finish(id, outcome);
+    if (id === this.alone) {
+      this.alone = undefined;
+      // Another replica's requests may still wait to be taken over, one at a time.
+      this.lookForTakeOver = true;
+    }
     this.slotFreed?.();
     this.slotFreed = undefined;
     if (this.active === 0) this.idle?.();
@@ -274,36 +294,11 @@ export class LiveConsumer {
   }
 
   /**
-   * Keeps what it holds, and takes over requests whose replica went silent, into the backlog
-   * (counted as held at once, so they are kept alive too and never taken twice).
+   * Keeps what it holds, and looks for requests whose replica went silent (or that were handed
+   * over): the reader takes them (read), one at a time.
    */
   private async tend(): Promise<void> {
     if (this.held.size) await this.o.redis.xclaim(this.stream, LIVE_GROUP, this.o.consumer, 0, ...this.held, 'JUSTID');
-    const whole = this.rescan;
-    this.rescan = false;
-    if (whole) this.claimCursor = '0-0';
-    do {
-      if (this.stopped || this.backlog.length >= this.o.concurrency) return;
-      const [next, claimed] = await claimLiveEntries(this.o.redis, this.o.fn, this.o.consumer, this.o.lockMs, this.claimCursor, this.o.concurrency - this.backlog.length);
-      this.claimCursor = next;
-      await this.takeOver(claimed);
-    } while (whole && this.claimCursor !== '0-0');
-  }
-
-  /** Entries claimed from silent replicas go to the backlog, with their delivery counts. */
-  private async takeOver(claimed: LiveEntry[]): Promise<void> {
-    const fresh = claimed.filter(([id]) => !this.held.has(id));
-    if (!fresh.length) return;
-    for (const [id] of fresh) this.held.add(id);
-    const pipe = this.o.redis.pipeline();
-    for (const [id] of fresh) pipe.xpending(this.stream, LIVE_GROUP, id, id, 1);
-    const counts = ((await pipe.exec()) ?? []).map(([, r]) => (r as [string, string, number, number][] | undefined)?.[0]?.[3]);
-    fresh.forEach(([id, fields], i) => {
-      const deliveries = counts[i] ?? 2;
-      this.o.log.warn({ entry: id, deliveries }, 'took over a request whose replica went silent');
-      this.backlog.push({ id, fields, deliveries });
-    });
-    // A reader waiting for a free slot looks at the backlog when one frees; one blocked on the
-    // stream sees it within BLOCK_MS.
+    if (!this.stopped && !this.lookForTakeOver && (await hasLiveEntryToClaim(this.o.redis, this.o.fn, this.o.lockMs))) this.scanNow();
   }
 }

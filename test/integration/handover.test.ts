@@ -14,21 +14,26 @@ let p: TestPlatform;
 before(async () => {
   p = await startTestPlatform({ EMBERS_JOB_LOCK_MS: '600000', EMBERS_QUEUE_TIMEOUT_MS: '20000' });
   await p.deploy(fixture('sleepy.ts'));
+  await p.deploy(fixture('boom.ts'));
 });
 after(() => p?.close());
 
-const run = (body: unknown) => p.fetch('/v1/run/sleepy', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+const call = (fn: string, body: unknown) => p.fetch(`/v1/run/${fn}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+const run = (body: unknown) => call('sleepy', body);
+/** The replica of `fn` whose consumer holds requests now, once there is one. */
+const holder = (fn: string, atLeast = 1) =>
+  eventually(async () => {
+    const [, , , consumers] = (await p.redis().xpending(liveStream(fn), LIVE_GROUP)) as [number, unknown, unknown, [string, string][] | null];
+    const id = consumers?.find(([, n]) => Number(n) >= atLeast)?.[0];
+    return p.agent.running().find((r) => r.id === id && r.pid !== undefined) ?? null;
+  }, `a replica of ${fn} holding requests`);
 
 describe('a replica killed outright', () => {
   it('has its live requests handed over by its agent and answered, not left for the lock time', async () => {
     assert.equal((await run({ ms: 1 })).status, 200, 'a warm replica');
     const pending = Array.from({ length: 4 }, (_, i) => run({ ms: 1_500, tag: `held-${i}` }));
     // The replica holding requests (in the group's pending list under its id) is the one to kill.
-    const victim = await eventually(async () => {
-      const [, , , consumers] = (await p.redis().xpending(liveStream('sleepy'), LIVE_GROUP)) as [number, unknown, unknown, [string, string][] | null];
-      const holder = consumers?.find(([, n]) => Number(n) > 0)?.[0];
-      return p.agent.running().find((r) => r.id === holder && r.pid !== undefined) ?? null;
-    }, 'a replica holding requests');
+    const victim = await holder('sleepy');
     process.kill(victim.pid!, 'SIGKILL');
     const results = await Promise.all(pending);
     assert.deepEqual(results.map((r) => r.status), [200, 200, 200, 200]);
@@ -59,5 +64,18 @@ describe('a replica killed outright', () => {
     } finally {
       sub.disconnect();
     }
+  });
+
+  it('requests that ran beside one that kills its replica run again alone, and only that one fails', async () => {
+    assert.equal((await call('boom', { mode: 'ok' })).status, 200, 'a warm replica');
+    const naps = Array.from({ length: 3 }, () => call('boom', { mode: 'nap' }));
+    await holder('boom', 3);
+    // Kills its replica, and the next one it runs on; the third answers it unrun.
+    const poison = await call('boom', { mode: 'exit' });
+    assert.equal(poison.status, 500);
+    assert.equal(((await poison.json()) as { error: { code: string } }).error.code, 'replica_crashed');
+    // Before they ran alone, the naps ran beside it again and were answered the same way.
+    const results = await Promise.all(naps);
+    assert.deepEqual(results.map((r) => r.status), [200, 200, 200]);
   });
 });

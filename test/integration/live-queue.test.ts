@@ -208,6 +208,44 @@ describe('live queue', () => {
     }
   });
 
+  it("a dead replica's requests are taken over one at a time and each runs alone, before anything new", async () => {
+    const q = new LiveQueue(redis);
+    for (const rid of ['x1', 'x2', 'x3']) await q.add('alone', job(rid));
+    await redis.xreadgroup('GROUP', LIVE_GROUP, 'replica-dead-alone', 'COUNT', 3, 'STREAMS', liveStream('alone'), '>');
+    await q.add('alone', job('new'));
+    let running = 0;
+    let most = 0;
+    const runs: { rid: string; deliveries: number }[] = [];
+    const heir = new LiveConsumer({
+      redis,
+      fn: 'alone',
+      consumer: 'replica-heir-alone',
+      concurrency: 4,
+      lockMs: 60_000,
+      log,
+      process: async (_e, data, deliveries) => {
+        most = Math.max(most, ++running);
+        runs.push({ rid: data.rid, deliveries });
+        await new Promise((r) => setTimeout(r, 50));
+        running--;
+      },
+    });
+    assert.equal(await handOverLiveEntries(redis, 'alone', 'replica-dead-alone'), 3);
+    await heir.start();
+    try {
+      await eventually(async () => runs.length === 4, 'all four to run', 15_000);
+      assert.deepEqual(runs, [
+        { rid: 'x1', deliveries: 2 },
+        { rid: 'x2', deliveries: 2 },
+        { rid: 'x3', deliveries: 2 },
+        { rid: 'new', deliveries: 1 },
+      ]);
+      assert.equal(most, 1, 'each taken-over request ran alone');
+    } finally {
+      await heir.drain();
+    }
+  });
+
   it('a live replica keeps what it holds past lockMs; a request the gateway took back is skipped', async () => {
     const q = new LiveQueue(redis);
     await q.add('slow', job('long'));
@@ -219,10 +257,10 @@ describe('live queue', () => {
     await eventually(async () => finish !== undefined, 'the long request to start');
     const taken: string[] = [];
     const b = new LiveConsumer({ redis, fn: 'slow', consumer: 'replica-b', concurrency: 4, lockMs: 1_000, log, process: async (_e, data) => void taken.push(data.rid) });
-    await b.start();
-    // Removed before anyone read it (a gateway's 504): never run.
+    // Removed before anyone read it (a gateway's 504): never run. (a, busy, reads nothing; b starts after.)
     const gone = await q.add('slow', job('timed-out'));
     await q.remove('slow', gone);
+    await b.start();
     await q.add('slow', job('next'));
     await eventually(async () => taken.includes('next'), 'the next request to run on b');
     await new Promise((r) => setTimeout(r, 3_000)); // three lock periods: a would have lost it without tending
@@ -244,7 +282,7 @@ describe('live queue', () => {
     assert.deepEqual(consumers.map((c) => c[1]), ['holder']);
   });
 
-  it('a busy replica still takes over a silent one\'s requests, and runs them before newer ones', async () => {
+  it('a busy replica takes over a silent one\'s requests once what it runs has ended, before newer ones', async () => {
     const q = await orphan('busy', 'orphan');
     const order: string[] = [];
     let finishFirst!: () => void;
@@ -264,9 +302,11 @@ describe('live queue', () => {
     await heir.start();
     await eventually(async () => order.includes('first'), 'the heir to be busy');
     await q.add('busy', job('newer'));
-    // Past the lock the orphan is taken over into the heir's backlog (a claim, then one more
-    // round trip): wait for it there, not for a fixed time.
-    await eventually(async () => (heir as unknown as { backlog: unknown[] }).backlog.length === 1, 'the orphan to be taken over');
+    // Past the lock the heir's tending sees the orphan and stops reading new requests; it takes
+    // it only once 'first' has ended (held while waiting, it would count a crash of the heir).
+    await eventually(async () => (heir as unknown as { lookForTakeOver: boolean }).lookForTakeOver, 'the heir to see the orphan');
+    const [, , , owners] = (await redis.xpending(liveStream('busy'), LIVE_GROUP)) as [number, unknown, unknown, [string, string][]];
+    assert.ok(owners.some(([c]) => c === 'replica-dead-busy'), 'not taken while the heir is busy');
     finishFirst();
     await eventually(async () => order.length === 3, 'everything to run');
     assert.deepEqual(order, ['first', 'orphan', 'newer']);
@@ -277,7 +317,7 @@ describe('live queue', () => {
     const fn = 'twice';
     const q = new LiveQueue(redis);
     const entry = await q.add(fn, job('dup'));
-    // Replica a reads it and goes silent; b takes it over (as XAUTOCLAIM would).
+    // Replica a reads it and goes silent; b takes it over (as claimLiveEntry would).
     await redis.xreadgroup('GROUP', LIVE_GROUP, 'replica-a', 'COUNT', 1, 'STREAMS', liveStream(fn), '>');
     await redis.xclaim(liveStream(fn), LIVE_GROUP, 'replica-b', 0, entry);
     const sub = redis.duplicate();
