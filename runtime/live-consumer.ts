@@ -23,6 +23,8 @@ import { waitAtMost } from '../core/settle.ts';
 
 /** How long one read waits for work before looking again (bounds how long a drain waits for the reader). */
 const BLOCK_MS = 1000;
+/** Longest a busy replica stops reading new requests so that what runs ends and it can take one over alone (read). */
+const TAKE_OVER_WAIT_MS = 2_000;
 /** Tries at finishing a tick's requests (100 and 400 ms apart) before leaving them pending. */
 const FINISH_ATTEMPTS = 3;
 
@@ -67,13 +69,17 @@ export class LiveConsumer {
    * again, they would reach the crash limit with it and be answered `replica_crashed` unrun. So
    * a replica takes them one at a time, and only with nothing else running (one held while it
    * waited would be counted too if this replica died meanwhile): told there are some
-   * (`lookForTakeOver`), it reads nothing new, lets what runs end, takes the oldest, runs it
-   * alone, and looks again when it ends. A second crash is then the request's own. Batch lines
-   * may still run beside it.
+   * (`lookForTakeOver`), it reads nothing new, lets what runs end (TAKE_OVER_WAIT_MS at most;
+   * then it reads on until its next tending looks again), takes the oldest, runs it alone, and
+   * looks again when it ends. A second crash is then the request's own. Batch lines may still
+   * run beside it.
    */
   private alone?: string;
   /** Requests may wait to be taken over (a hand-over's notice, a tending's look, one run alone ended): the reader looks before reading anything new. */
   private lookForTakeOver = true;
+  /** When lookForTakeOver was set, and how many times it was asked for (a notice during a look makes it look again). */
+  private lookedAt = 0;
+  private looks = 0;
   /** The reader connection's client id, and whether it is in a blocking read now (scanNow wakes it). */
   private readerId?: number;
   private readerBlocked = false;
@@ -91,6 +97,7 @@ export class LiveConsumer {
     // one after each reconnection.
     reader.on('ready', () => void reader.client('ID').then((id) => (this.readerId = id as number), () => {}));
     this.tending = setInterval(() => this.tendNow(), Math.max(100, Math.floor(this.o.lockMs / 3)));
+    this.lookedAt = performance.now();
     // Its first turn looks for requests to take over (lookForTakeOver starts set): those a replica
     // handed over, or its predecessor left, run before anything new.
     this.reading = this.read();
@@ -111,8 +118,14 @@ export class LiveConsumer {
    */
   scanNow(): void {
     if (this.stopped) return;
-    this.lookForTakeOver = true;
+    this.lookFor();
     if (this.readerBlocked && this.readerId !== undefined) void this.o.redis.client('UNBLOCK', this.readerId).catch(() => 0);
+  }
+
+  private lookFor(): void {
+    if (!this.lookForTakeOver) this.lookedAt = performance.now();
+    this.lookForTakeOver = true;
+    this.looks++;
   }
 
   /** Requests running now. */
@@ -159,17 +172,24 @@ export class LiveConsumer {
       // Requests taken over from a replica that died holding them are older than anything new:
       // they go first, one at a time, each alone (see `alone`).
       if (this.lookForTakeOver && this.active === 0) {
+        const looks = this.looks;
         let entry: TakenOver | undefined;
         try {
           entry = await claimLiveEntry(this.o.redis, this.o.fn, this.o.consumer, this.o.lockMs);
         } catch (err) {
           if (this.stopped) return;
-          this.o.log.warn({ err: (err as Error).message }, 'looking for requests to take over failed; retrying');
-          await new Promise((r) => setTimeout(r, 500));
-          continue;
+          const message = (err as Error).message;
+          // The stream was lost (Redis restarted empty): nothing to take over; make the group again.
+          if (message.includes('NOGROUP')) await ensureLiveGroup(this.o.redis, this.o.fn).catch(() => {});
+          else {
+            this.o.log.warn({ err: message }, 'looking for requests to take over failed; retrying');
+            await new Promise((r) => setTimeout(r, 500));
+            continue;
+          }
         }
         if (!entry) {
-          this.lookForTakeOver = false;
+          // Unless a notice came while it looked: then look again.
+          if (this.looks === looks) this.lookForTakeOver = false;
           continue;
         }
         const { id, fields, deliveries } = entry;
@@ -177,8 +197,16 @@ export class LiveConsumer {
         this.held.add(id);
         this.alone = id;
         this.launch(id, fields, deliveries);
+        continue;
       }
-      if (this.lookForTakeOver || this.alone !== undefined || this.active >= this.o.concurrency) {
+      if (this.lookForTakeOver && this.alone === undefined) {
+        // Busy: nothing new is read until what runs has ended, for TAKE_OVER_WAIT_MS at most; then
+        // it reads on, and its next tending looks again (an idle replica takes them meanwhile).
+        if (performance.now() - this.lookedAt > TAKE_OVER_WAIT_MS) this.lookForTakeOver = false;
+        else await Promise.race([new Promise<void>((resolve) => (this.slotFreed = resolve)), new Promise((r) => setTimeout(r, TAKE_OVER_WAIT_MS).unref())]);
+        continue;
+      }
+      if (this.alone !== undefined || this.active >= this.o.concurrency) {
         await new Promise<void>((resolve) => (this.slotFreed = resolve));
         continue;
       }
@@ -235,7 +263,7 @@ export class LiveConsumer {
     if (id === this.alone) {
       this.alone = undefined;
       // Another replica's requests may still wait to be taken over, one at a time.
-      this.lookForTakeOver = true;
+      this.lookFor();
     }
     this.slotFreed?.();
     this.slotFreed = undefined;

@@ -291,7 +291,7 @@ describe('live queue', () => {
       fn: 'busy',
       consumer: 'replica-busy',
       concurrency: 1,
-      lockMs: 300,
+      lockMs: 2_000,
       log,
       process: (_e, data) => {
         order.push(data.rid);
