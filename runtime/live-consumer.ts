@@ -178,14 +178,8 @@ export class LiveConsumer {
           entry = await claimLiveEntry(this.o.redis, this.o.fn, this.o.consumer, this.o.lockMs);
         } catch (err) {
           if (this.stopped) return;
-          const message = (err as Error).message;
-          // The stream was lost (Redis restarted empty): nothing to take over; make the group again.
-          if (message.includes('NOGROUP')) await ensureLiveGroup(this.o.redis, this.o.fn).catch(() => {});
-          else {
-            this.o.log.warn({ err: message }, 'looking for requests to take over failed; retrying');
-            await new Promise((r) => setTimeout(r, 500));
-            continue;
-          }
+          await this.recover(err as Error, 'looking for requests to take over');
+          continue;
         }
         if (!entry) {
           // Unless a notice came while it looked: then look again.
@@ -216,13 +210,7 @@ export class LiveConsumer {
         entries = await readLiveEntries(this.reader!, this.o.fn, this.o.consumer, this.o.concurrency - this.active, BLOCK_MS).finally(() => (this.readerBlocked = false));
       } catch (err) {
         if (this.stopped) return;
-        const message = (err as Error).message;
-        // The stream was deleted under us: make the group again.
-        if (message.includes('NOGROUP')) await ensureLiveGroup(this.o.redis, this.o.fn).catch(() => {});
-        else {
-          this.o.log.warn({ err: message }, 'reading the live queue failed; retrying');
-          await new Promise((r) => setTimeout(r, 500));
-        }
+        await this.recover(err as Error, 'reading the live queue');
         continue;
       }
       // Entries read while stopping are run all the same: they are this replica's now.
@@ -231,6 +219,13 @@ export class LiveConsumer {
         this.launch(id, fields, 1);
       }
     }
+  }
+
+  /** After a failed read or look: a stream deleted under it (Redis restarted empty) gets its group again; else a pause. */
+  private async recover(err: Error, what: string): Promise<void> {
+    if (err.message.includes('NOGROUP')) return void (await ensureLiveGroup(this.o.redis, this.o.fn).catch(() => {}));
+    this.o.log.warn({ err: err.message }, `${what} failed; retrying`);
+    await new Promise((r) => setTimeout(r, 500));
   }
 
   /** Runs an entry this replica holds (it is in `held`). */
