@@ -196,8 +196,13 @@ export class LiveConsumer {
       if (this.lookForTakeOver && this.alone === undefined) {
         // Busy: nothing new is read until what runs has ended, for TAKE_OVER_WAIT_MS at most; then
         // it reads on, and its next tending looks again (an idle replica takes them meanwhile).
-        if (performance.now() - this.lookedAt > TAKE_OVER_WAIT_MS) this.lookForTakeOver = false;
-        else await Promise.race([new Promise<void>((resolve) => (this.slotFreed = resolve)), new Promise((r) => setTimeout(r, TAKE_OVER_WAIT_MS).unref())]);
+        const left = TAKE_OVER_WAIT_MS - (performance.now() - this.lookedAt);
+        if (left <= 0) this.lookForTakeOver = false;
+        else {
+          let timer: NodeJS.Timeout | undefined;
+          await Promise.race([new Promise<void>((resolve) => (this.slotFreed = resolve)), new Promise((r) => (timer = setTimeout(r, left)))]);
+          clearTimeout(timer);
+        }
         continue;
       }
       if (this.alone !== undefined || this.active >= this.o.concurrency) {
@@ -223,7 +228,8 @@ export class LiveConsumer {
 
   /** After a failed read or look: a stream deleted under it (Redis restarted empty) gets its group again; else a pause. */
   private async recover(err: Error, what: string): Promise<void> {
-    if (err.message.includes('NOGROUP')) return void (await ensureLiveGroup(this.o.redis, this.o.fn).catch(() => {}));
+    const made = err.message.includes('NOGROUP') && (await ensureLiveGroup(this.o.redis, this.o.fn).then(() => true, () => false));
+    if (made) return;
     this.o.log.warn({ err: err.message }, `${what} failed; retrying`);
     await new Promise((r) => setTimeout(r, 500));
   }
