@@ -110,13 +110,21 @@ async function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> 
 
 const TIMING_ENTRY = /([\w-]+);dur=([\d.]+)/g;
 
+/** A Server-Timing header's entries: name and duration (ms). */
+const timingEntries = (header: string): [string, number][] => [...header.matchAll(TIMING_ENTRY)].map((m) => [m[1], Number(m[2])]);
+
+/** Adds each entry's duration to its list in `sums`. */
+function addTiming(entries: [string, number][], sums: Map<string, number[]>): void {
+  for (const [name, ms] of entries) {
+    const list = sums.get(name) ?? [];
+    list.push(ms);
+    sums.set(name, list);
+  }
+}
+
 /** Adds each Server-Timing entry's duration to its list in `sums`. */
 export function parseTiming(header: string, sums: Map<string, number[]>): void {
-  for (const m of header.matchAll(TIMING_ENTRY)) {
-    const list = sums.get(m[1]) ?? [];
-    list.push(Number(m[2]));
-    sums.set(m[1], list);
-  }
+  addTiming(timingEntries(header), sums);
 }
 
 /** A load run with what it measured, so runs can be pooled (poolRuns). */
@@ -209,11 +217,10 @@ export async function closedLoopRun(target: Target, o: LoadOptions): Promise<Loa
       statuses[a.status] = (statuses[a.status] ?? 0) + 1;
       if (a.status >= 200 && a.status < 300) {
         samples.push(t1 - t0);
-        if (a.timing) parseTiming(a.timing, timings);
+        const entries = a.timing ? timingEntries(a.timing) : [];
+        addTiming(entries, timings);
         if (slowest.length < SLOWEST_KEPT || t1 - t0 > slowest[slowest.length - 1].ms) {
-          const one = new Map<string, number[]>();
-          if (a.timing) parseTiming(a.timing, one);
-          slowest.push({ ms: t1 - t0, atS: (t0 - measureStart) / 1000, timing: Object.fromEntries([...one].map(([k, v]) => [k, v[0]])) });
+          slowest.push({ ms: t1 - t0, atS: (t0 - measureStart) / 1000, timing: Object.fromEntries(entries) });
           slowest.sort((x, y) => y.ms - x.ms).splice(SLOWEST_KEPT);
         }
       } else {

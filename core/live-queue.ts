@@ -257,9 +257,9 @@ export interface TakenOver {
  */
 export async function claimLiveEntry(redis: Redis, fn: string, consumer: string, minIdleMs: number): Promise<TakenOver | undefined> {
   for (let tries = 0; tries < CLAIM_TRIES; tries++) {
-    const idle = (await redis.xpending(liveStream(fn), LIVE_GROUP, 'IDLE', minIdleMs, '-', '+', 1)) as [string, string, number, number][];
-    if (!idle.length) return undefined;
-    const [id, , , count] = idle[0];
+    const idle = await oldestIdle(redis, fn, minIdleMs);
+    if (!idle) return undefined;
+    const [id, , , count] = idle;
     const [claimed] = (await redis.callBuffer('XCLAIM', [liveStream(fn), LIVE_GROUP, consumer, minIdleMs, id])) as ([Buffer, Buffer[]] | null)[];
     // XCLAIM counts this delivery.
     if (claimed) return { id, fields: claimed[1], deliveries: Number(count) + 1 };
@@ -269,8 +269,13 @@ export async function claimLiveEntry(redis: Redis, fn: string, consumer: string,
 
 /** Whether an entry has been idle for `minIdleMs` (claimLiveEntry would take one), without claiming it. */
 export async function hasLiveEntryToClaim(redis: Redis, fn: string, minIdleMs: number): Promise<boolean> {
-  const idle = (await redis.xpending(liveStream(fn), LIVE_GROUP, 'IDLE', minIdleMs, '-', '+', 1)) as unknown[];
-  return idle.length > 0;
+  return (await oldestIdle(redis, fn, minIdleMs)) !== undefined;
+}
+
+/** The oldest pending entry idle for `minIdleMs` (XPENDING's IDLE filter): id, consumer, idle ms, deliveries. */
+async function oldestIdle(redis: Redis, fn: string, minIdleMs: number): Promise<[string, string, number, number] | undefined> {
+  const idle = (await redis.xpending(liveStream(fn), LIVE_GROUP, 'IDLE', minIdleMs, '-', '+', 1)) as [string, string, number, number][];
+  return idle[0];
 }
 
 /** Entries claimLiveEntry passes over (taken meanwhile, or deleted) before it leaves the rest to the next look. */

@@ -198,15 +198,11 @@ export class LiveConsumer {
         // it reads on, and its next tending looks again (an idle replica takes them meanwhile).
         const left = TAKE_OVER_WAIT_MS - (performance.now() - this.lookedAt);
         if (left <= 0) this.lookForTakeOver = false;
-        else {
-          let timer: NodeJS.Timeout | undefined;
-          await Promise.race([new Promise<void>((resolve) => (this.slotFreed = resolve)), new Promise((r) => (timer = setTimeout(r, left)))]);
-          clearTimeout(timer);
-        }
+        else await this.oneEnds(left);
         continue;
       }
       if (this.alone !== undefined || this.active >= this.o.concurrency) {
-        await new Promise<void>((resolve) => (this.slotFreed = resolve));
+        await this.oneEnds();
         continue;
       }
       let entries: LiveEntry[];
@@ -224,6 +220,15 @@ export class LiveConsumer {
         this.launch(id, fields, 1);
       }
     }
+  }
+
+  /** Until a request running here ends (done), or `ms` has passed. */
+  private async oneEnds(ms?: number): Promise<void> {
+    const ended = new Promise<void>((resolve) => (this.slotFreed = resolve));
+    if (ms === undefined) return ended;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([ended, new Promise((r) => (timer = setTimeout(r, ms)))]);
+    clearTimeout(timer);
   }
 
   /** After a failed read or look: a stream deleted under it (Redis restarted empty) gets its group again; else a pause. */

@@ -288,16 +288,12 @@ export class NodeAgent {
       const left = await leaveLiveGroup(this.redis, r.fn, r.id).catch(() => false);
       if (!left && !this.closed && Date.now() < until) setTimeout(() => void leave(), LEAVE_RETRY_MS).unref();
     };
-    handOverLiveEntries(this.redis, r.fn, r.id).then(
-      (n) => {
-        if (n) this.log.warn({ replica: r.id, requests: n }, 'handed over the live requests of a replica that exited');
-        void leave();
-      },
-      (err: Error) => {
-        this.log.warn({ replica: r.id, err: err.message }, 'could not hand over the live requests of a replica that exited; they run again after the lock time');
-        void leave();
-      },
-    );
+    handOverLiveEntries(this.redis, r.fn, r.id)
+      .then(
+        (n) => n && this.log.warn({ replica: r.id, requests: n }, 'handed over the live requests of a replica that exited'),
+        (err: Error) => this.log.warn({ replica: r.id, err: err.message }, 'could not hand over the live requests of a replica that exited; they run again after the lock time'),
+      )
+      .finally(() => void leave());
   }
 
   private async stopReplica(r: ReplicaProcess): Promise<void> {
