@@ -72,13 +72,13 @@ export const ConfigSchema = z.object({
   EMBERS_REPLICA_CONCURRENCY: int(1, 4096).default(32),
   /** Batch lines a replica holds in flight, in slots apart from the live ones. @default 8 */
   EMBERS_BATCH_CONCURRENCY: int(1, 4096).default(8),
-  /** Batch lines start no model inference while a live request is in the replica, nor for this long after the last one. @default 50 */
+  /** Batch lines start no model inference while a live request runs on the node, nor for this long after the last one. @default 50 */
   EMBERS_BATCH_YIELD_MS: int(0, 60_000).default(50),
   /** Longest a request may wait in its queue (a cold start included) before it is answered 504. @default 60000 */
   EMBERS_QUEUE_TIMEOUT_MS: int(100).default(60_000),
   /** Replica heartbeat period; a replica missing 3 is considered gone. @default 2000 */
   EMBERS_HEARTBEAT_MS: int(50).default(2000),
-  /** BullMQ job lock: a replica that dies holding jobs gives them back after this. @default 30000 */
+  /** How long a replica that stops answering holds its work: live requests (stream entries) and batch jobs (BullMQ's lock) are taken over after this. @default 30000 */
   EMBERS_JOB_LOCK_MS: int(1000).default(30_000),
   /** Replica slots this node agent offers. @default 2 × CPU cores */
   EMBERS_NODE_SLOTS: int(1, 4096).optional(),

@@ -20,7 +20,7 @@ export const ScalingSchema = z.object({
   maxReplicas: z.number().int().min(1).max(1024).default(4),
   idleTimeoutS: z.number().min(1).default(300),
   targetConcurrency: z.number().int().min(1).default(32),
-});
+}).refine((s) => s.minReplicas <= s.maxReplicas, { message: 'scaling.minReplicas must not be above scaling.maxReplicas', path: ['minReplicas'] });
 
 /** What `embers deploy` learns from a bundle and sends with it. */
 export const DeploySpecSchema = z.object({
@@ -121,15 +121,21 @@ export interface BatchChunkData {
 }
 
 /**
- * The queue of a function's batch lines. Live requests (sync and async) go to the queue named
- * after the function; a replica serves both with separate slots, live first ("." never appears
- * in a function name, so the two cannot collide).
+ * The BullMQ queue of a function's batch lines. Live requests (sync and async) ride the
+ * function's Redis stream instead (core/live-queue.ts); a replica serves both with separate
+ * slots, live first ("." never appears in a function name, so no queue collides with another).
  */
 export const batchQueueName = (fn: string) => `${fn}.batch`;
 
 /** Header of a reply message; the body (result or error JSON, or bytes: `type`) follows after a newline (encodeReply). */
 export interface ReplyHeader {
   rid: string;
+  /**
+   * The sync request's unique id (RunJobData.id): its gateway routes the reply by it, never by
+   * `rid`, which a caller may choose (x-request-id) and two callers may share. Absent from
+   * replicas older than it (routed by rid).
+   */
+  id?: string;
   status: number;
   replica: string;
   /**
@@ -246,7 +252,7 @@ export type PlatformEvent =
 /** Exit code of a replica that asks its node agent to replace it (a handler that would not stop). */
 export const EXIT_REPLACE_ME = 75;
 
-/** BullMQ: one queue per function, named after it, under this prefix. */
+/** BullMQ queues (a function's batch lines, webhook deliveries) live under this prefix. */
 export const QUEUE_PREFIX = 'embers';
 
 export const s3Keys = {

@@ -105,21 +105,33 @@ export class Registry {
     return found.filter((m): m is Manifest => m !== null);
   }
 
-  /** Removes a function from the registry; its versions stay in S3 (immutable history). */
-  async remove(name: string): Promise<boolean> {
-    const [[, removed]] = (await this.redis
-      .multi()
-      .srem(keys.functionIndex, name)
-      .del(keys.function(name), keys.versions(name))
-      .exec()) as [[null, number], [null, number]];
-    if (removed) await this.publish({ type: 'deleted', name });
-    return removed === 1;
+  /**
+   * Removes a function from the registry; its versions stay in S3 (immutable history). With
+   * `unlessQueuedIn` (its live stream), only while that stream holds nothing, in the same call,
+   * so no request queued meanwhile is left behind. 'removed', 'not_found', or the entries queued.
+   */
+  async remove(name: string, unlessQueuedIn?: string): Promise<'removed' | 'not_found' | { queued: number }> {
+    const ks = [keys.functionIndex, keys.function(name), keys.versions(name), ...(unlessQueuedIn ? [unlessQueuedIn] : [])];
+    const res = (await evalScript(this.redis, REMOVE, ks.length, ...ks, name)) as number;
+    if (res < 0) return { queued: -res };
+    if (res === 0) return 'not_found';
+    await this.publish({ type: 'deleted', name });
+    return 'removed';
   }
 
   private async publish(event: RegistryEvent): Promise<void> {
     await this.redis.publish(keys.registryChannel, JSON.stringify(event));
   }
 }
+
+const REMOVE = `
+if KEYS[4] then
+  local queued = redis.call('XLEN', KEYS[4])
+  if queued > 0 then return -queued end
+end
+local removed = redis.call('SREM', KEYS[1], ARGV[1])
+redis.call('DEL', KEYS[2], KEYS[3])
+return removed`;
 
 function sameSpec(m: Manifest, spec: DeploySpec): boolean {
   const pick = (x: DeploySpec) => JSON.stringify([x.models, x.inputSchema, x.batching, x.scaling, x.timeoutMs, x.pricing, x.maxQueueLength, x.binaryInput]);

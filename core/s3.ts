@@ -148,11 +148,15 @@ export function statusOf(err: unknown): number | undefined {
   return (err as { $metadata?: { httpStatusCode?: number } })?.$metadata?.httpStatusCode;
 }
 
-/** The platform's store from validated config; the embedded server accepts any credentials. */
+/**
+ * The platform's store from validated config. With an endpoint (the embedded server, MinIO and
+ * the like) and no AWS credentials set, placeholder ones (the embedded server accepts any);
+ * without one (AWS S3 itself), the SDK's own chain: variables, profiles, instance and pod roles.
+ */
 export function storeFromConfig(config: { EMBERS_S3_ENDPOINT?: string; EMBERS_S3_BUCKET: string }): ObjectStore {
   return new ObjectStore({
     endpoint: config.EMBERS_S3_ENDPOINT,
     bucket: config.EMBERS_S3_BUCKET,
-    fallbackCredentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' },
+    ...(config.EMBERS_S3_ENDPOINT ? { fallbackCredentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' } } : {}),
   });
 }

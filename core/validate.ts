@@ -1,13 +1,57 @@
 // Input validation from a function's JSON Schema (generated from its zod schema at deploy), for
 // the parts that check input before it costs a queue round trip: gateway runs and batch lines.
+//
+// A schema's `pattern`s are the function author's regexes, and they run in the gateway, which
+// every function shares: `^(a+)+$` against forty a's and a "!" backtracks for hours on V8's
+// default engine. So the gateway runs each pattern on V8's linear-time engine (the `l` flag,
+// no backtracking), and a pattern that engine cannot run (back-references, lookarounds, large
+// counted repeats, \p{…}) or a string with characters outside the BMP (where the engine's
+// missing `u` flag could read it differently) is passed here and judged where it is exact: the
+// replica checks every input against the function's own zod schema before its handler runs,
+// and there a slow regex stalls only that function.
+import v8 from 'node:v8';
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 
-const ajv = new Ajv2020({ allErrors: true, strict: false });
+v8.setFlagsFromString('--enable-experimental-regexp-engine');
+
+const ASTRAL = /[\uD800-\uDFFF]/;
+/** Unicode-mode syntax that reads differently, or not at all, without the `u` flag. */
+const UNICODE_ONLY = /\\[pP]\{|\\u\{/;
+
+interface RegExpLike {
+  test(s: string): boolean;
+}
+
+/** ajv's code.regExp: how a schema's patterns are compiled (see above). */
+function linearPattern(pattern: string, flags: string): RegExpLike {
+  // The exact regex, as ajv would make it: a pattern it rejects fails the deploy.
+  new RegExp(pattern, flags);
+  let linear: RegExp | undefined;
+  try {
+    linear = UNICODE_ONLY.test(pattern) ? undefined : new RegExp(pattern, 'l');
+  } catch {
+    linear = undefined;
+  }
+  return {
+    test: (s: string) => linear === undefined || ASTRAL.test(s) || linear.test(s),
+    // ajv keys compiled patterns by this: one per pattern.
+    toString: () => `/${pattern}/l`,
+  } as RegExpLike;
+}
+linearPattern.code = 'linearPattern';
+
+// addUsedSchema false: a schema's $id is not registered, so two functions (or two versions) with
+// the same $id do not collide.
+const ajv = new Ajv2020({ allErrors: true, strict: false, addUsedSchema: false, code: { regExp: linearPattern } });
 
 export type InputValidator = ValidateFunction;
 
+/** Throws (ajv's message) when the schema is not a valid JSON Schema. */
 export function compileInputSchema(schema: Record<string, unknown>): InputValidator {
-  return ajv.compile(schema);
+  const validate = ajv.compile(schema);
+  // ajv keeps every compiled schema in a cache keyed by the object; callers keep what they need.
+  ajv.removeSchema(schema);
+  return validate;
 }
 
 /** `/image must be string; (body) must have required property 'x'` */

@@ -3,6 +3,7 @@
 import type { Manifest } from '../core/contracts.ts';
 import type { Registry } from '../core/registry.ts';
 import { compileInputSchema, type InputValidator } from '../core/validate.ts';
+import { ApiError } from './errors.ts';
 
 export interface ActiveFunction {
   manifest: Manifest;
@@ -23,9 +24,26 @@ export class FunctionsCache {
     const hit = this.entries.get(name);
     if (hit && performance.now() - hit.at < TTL_MS) return hit.value;
     const [manifest, tenant] = await Promise.all([this.registry.active(name), this.registry.owner(name)]);
-    const value = manifest && tenant ? { manifest, validate: compileInputSchema(manifest.inputSchema), tenant } : null;
+    const value = manifest && tenant ? { manifest, validate: this.validator(manifest), tenant } : null;
     this.entries.set(name, { value, at: performance.now() });
     return value;
+  }
+
+  private readonly validators = new Map<string, { version: string; validate: InputValidator }>();
+
+  /** Compiled once per version, not on every refresh of the entry. */
+  private validator(m: Manifest): InputValidator {
+    const known = this.validators.get(m.name);
+    if (known?.version === m.version) return known.validate;
+    let validate: InputValidator;
+    try {
+      validate = compileInputSchema(m.inputSchema);
+    } catch (err) {
+      // Deploys check their schema since this was possible; an older one may still be active.
+      throw new ApiError(500, 'invalid_schema', `${m.name} version ${m.version} has an input schema that cannot be compiled (${(err as Error).message}); deploy it again`);
+    }
+    this.validators.set(m.name, { version: m.version, validate });
+    return validate;
   }
 
   private readonly failing = new Map<string, { phase: string; message: string; at: number }>();
@@ -48,5 +66,11 @@ export class FunctionsCache {
   invalidate(name?: string): void {
     if (name) this.entries.delete(name);
     else this.entries.clear();
+  }
+
+  /** A deleted function's validator goes with it. */
+  forget(name: string): void {
+    this.entries.delete(name);
+    this.validators.delete(name);
   }
 }

@@ -39,15 +39,15 @@ export async function checkRate(redis: Redis, auth: AuthContext): Promise<void> 
   if (n > rps) throw tooMany('rate_limited', `key ${auth.keyId} is limited to ${rps} requests per second; retry after the Retry-After header's seconds`, 1);
 }
 
-/** Takes one of the key's in-flight slots for `rid`; returns its release. Throws 429 when none is free. */
-export async function acquireSlot(redis: Redis, auth: AuthContext, rid: string, holdMs: number): Promise<() => void> {
+/** Takes one of the key's in-flight slots for `member` (the request's own unique id); returns its release. Throws 429 when none is free. */
+export async function acquireSlot(redis: Redis, auth: AuthContext, member: string, holdMs: number): Promise<() => void> {
   const limit = auth.limits?.concurrency;
   if (!limit) return () => {};
   const key = `embers:quota:inflight:${auth.tenant}:${auth.keyId}`;
   const now = Date.now();
-  const ok = (await evalScript(redis, ACQUIRE, 1, key, String(now), String(limit), String(now + holdMs), rid, String(holdMs))) as number;
+  const ok = (await evalScript(redis, ACQUIRE, 1, key, String(now), String(limit), String(now + holdMs), member, String(holdMs))) as number;
   if (!ok) throw tooMany('too_many_in_flight', `key ${auth.keyId} may have ${limit} requests in flight at once; retry when one finishes`, 1);
-  return () => void redis.zrem(key, rid).catch(() => 0);
+  return () => void redis.zrem(key, member).catch(() => 0);
 }
 
 /** A length read more than 250 ms ago is read again; one under half the limit still judges requests while that read runs, up to this age. */

@@ -37,9 +37,10 @@ export class ReplyHub {
       try {
         if (channel !== this.channel) return this.onOther(channel, message.toString());
         for (const reply of decodeReplies(message)) {
-          const resolve = this.waiting.get(reply.header.rid);
+          const id = reply.header.id ?? reply.header.rid;
+          const resolve = this.waiting.get(id);
           if (resolve) {
-            this.waiting.delete(reply.header.rid);
+            this.waiting.delete(id);
             resolve(reply);
           }
         }
@@ -67,23 +68,23 @@ export class ReplyHub {
     this.subscribed = true;
   }
 
-  /** Registers interest before the job is enqueued; resolves null on timeout. */
-  expect(rid: string, timeoutMs: number): Promise<Reply | null> {
+  /** Registers interest (by the request's unique id, RunJobData.id) before the job is enqueued; resolves null on timeout. */
+  expect(id: string, timeoutMs: number): Promise<Reply | null> {
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
-        this.waiting.delete(rid);
+        this.waiting.delete(id);
         resolve(null);
       }, timeoutMs);
-      this.waiting.set(rid, (r) => {
+      this.waiting.set(id, (r) => {
         clearTimeout(timer);
         resolve(r);
       });
     });
   }
 
-  cancel(rid: string): void {
-    this.waiting.get(rid)?.(null);
-    this.waiting.delete(rid);
+  cancel(id: string): void {
+    this.waiting.get(id)?.(null);
+    this.waiting.delete(id);
   }
 
   get inFlight(): number {

@@ -92,7 +92,8 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
   const replies = new ReplyHub(sub, id, (channel, message) => {
     if (channel !== keys.registryChannel) return;
     const event = JSON.parse(message) as PlatformEvent;
-    if (event.type === 'deployed' || event.type === 'deleted') functions.invalidate(event.name);
+    if (event.type === 'deployed') functions.invalidate(event.name);
+    if (event.type === 'deleted') functions.forget(event.name);
     if (event.type === 'replica') {
       functions.replicaEvent(event.name, event.state, event.error);
       if (event.coldStart) metrics.observeColdStart(event.name, event.coldStart);

@@ -781,6 +781,7 @@ export class Replica {
     if (bytes && !data.gw) body = binaryAsJson(bytes);
     const usage = this.usageRecord(jobId, data, header, bytes && data.gw ? bytes.bytes.length : Buffer.byteLength(body));
     if (data.gw) {
+      if (data.id) header = { ...header, id: data.id };
       let message: string | Buffer = bytes ? encodeReply({ ...header, type: bytes.contentType }, bytes.bytes) : encodeReply(header, body);
       // A large text reply goes to ioredis as bytes, encoded once: as a string it is measured,
       // copied into the command's text and encoded again, and each fresh copy of a megabyte costs

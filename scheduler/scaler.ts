@@ -62,10 +62,14 @@ export function decide(prev: ScalerState, obs: Observation, policy: ScalingPolic
   const lastActiveAt = obs.inFlight > 0 ? now : prev.lastActiveAt;
   const target = Math.max(1, policy.targetConcurrency);
   const stableWant = Math.ceil(mean(samples) / target);
-  const panicWant = Math.ceil(mean(samples.filter((s) => s.t > now - settings.panicWindowMs)) / target);
+  const panicRatio = mean(samples.filter((s) => s.t > now - settings.panicWindowMs)) / target;
+  const panicWant = Math.ceil(panicRatio);
 
+  // Panic when the short window's load is twice what the ready replicas are sized for, judged
+  // unrounded as Knative does (rounded up first, 33 in flight against a target of 32 read as 2
+  // replicas' worth and panicked one ready replica at barely over its target).
   let panicUntil = prev.panicUntil;
-  if (panicWant >= settings.panicThreshold * Math.max(1, obs.ready) && panicWant > prev.desired) panicUntil = now + settings.stableWindowMs;
+  if (panicRatio >= settings.panicThreshold * Math.max(1, obs.ready) && panicWant > prev.desired) panicUntil = now + settings.stableWindowMs;
   const panicking = now < panicUntil;
 
   let want: number;

@@ -1,5 +1,6 @@
 // `embers gateway` and `embers agent`: the platform's parts as separate processes, for running
-// across machines (infra/ has manifests). Both need EMBERS_REDIS_URL and EMBERS_S3_ENDPOINT.
+// across machines (infra/README.md says how). Both need EMBERS_REDIS_URL, and S3 (EMBERS_S3_ENDPOINT,
+// or AWS S3 with the standard AWS credentials).
 import { Command } from 'commander';
 import { loadConfig, type Config } from '../../core/config.ts';
 import { createLogger, type Logger } from '../../core/log.ts';

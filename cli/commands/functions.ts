@@ -66,9 +66,15 @@ export function functionsCommand(): Command {
     },
   );
 
-  withConnection(cmd.command('delete').description('delete a function (its versions stay in S3)').argument('<name>')).action(async (name: string, opts: { url?: string; key?: string }) => {
-    await clientFrom(opts).call('DELETE', `/v1/functions/${encodeURIComponent(name)}`);
-    process.stdout.write(`deleted ${name}\n`);
+  withConnection(
+    cmd
+      .command('delete')
+      .description('delete a function (its versions stay in S3); refused while requests are queued for it')
+      .argument('<name>')
+      .option('--force', 'delete even with requests queued: those not started yet are answered 410 (async jobs end failed)'),
+  ).action(async (name: string, opts: { url?: string; key?: string; force?: boolean }) => {
+    const res = (await clientFrom(opts).call('DELETE', `/v1/functions/${encodeURIComponent(name)}${opts.force ? '?force=true' : ''}`)) as { dropped?: number };
+    process.stdout.write(`deleted ${name}${res.dropped ? ` (${res.dropped} queued request(s) answered 410)` : ''}\n`);
   });
   return cmd;
 }

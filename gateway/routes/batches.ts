@@ -10,6 +10,7 @@ import { BatchStore, type BatchView } from '../../core/batches.ts';
 import { FUNCTION_NAME, keys, s3Keys, type PlatformEvent } from '../../core/contracts.ts';
 import { parseS3Uri, statusOf } from '../../core/s3.ts';
 import { ApiError, readJson } from '../errors.ts';
+import { limitBody } from '../middleware/body-limit.ts';
 import type { GatewayDeps, GatewayEnv } from '../app.ts';
 
 const FromUri = z.object({
@@ -27,7 +28,11 @@ export function batchRoutes(deps: GatewayDeps) {
     if (!fn || !canAccess(c.get('auth'), fn.tenant)) throw new ApiError(404, 'function_not_found', `no function named "${name}"; deploy it first (\`embers functions\` lists them)`);
   };
 
-  app.post('/', async (c) => {
+  // JSONL in the body (?function=) up to EMBERS_MAX_BATCH_BYTES; the JSON form ({function,
+  // input_uri}) is small. A chunked body is counted as it streams, before it is buffered.
+  const jsonlLimit = limitBody(deps.maxBatchBytes, `batch input is over ${deps.maxBatchBytes} bytes (EMBERS_MAX_BATCH_BYTES); put it in S3 and send {"function", "input_uri"}`);
+  const jsonLimit = limitBody(deps.maxBodyBytes, `a batch request without ?function= is JSON {"function", "input_uri"}, and this body is over ${deps.maxBodyBytes} bytes; send JSONL with ?function=NAME`);
+  app.post('/', (c, next) => (c.req.query('function') !== undefined ? jsonlLimit : jsonLimit)(c, next), async (c) => {
     requireScope(c, 'run');
     const id = BatchStore.newId();
     const fnParam = c.req.query('function');
@@ -72,7 +77,9 @@ export function batchRoutes(deps: GatewayDeps) {
 
   app.get('/', async (c) => {
     requireScope(c, 'run');
-    const limit = Math.min(100, Math.max(1, Number(c.req.query('limit') ?? 20) || 20));
+    const given = c.req.query('limit');
+    const limit = given === undefined ? 20 : Number(given);
+    if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw new ApiError(400, 'invalid_request', `limit must be a whole number from 1 to 100, got "${given}"`);
     const auth = c.get('auth');
     const all = await deps.batches.list(origin(c.req.url), auth.admin ? limit : 1000);
     return c.json({ data: all.filter((b) => canAccess(auth, b.tenant)).slice(0, limit).map((b) => b.view) });

@@ -2,9 +2,12 @@
 import { Hono, type Context } from 'hono';
 import { limitBody } from '../middleware/body-limit.ts';
 import { z } from 'zod';
-import { DeployRequestSchema, FUNCTION_NAME, keys, type Manifest } from '../../core/contracts.ts';
+import { DeployRequestSchema, encodeReply, errorBody, FUNCTION_NAME, keys, type Manifest } from '../../core/contracts.ts';
+import { decodeLiveJob, LIVE_GROUP, liveStream } from '../../core/live-queue.ts';
+import { enqueueWebhook } from '../../core/jobs.ts';
 import { canAccess } from '../../core/tenants.ts';
 import { ApiError, readJson } from '../errors.ts';
+import { compileInputSchema } from '../../core/validate.ts';
 import { requireScope } from '../middleware/auth.ts';
 import type { GatewayDeps, GatewayEnv } from '../app.ts';
 
@@ -21,7 +24,15 @@ export function functionRoutes(deps: GatewayDeps) {
       if (!parsed.success) throw new ApiError(400, 'invalid_deploy', `deploy request is invalid: ${z.prettifyError(parsed.error)}`, parsed.error.issues);
       const { spec } = parsed.data;
       const bundle = Buffer.from(parsed.data.bundle, 'base64');
-      if (bundle.length === 0) throw new ApiError(400, 'invalid_deploy', 'bundle is not base64 JavaScript');
+      // Node skips what is not base64 as it decodes: JavaScript sent as it is would decode to bytes.
+      if (bundle.length === 0 || bundle.toString('base64').replace(/=+$/, '') !== parsed.data.bundle.replace(/\s+/g, '').replace(/=+$/, '').replace(/-/g, '+').replace(/_/g, '/')) {
+        throw new ApiError(400, 'invalid_deploy', 'bundle must be the function\'s JavaScript bundle as base64 (`embers deploy` builds and encodes it)');
+      }
+      try {
+        compileInputSchema(spec.inputSchema);
+      } catch (err) {
+        throw new ApiError(400, 'invalid_deploy', `spec.inputSchema is not a valid JSON Schema (2020-12): ${(err as Error).message}`);
+      }
       for (const [handle, uri] of Object.entries(spec.models)) {
         const found = await store.head(uri).catch((err) => {
           throw new ApiError(400, 'model_unreachable', `model ${handle} (${uri}) cannot be read: ${(err as Error).message}`);
@@ -69,9 +80,16 @@ export function functionRoutes(deps: GatewayDeps) {
   app.delete('/:name', async (c) => {
     requireScope(c, 'deploy');
     const { name } = await visible(c);
-    if (!(await registry.remove(name))) throw notFound(name);
-    deps.functions.invalidate(name);
-    return c.json({ deleted: name });
+    const force = c.req.query('force');
+    if (force !== undefined && force !== 'true' && force !== 'false') throw new ApiError(400, 'invalid_request', `force must be true or false, got "${force}"`);
+    // Requests still queued would never be answered once the function is gone: refused unless forced.
+    const removed = await registry.remove(name, force === 'true' ? undefined : liveStream(name));
+    if (removed === 'not_found') throw notFound(name);
+    if (removed !== 'removed') {
+      throw new ApiError(409, 'function_busy', `${name} has ${removed.queued} request(s) queued or running; wait for them to finish, or delete with ?force=true (\`embers functions delete ${name} --force\`), which answers the ones not yet started 410`);
+    }
+    deps.functions.forget(name);
+    return c.json({ deleted: name, ...(force === 'true' ? { dropped: await answerUnstarted(deps, name) } : {}) });
   });
 
   /** The :name function, if the caller may see it: another tenant's function is as unknown as a missing one. */
@@ -83,6 +101,34 @@ export function functionRoutes(deps: GatewayDeps) {
   }
 
   return app;
+}
+
+/**
+ * A force-deleted function's requests that no replica has started: an async job ends failed
+ * (410, its webhook called), a waiting caller gets 410; the entries go. Those a replica is
+ * running are left to it: it answers them as it would have.
+ */
+async function answerUnstarted(deps: GatewayDeps, name: string): Promise<number> {
+  const stream = liveStream(name);
+  const entries = (await deps.redis.xrangeBuffer(stream, '-', '+')) as [Buffer, Buffer[]][];
+  const started = new Set(((await deps.redis.xpending(stream, LIVE_GROUP, '-', '+', entries.length + 1).catch(() => [])) as [string][]).map((p) => p[0]));
+  const body = JSON.stringify(errorBody('function_deleted', `${name} was deleted before this request ran`));
+  const timing = { queueMs: 0, handlerMs: 0, inferMs: 0, batchMs: 0 };
+  let dropped = 0;
+  for (const [idBytes, fields] of entries) {
+    const id = idBytes.toString();
+    if (started.has(id)) continue;
+    const data = decodeLiveJob(fields);
+    if (data?.job) {
+      const done = await deps.jobs.finish(data.job, { httpStatus: 410, body, canceled: false, timing, version: '' }, true);
+      if (done.finished && done.webhook) await enqueueWebhook(deps.webhookQueue, { job: data.job, url: done.webhook });
+    } else if (data?.gw) {
+      await deps.redis.publish(keys.replyChannel(data.gw), encodeReply({ rid: data.rid, ...(data.id ? { id: data.id } : {}), status: 410, replica: 'gateway', timing }, body));
+    }
+    await deps.redis.xdel(stream, id);
+    dropped++;
+  }
+  return dropped;
 }
 
 function checkName(name: string): string {

@@ -46,6 +46,9 @@ export function modelRoutes(deps: GatewayDeps) {
   app.put('/sha256/:hex', async (c) => {
     const hex = c.req.param('hex');
     const key = keyOf(hex);
+    const declared = Number(c.req.header('content-length') ?? NaN);
+    // Judged by the header when there is one, before anything is written to disk.
+    if (declared > MAX_MODEL_BYTES) throw new ApiError(413, 'too_large', `model is ${declared} bytes, over ${MAX_MODEL_BYTES}`);
     const body = c.req.raw.body;
     if (!body) throw new ApiError(400, 'empty_body', 'send the model file as the request body');
     const dir = await mkdtemp(path.join(os.tmpdir(), 'embers-upload-'));
@@ -61,7 +64,10 @@ export function modelRoutes(deps: GatewayDeps) {
           done(null, chunk);
         },
       });
-      await pipeline(Readable.fromWeb(body as WebReadableStream), meter, createWriteStream(file));
+      await pipeline(Readable.fromWeb(body as WebReadableStream), meter, createWriteStream(file)).catch((err: NodeJS.ErrnoException) => {
+        if (err.code === 'ENOSPC') throw new ApiError(507, 'insufficient_storage', `the gateway's temporary folder (${os.tmpdir()}) is full; free space there or upload a smaller model`);
+        throw err;
+      });
       if (bytes === 0) throw new ApiError(400, 'empty_body', 'model file is empty');
       const actual = hash.digest('hex');
       if (actual !== hex) throw new ApiError(400, 'hash_mismatch', `body sha256 is ${actual}, not ${hex}: the upload was corrupted or the id is wrong`);

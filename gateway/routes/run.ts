@@ -48,6 +48,10 @@ export function runRoutes(deps: GatewayDeps) {
         const hint = binary ? ` (to send "${binary}" as bytes, make them the body, with their own Content-Type)` : '';
         throw new ApiError(400, 'invalid_input', `input does not match the schema of ${name}: ${describeErrors(fn.validate)}${hint}`, fn.validate.errors);
       }
+      const async = /\brespond-async\b/i.test(c.req.header('prefer') ?? '');
+      // Checked before the admission steps, so a request refused for it costs no rate token.
+      const webhook = webhookOf(c.req.query('webhook') ?? c.req.header('embers-webhook'));
+      if (webhook && !async) throw new ApiError(400, 'invalid_webhook', 'a webhook is called when an async run finishes: add the header "Prefer: respond-async" (a synchronous run answers in its response)');
       const stamp = enqueueStamp();
       const auth = c.get('auth');
       const bill = { t: fn.tenant, k: auth.keyId, bin: bytes?.length ?? (Number(c.req.header('content-length')) || Buffer.byteLength(inputJson)) };
@@ -56,8 +60,8 @@ export function runRoutes(deps: GatewayDeps) {
         await deps.queueDepth.check(name, fn.manifest.maxQueueLength ?? 10_000);
         await deps.redisMemory.check(bill.bin);
       });
-      if (/\brespond-async\b/i.test(c.req.header('prefer') ?? '')) {
-        const job = await enqueueAsync(deps, name, { rid, input, raw, ...stamp, ...bill }, { inputJson, body: bytes }, auth, webhookOf(c.req.query('webhook') ?? c.req.header('embers-webhook')));
+      if (async) {
+        const job = await enqueueAsync(deps, name, { rid, input, raw, ...stamp, ...bill }, { inputJson, body: bytes }, auth, webhook);
         const url = `${new URL(c.req.url).origin}/v1/jobs/${job}`;
         c.header('location', url);
         c.header('preference-applied', 'respond-async');
@@ -65,9 +69,12 @@ export function runRoutes(deps: GatewayDeps) {
       }
       if (!replies.listening) throw new ApiError(503, 'unavailable', 'this gateway is reconnecting to Redis and cannot receive replies yet; retry shortly');
       // Time in the queue (cold starts included) and handler time are bounded separately.
-      const data: RunJobData = { rid, id: randomUUID(), gw: gatewayId, input, raw, ...stamp, deadline: stamp.enq + deps.queueTimeoutMs, ...bill };
-      const release = await counted(name, () => acquireSlot(deps.redis, auth, rid, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS));
-      const wait = replies.expect(rid, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS);
+      // The reply and the in-flight slot go by an id of the gateway's own: the request id may be
+      // the caller's (x-request-id), and two callers, of two tenants even, may send the same one.
+      const id = randomUUID();
+      const data: RunJobData = { rid, id, gw: gatewayId, input, raw, ...stamp, deadline: stamp.enq + deps.queueTimeoutMs, ...bill };
+      const release = await counted(name, () => acquireSlot(deps.redis, auth, id, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS));
+      const wait = replies.expect(id, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS);
       metrics.inflight.inc();
       let entry: string | undefined;
       let reply;
@@ -76,7 +83,7 @@ export function runRoutes(deps: GatewayDeps) {
         deps.wake(name);
         reply = await wait;
       } catch (err) {
-        replies.cancel(rid);
+        replies.cancel(id);
         if (err instanceof KeyRejectedError) throw keyRejected(deps, err, auth.keyId);
         throw new ApiError(503, 'unavailable', `could not queue the request (Redis unreachable?): ${(err as Error).message}; retry shortly`);
       } finally {

@@ -9,7 +9,8 @@ import type { GatewayDeps, GatewayEnv } from '../app.ts';
 const DAY_MS = 24 * 3_600_000;
 const When = z.union([z.iso.datetime({ offset: true }), z.iso.date()]);
 
-const Query = z.object({
+// Strict: a misspelt parameter (?since=) is refused, not read as the default range.
+const Query = z.strictObject({
   from: When.optional(),
   to: When.optional(),
   function: z.string().optional(),
@@ -23,7 +24,7 @@ export function usageRoutes(deps: GatewayDeps) {
   app.get('/', async (c) => {
     requireScope(c, 'read');
     const parsed = Query.safeParse(c.req.query());
-    if (!parsed.success) throw new ApiError(400, 'invalid_query', `${z.prettifyError(parsed.error)} — from/to are ISO dates or times (e.g. 2026-11-01 or 2026-11-01T12:00:00Z), granularity is hour or day`);
+    if (!parsed.success) throw new ApiError(400, 'invalid_query', `${z.prettifyError(parsed.error)} — the parameters are from, to, function, granularity and tenant; from/to are ISO dates or times (e.g. 2026-11-01 or 2026-11-01T12:00:00Z), granularity is hour or day`);
     const q = parsed.data;
     const to = q.to ? new Date(q.to) : new Date(Date.now() + 3_600_000);
     const from = q.from ? new Date(q.from) : new Date(to.getTime() - 7 * DAY_MS);

@@ -56,6 +56,10 @@ describe('async runs', () => {
     const bad = await submit('echo', {}, '?webhook=ftp://example.com/x');
     assert.equal(bad.res.status, 400);
     assert.match((bad.body as unknown as { error: { message: string } }).error.message, /http or https/);
+    // A webhook on a synchronous run would never be called: refused, not ignored.
+    const sync = await p.fetch('/v1/run/echo?webhook=https://example.com/x', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+    assert.equal(sync.status, 400);
+    assert.match(((await sync.json()) as { error: { message: string } }).error.message, /Prefer: respond-async/);
     const missing = await job('job_nope');
     assert.equal(missing.status, 404);
     assert.equal(missing.body.error.code, 'job_not_found');
@@ -95,6 +99,29 @@ describe('async runs', () => {
     assert.equal(again.status, 409);
     // The canceled queued job never ran: the replica started only the long one since base.
     assert.equal(await seqNow(), base + 2);
+  });
+
+  test('deleting a function with requests queued is refused; forced, the ones not started are answered 410', async () => {
+    // One replica, one request at a time: the first nap runs, the other two wait.
+    const naps = [await submit('boom', { mode: 'nap' }), await submit('boom', { mode: 'nap' }), await submit('boom', { mode: 'nap' })];
+    await eventually(async () => (await job(naps[0].body.id)).body.status === 'running', 'the first nap to start');
+    const refused = await p.fetch('/v1/functions/boom', { method: 'DELETE' });
+    assert.equal(refused.status, 409);
+    assert.match(((await refused.json()) as { error: { message: string } }).error.message, /queued or running; .*--force/);
+    assert.equal((await p.fetch('/v1/functions/boom')).status, 200, 'still there');
+    assert.equal((await p.fetch('/v1/functions/boom?force=maybe', { method: 'DELETE' })).status, 400);
+
+    const forced = await p.fetch('/v1/functions/boom?force=true', { method: 'DELETE' });
+    assert.equal(forced.status, 200);
+    assert.deepEqual(await forced.json(), { deleted: 'boom', dropped: 2 });
+    const [ran, ...dropped] = await Promise.all(naps.map((n) => finished(n.body.id)));
+    assert.equal(ran.status, 'succeeded', 'the running one finished as it would have');
+    for (const d of dropped) {
+      assert.equal(d.status, 'failed');
+      assert.equal(d.httpStatus, 410);
+      assert.equal(d.error.code, 'function_deleted');
+    }
+    await p.deploy(fixture('boom.ts'));
   });
 
   test('results expire after EMBERS_JOB_RETENTION_S and then say so', async () => {

@@ -8,7 +8,7 @@ import { eventually, fixture, shipped, startTestPlatform, textImage, type TestPl
 let p: TestPlatform;
 
 before(async () => {
-  p = await startTestPlatform({ EMBERS_BATCH_MAX_OUTSTANDING: '64', EMBERS_SCHEDULER_TICK_MS: '100' });
+  p = await startTestPlatform({ EMBERS_BATCH_MAX_OUTSTANDING: '64', EMBERS_SCHEDULER_TICK_MS: '100', EMBERS_MAX_BATCH_BYTES: String(4 * 1024 * 1024) });
   await p.deploy(shipped('echo.ts'));
   await p.deploy(fixture('sleepy.ts'));
 });
@@ -22,6 +22,18 @@ interface Batch {
   errorsUri?: string;
   error?: string;
 }
+
+/** A body of `n` chunks of `size` bytes, sent chunked (a stream has no Content-Length). */
+const chunked = (n: number, size: number) => {
+  const chunk = new TextEncoder().encode('x'.repeat(size));
+  let sent = 0;
+  return new ReadableStream<Uint8Array>({
+    pull(ctl) {
+      if (sent++ < n) ctl.enqueue(chunk);
+      else ctl.close();
+    },
+  });
+};
 
 const create = async (fn: string, jsonl: string): Promise<Batch> => {
   const res = await p.fetch(`/v1/batches?function=${fn}`, { method: 'POST', body: jsonl, headers: { 'content-type': 'application/jsonl' } });
@@ -127,6 +139,11 @@ describe('bulk batches', () => {
       ['/v1/batches?function=echo', { method: 'POST', body: '' }, 400, /empty/],
       ['/v1/batches/batch_nope', {}, 404, /no batch/],
       ['/v1/batches/batch_nope/cancel', { method: 'POST' }, 404, /no batch/],
+      ['/v1/batches?limit=abc', {}, 400, /limit must be a whole number from 1 to 100/],
+      ['/v1/batches?limit=500', {}, 400, /limit must be a whole number from 1 to 100/],
+      // Chunked (no Content-Length): counted as it streams, refused before it is all buffered.
+      ['/v1/batches?function=echo', { method: 'POST', body: chunked(5, 1024 * 1024), duplex: 'half' } as RequestInit, 413, /EMBERS_MAX_BATCH_BYTES/],
+      ['/v1/batches', { method: 'POST', body: chunked(12, 1024 * 1024), duplex: 'half' } as RequestInit, 413, /send JSONL with \?function=NAME/],
     ];
     for (const [route, init, status, message] of cases) {
       const r = await p.fetch(route, init);

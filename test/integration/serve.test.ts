@@ -39,6 +39,18 @@ describe('run', () => {
     assert.ok(!timing.includes('cold'), 'a warm request carries no cold entry');
   });
 
+  it('requests that share an x-request-id each get their own answer', async () => {
+    // A caller picks its request id; replies are routed by the gateway's own id, so two callers
+    // (two tenants even) that send the same one never get each other's answer.
+    const answers = await Promise.all(
+      Array.from({ length: 24 }, async (_, i) => {
+        const res = await run('echo', { i }, { 'x-request-id': 'shared-id' });
+        return { status: res.status, body: (await res.json()) as unknown, rid: res.headers.get('x-request-id') };
+      }),
+    );
+    answers.forEach((a, i) => assert.deepEqual(a, { status: 200, body: { i }, rid: 'shared-id' }));
+  });
+
   it('ocr reads the text of an image rendered from known text', async () => {
     const res = await run('ocr', { image: helloPng });
     assert.equal(res.status, 200, await res.clone().text());
@@ -245,6 +257,27 @@ describe('bad input gets a clear 4xx and the JSON error contract', () => {
     }
   });
 
+  it('a model upload that declares more than the limit is refused before any of it is read', async () => {
+    const url = new URL(p.url);
+    const answer = await new Promise<{ status: number; text: string }>((resolve, reject) => {
+      const req = http.request(
+        { host: url.hostname, port: url.port, method: 'PUT', path: `/v1/models/sha256/${'a'.repeat(64)}`, headers: { authorization: `Bearer ${p.apiKey}`, 'content-length': 20_000_000_000 } },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => {
+            resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') });
+            req.destroy();
+          });
+        },
+      );
+      req.on('error', reject);
+      req.write(Buffer.alloc(1024));
+    });
+    assert.equal(answer.status, 413);
+    assert.match(answer.text, /model is 20000000000 bytes, over/);
+  });
+
   it('the gateway keeps serving after all of that', async () => {
     const res = await run('echo', { still: 'here' });
     assert.equal(res.status, 200);
@@ -280,6 +313,22 @@ describe('deploy and manage', () => {
     });
     assert.equal(missing.status, 400);
     assert.equal(((await missing.json()) as { error: { code: string } }).error.code, 'model_not_found');
+    // Each of these used to deploy (201), then fail every run or every replica start.
+    const deploy = async (spec: Record<string, unknown>, bundle = 'eA==') => {
+      const res = await p.fetch('/v1/functions', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ spec: { name: 'bad', inputSchema: {}, ...spec }, bundle }) });
+      return { status: res.status, error: ((await res.json()) as { error?: { code: string; message: string } }).error };
+    };
+    const schema = await deploy({ inputSchema: { type: 'nonsense' } });
+    assert.equal(schema.status, 400);
+    assert.match(schema.error!.message, /inputSchema is not a valid JSON Schema/);
+    assert.match((await deploy({ inputSchema: { type: 'string', pattern: '(' } })).error!.message, /Invalid regular expression/);
+    const notBase64 = await deploy({}, 'export default { name: "bad" }');
+    assert.equal(notBase64.status, 400);
+    assert.match(notBase64.error!.message, /bundle must be .* base64/);
+    const scaling = await deploy({ scaling: { minReplicas: 3, maxReplicas: 1 } });
+    assert.equal(scaling.status, 400);
+    assert.match(scaling.error!.message, /minReplicas must not be above scaling\.maxReplicas/);
+    assert.equal((await p.fetch('/v1/functions/bad')).status, 404, 'nothing was deployed');
   });
 
   it('health, readiness and metrics', async () => {

@@ -330,6 +330,7 @@ describe('tenants and keys', () => {
       await json(asD(`/v1/usage?tenant=${c.tenant}`), 403);
       assert.ok((await usage(admin, `&tenant=${c.tenant}`)).some((r) => r.function === 'tight'));
       await json(asC('/v1/usage?from=yesterday'), 400);
+      await json(asC('/v1/usage?since=2026-11-01'), 400);
     });
 
     it('usage is counted once when a replica is killed mid-job and the job runs again', async () => {

@@ -28,6 +28,18 @@ describe('scaler', () => {
     assert.equal(Math.max(...out), 6, 'never past ceil(60 / 10)');
   });
 
+  it('panic starts at twice the target per ready replica, not at just over it', () => {
+    // One ready replica, target 10, a minute settled at 10 in flight: 11 is a little over (the
+    // stable window scales for it), 100 brings the 6 s panic window's mean to 25 (panic).
+    const settle = (inFlight: number) => {
+      let state = { ...initialScalerState(), desired: 1 };
+      for (let t = 0; t < 70; t++) state = decide(state, { now: t * 1000, inFlight: 10, ready: 1, capacity: 100 }, policy, settings).state;
+      return decide(state, { now: 70_000, inFlight, ready: 1, capacity: 100 }, policy, settings);
+    };
+    assert.ok(!settle(11).state.panicUntil || settle(11).state.panicUntil <= 70_000, 'just over the target: no panic');
+    assert.ok(settle(100).state.panicUntil > 70_000, 'the panic window averaging 2.5 times the target: panic');
+  });
+
   it('steady load settles at ceil(in-flight / target) and stays there', () => {
     const out = replay(repeat(35, 180));
     assert.deepEqual(out.slice(-60), repeat(4, 60));
