@@ -37,10 +37,20 @@ program.addCommand(agentCommand());
 program.addCommand(tenantsCommand());
 program.addCommand(keysCommand());
 
+// Commands added with addCommand inherit neither setting: without them a subcommand's parser
+// error exits 1 on its own, with no hint.
+const configure = (c: Command): void => {
+  c.exitOverride().showHelpAfterError('(run with --help for usage)');
+  c.commands.forEach(configure);
+};
+configure(program);
+
 try {
   await program.parseAsync(process.argv);
 } catch (err) {
-  if (err instanceof CommanderError) process.exit(err.exitCode);
+  // Help and --version exit 0; the parser's complaints (unknown command or option, a missing
+  // value) are usage errors, 2 like the CLI's own (cli/errors.ts).
+  if (err instanceof CommanderError) process.exit(err.exitCode === 0 ? 0 : 2);
   if (err instanceof CliError || err instanceof ConfigError || err instanceof MissingDependencyError || err instanceof DataDirInUseError || err instanceof GatewayStartError) {
     process.stderr.write(`embers: ${err.message}\n`);
     process.exit(err instanceof CliError ? err.exitCode : 2);

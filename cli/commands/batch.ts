@@ -99,7 +99,11 @@ export function batchCommand(): Command {
     const route = `/v1/batches/${encodeURIComponent(id)}/${opts.errors ? 'errors' : 'output'}`;
     const res = await client.send('GET', route);
     if (!res.ok) throw new CliError(`GET ${route} → ${res.status}: ${errorMessage(await res.json().catch(() => null))}`);
-    await pipeline(Readable.fromWeb(res.body as never), opts.out ? createWriteStream(opts.out) : process.stdout);
+    await pipeline(Readable.fromWeb(res.body as never), opts.out ? createWriteStream(opts.out) : process.stdout).catch((err: NodeJS.ErrnoException) => {
+      // A closed pipe (`… | head`) is the reader's choice, not an error.
+      if (err.code === 'EPIPE') return;
+      throw new CliError(`cannot write ${opts.out ?? 'to stdout'}: ${err.message}`);
+    });
   });
   return cmd;
 }

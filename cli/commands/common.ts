@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import type { Logger } from '../../core/log.ts';
 import { adminClientOptions, clientOptions, EmbersClient } from '../client.ts';
+import { CliError } from '../errors.ts';
 
 /** --url and --key on every command that talks to a gateway. */
 export function withConnection(cmd: Command): Command {
@@ -53,4 +54,14 @@ export function onStop(log: Logger, stop: () => Promise<void>): void {
     void stop().finally(() => process.exit(0));
   };
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, () => handler(signal));
+}
+
+/**
+ * A group's default `list` takes any words that name no subcommand (`embers functions delte x`):
+ * say the command is unknown and which there are, not that `list` got too many arguments.
+ */
+export function notACommand(group: Command, words: string[]): void {
+  if (!words.length) return;
+  const known = group.commands.map((c) => c.name()).join(', ');
+  throw new CliError(`unknown command '${words[0]}' for '${group.name()}' (its commands: ${known}; see embers ${group.name()} --help)`, 2);
 }

@@ -5,11 +5,37 @@ import { Command } from 'commander';
 import { loadConfig, type Config } from '../../core/config.ts';
 import { createLogger, type Logger } from '../../core/log.ts';
 import { onStop } from './common.ts';
-import { storeFromConfig } from '../../core/s3.ts';
+import { Redis } from 'ioredis';
+import { storeFromConfig, type ObjectStore } from '../../core/s3.ts';
 import { startGateway } from '../../gateway/server.ts';
 import { NodeAgent } from '../../scheduler/agent.ts';
 import { CliError } from '../errors.ts';
 import { agentOptions, gatewayOptions } from '../platform.ts';
+
+/** Redis answers within 5 s, or a message that says where it was looked for (not a silent retry loop). */
+async function reachRedis(url: string): Promise<void> {
+  const probe = new Redis(url, { lazyConnect: true, connectTimeout: 5_000, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false });
+  let cause: Error | undefined;
+  probe.on('error', (err: Error) => (cause ??= err));
+  try {
+    await probe.connect();
+    await probe.ping();
+  } catch (err) {
+    throw new CliError(`cannot reach Redis at ${url} (EMBERS_REDIS_URL): ${(cause ?? (err as Error)).message || 'no answer'}; is it running, and reachable from this machine?`, 2);
+  } finally {
+    probe.disconnect();
+  }
+}
+
+/** The bucket exists (made if missing), or a message naming the settings to check. */
+async function reachS3(config: Config, store: ObjectStore): Promise<void> {
+  try {
+    await store.ensureBucket();
+  } catch (err) {
+    const where = config.EMBERS_S3_ENDPOINT ? `S3 at ${config.EMBERS_S3_ENDPOINT} (EMBERS_S3_ENDPOINT)` : 'AWS S3 (no EMBERS_S3_ENDPOINT set)';
+    throw new CliError(`cannot use bucket ${store.bucket} on ${where}: ${(err as Error).message || (err as Error).name}; check EMBERS_S3_ENDPOINT, EMBERS_S3_BUCKET and the AWS credentials`, 2);
+  }
+}
 
 function shared(): { config: Config; log: Logger; redisUrl: string } {
   const config = loadConfig();
@@ -22,7 +48,8 @@ export function gatewayCommand(): Command {
   return new Command('gateway').description('run a gateway only (stateless; run as many as you like behind a load balancer)').action(async () => {
     const { config, log, redisUrl } = shared();
     const store = storeFromConfig(config);
-    await store.ensureBucket();
+    await reachRedis(redisUrl);
+    await reachS3(config, store);
     const gw = await startGateway(gatewayOptions(config, { redisUrl, store, apiKey: config.EMBERS_API_KEY!, log }));
     process.stdout.write(`gateway ${gw.id} listening on ${gw.url}\n`);
     onStop(log, () => gw.close());
@@ -35,6 +62,8 @@ export function agentCommand(): Command {
     .action(async () => {
       const { config, log, redisUrl } = shared();
       const store = storeFromConfig(config);
+      await reachRedis(redisUrl);
+      await reachS3(config, store);
       const agent = new NodeAgent(agentOptions(config, { redisUrl, store, s3Endpoint: config.EMBERS_S3_ENDPOINT, log }));
       await agent.start();
       process.stdout.write(`agent ${agent.id} running (cache ${config.dataDir}/cache)\n`);

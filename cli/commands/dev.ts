@@ -1,3 +1,4 @@
+import { stat } from 'node:fs/promises';
 import path from 'node:path';
 import { Command } from 'commander';
 import { loadConfig } from '../../core/config.ts';
@@ -7,17 +8,24 @@ import { deployFile } from '../deploy.ts';
 import { discoverFunctions } from '../discover.ts';
 import { startPlatform } from '../platform.ts';
 import { onStop } from './common.ts';
+import { CliError } from '../errors.ts';
 
 /** Longest a Ctrl-C waits for replicas to drain and everything to stop. */
 const STOP_DEADLINE_MS = 45_000;
+const DEFAULT_FUNCTIONS_DIR = 'functions';
 
 export function devCommand(name: 'dev' | 'start'): Command {
   return new Command(name)
     .description('run Embers locally: Redis, S3, gateway and replicas in one process, then deploy ./functions')
-    .option('--functions <dir>', 'deploy every function in this folder at start', 'functions')
+    .option('--functions <dir>', 'deploy every function in this folder at start', DEFAULT_FUNCTIONS_DIR)
     .option('--no-deploy', 'start without deploying anything')
     .addHelpText('after', '\nConfiguration comes from EMBERS_* variables (README: Configuration); unset Redis/S3 are started embedded.')
     .action(async (opts: { functions: string; deploy: boolean }) => {
+      // The default folder may be missing (nothing to deploy yet); a folder named on the command
+      // line may not: checked before anything starts.
+      if (opts.deploy && opts.functions !== DEFAULT_FUNCTIONS_DIR && !(await stat(opts.functions).catch(() => null))?.isDirectory()) {
+        throw new CliError(`--functions ${opts.functions}: no such folder (${path.resolve(opts.functions)})`, 2);
+      }
       const config = loadConfig();
       const log = createLogger('embers', config.EMBERS_LOG_LEVEL);
       const platform = await startPlatform(config, log);

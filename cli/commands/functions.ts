@@ -1,5 +1,5 @@
 import { Command } from 'commander';
-import { clientFrom, printJson, table, withConnection } from './common.ts';
+import { clientFrom, notACommand, printJson, table, withConnection } from './common.ts';
 
 interface Summary { name: string; active: string; versions: number; updatedAt: string; tenant: string }
 interface ReplicaView {
@@ -16,8 +16,9 @@ interface ReplicaView {
 export function functionsCommand(): Command {
   const cmd = new Command('functions').description('list, show and delete deployed functions');
 
-  withConnection(cmd.command('list', { isDefault: true }).description('list functions and their active versions').option('--json', 'print JSON')).action(
-    async (opts: { url?: string; key?: string; json?: boolean }) => {
+  withConnection(cmd.command('list', { isDefault: true }).description('list functions and their active versions').argument('[unknown...]').option('--json', 'print JSON')).action(
+    async (unknown: string[], opts: { url?: string; key?: string; json?: boolean }) => {
+      notACommand(cmd, unknown);
       const { functions } = await clientFrom(opts).call<{ functions: Summary[] }>('GET', '/v1/functions');
       if (opts.json) return printJson(functions);
       if (functions.length === 0) return void process.stdout.write('no functions deployed yet: `embers deploy path/to/fn.ts`\n');

@@ -1,7 +1,7 @@
 // `embers tenants create|list|delete`: the admin's view of tenants (admin key).
 import { Command } from 'commander';
 import type { Tenant } from '../../core/tenants.ts';
-import { adminClientFrom, printJson, table, withAdminConnection } from './common.ts';
+import { adminClientFrom, notACommand, printJson, table, withAdminConnection } from './common.ts';
 
 type Opts = { url?: string; adminKey?: string; json?: boolean };
 
@@ -16,7 +16,8 @@ export function tenantsCommand(): Command {
     },
   );
 
-  withAdminConnection(cmd.command('list', { isDefault: true }).description('list tenants').option('--json', 'print JSON')).action(async (opts: Opts) => {
+  withAdminConnection(cmd.command('list', { isDefault: true }).description('list tenants').argument('[unknown...]').option('--json', 'print JSON')).action(async (unknown: string[], opts: Opts) => {
+    notACommand(cmd, unknown);
     const { tenants } = await adminClientFrom(opts).call<{ tenants: Tenant[] }>('GET', '/v1/tenants');
     if (opts.json) return printJson(tenants);
     table(['ID', 'NAME', 'CREATED'], tenants.map((t) => [t.id, t.name, t.createdAt]));

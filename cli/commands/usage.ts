@@ -6,11 +6,11 @@ import { clientFrom, printJson, table, withConnection } from './common.ts';
 export function usageCommand(): Command {
   return withConnection(
     new Command('usage')
-      .description('requests, compute seconds, cold starts and cost per function and day (your tenant; all tenants with the admin key)')
+      .description('requests, compute seconds, cold starts and cost per function and day (the tenant of your key; every tenant when --key is the admin key)')
       .option('--from <when>', 'start, ISO date or time (default: 7 days ago)')
-      .option('--to <when>', 'end, exclusive (default: now)')
+      .option('--to <when>', 'end, exclusive (default: an hour from now, so the current hour counts)')
       .option('--function <name>', 'one function only')
-      .option('--tenant <id>', 'admin key only: one tenant')
+      .option('--tenant <id>', 'one tenant (with --key set to the admin key)')
       .addOption(new Option('--granularity <g>', 'rows per hour or per day').choices(['hour', 'day']).default('day'))
       .option('--json', 'print JSON'),
   ).action(async (opts: { url?: string; key?: string; from?: string; to?: string; function?: string; tenant?: string; granularity: string; json?: boolean }) => {

@@ -269,7 +269,7 @@ describe('tenants and keys', () => {
     const mistakes: [string[], number, RegExp, Record<string, string>][] = [
       [['tenants', 'list'], 1, /403: managing tenants and keys needs the admin key/, { EMBERS_ADMIN_KEY: p.apiKey }],
       [['tenants', 'list'], 2, /no admin key: pass --admin-key/, { EMBERS_ADMIN_KEY: '' }],
-      [['keys', 'create', id, '--scopes', 'run,root'], 1, /scopes are a comma-separated list of run, deploy, read/, env],
+      [['keys', 'create', id, '--scopes', 'run,root'], 2, /scopes are a comma-separated list of run, deploy, read/, env],
       [['keys', 'list', 't_000000000000'], 1, /404: no tenant with id/, env],
     ];
     for (const [args, code, message, e] of mistakes) {
