@@ -163,6 +163,13 @@ export function encodeLiveJob(data: RunJobData, inputJson?: string): string {
   return `${rest.length > 2 ? `${rest.slice(0, -1)},` : '{'}"input":${inputJson.trim()}}`;
 }
 
+/** LiveQueue.add found the function deleted (mustBeDeployed): nothing was queued. */
+export class FunctionGoneError extends Error {
+  constructor(readonly fn: string) {
+    super(`function ${fn} was deleted`);
+  }
+}
+
 /** LiveQueue.add found the caller's API key revoked or gone: nothing was queued. */
 export class KeyRejectedError extends Error {
   constructor(
@@ -175,22 +182,29 @@ export class KeyRejectedError extends Error {
 
 /**
  * The adds of one tick in one call: per entry, the XADD of its fields to its stream if its API
- * key (a field of KEYS[1]) exists and is not revoked, or 0 (no such key) or 1 (revoked) instead;
- * a key is read and decoded once per call however many entries carry it. One call per tick
+ * key (a field of KEYS[1]) exists and is not revoked, or 0 (no such key) or 1 (revoked) instead,
+ * and, when the entry names its function, only while that function is deployed (a member of
+ * KEYS[2], the registry's index), or 4 instead: a delete (Registry.remove, one call too) is then
+ * ordered against every add, so nothing is queued for a function that is gone, whatever a
+ * gateway still has cached. A key and a function are each read once per call. One call per tick
  * instead of one per request: a script call's own cost in Redis (with the append-only file on,
  * each one's effects are also wrapped in MULTI/EXEC there) came to ~10 µs of the ~13 µs an
  * `echo` request's add cost, against ~1.5 µs for its HGET and XADD.
  * An entry that fails in Redis (a key record that is not JSON, a stream key of another type)
  * fails alone: { 3, error } in its place, the others queued as usual.
- * KEYS: the keys hash, then each entry's stream. ARGV per entry: key hash ('' = no check), the
- * number of fields n, then its n fields.
+ * KEYS: the keys hash, the function index, then each entry's stream. ARGV per entry: key hash
+ * ('' = no check), function name ('' = no check), the number of fields n, then its n fields.
  */
 const ADD_MANY = `
-local out, verdicts = {}, {}
+local out, verdicts, deployed = {}, {}, {}
 local a = 1
-for i = 2, #KEYS do
-  local hash, n = ARGV[a], tonumber(ARGV[a + 1])
+for i = 3, #KEYS do
+  local hash, fn, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   local ok, r = pcall(function()
+    if fn ~= '' then
+      if deployed[fn] == nil then deployed[fn] = redis.call('SISMEMBER', KEYS[2], fn) == 1 end
+      if not deployed[fn] then return 4 end
+    end
     local verdict = 2
     if hash ~= '' then
       verdict = verdicts[hash]
@@ -201,10 +215,10 @@ for i = 2, #KEYS do
       end
     end
     if verdict ~= 2 then return verdict end
-    return redis.call('XADD', KEYS[i], '*', unpack(ARGV, a + 2, a + 1 + n))
+    return redis.call('XADD', KEYS[i], '*', unpack(ARGV, a + 3, a + 2 + n))
   end)
-  if ok then out[i - 1] = r else out[i - 1] = { 3, type(r) == 'table' and r.err or tostring(r) } end
-  a = a + 2 + n
+  if ok then out[i - 2] = r else out[i - 2] = { 3, type(r) == 'table' and r.err or tostring(r) } end
+  a = a + 3 + n
 end
 return out`;
 
@@ -213,11 +227,14 @@ return out`;
  * one script call holds Redis for its whole length, and its arguments are spread into one call.
  */
 const ADD_BATCH_MAX = 512;
+/** The registry's set of deployed functions (ADD_MANY's KEYS[2]). */
+const FUNCTION_INDEX = keys.functionIndex;
 const ADD_BATCH_BYTES = 4 * 1024 * 1024;
 
 interface PendingAdd {
   fn: string;
   keyHash: string;
+  mustBeDeployed: boolean;
   fields: (string | Buffer)[];
   resolve: (entry: string) => void;
   reject: (err: Error) => void;
@@ -304,6 +321,57 @@ export function decodeLiveJob(fields: Buffer[]): RunJobData | undefined {
   return data;
 }
 
+/**
+ * Takes out, in one call, up to ARGV[2] entries after ARGV[3] (an id; '-' from the start) that no
+ * replica has read (not in the group's pending list), and returns the id of the last entry looked
+ * at ('' when none was) followed by the job field (\`d\`) of each one taken out. One call, so no
+ * replica reads an entry between the look and the delete; pages, so a long queue neither blocks
+ * Redis nor arrives in one reply.
+ * KEYS: stream; ARGV: group, page size, after.
+ */
+const TAKE_UNSTARTED = `
+local from = ARGV[3] == '-' and '-' or '(' .. ARGV[3]
+local entries = redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', ARGV[2])
+local out = { '' }
+for _, e in ipairs(entries) do
+  local id = e[1]
+  out[1] = id
+  local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], id, id, 1)
+  if type(p) ~= 'table' or p.err or p[1] == nil then
+    local d = ''
+    for j = 1, #e[2], 2 do if e[2][j] == 'd' then d = e[2][j + 1] end end
+    redis.call('XDEL', KEYS[1], id)
+    out[#out + 1] = d
+  end
+end
+return out`;
+
+/** Entries TAKE_UNSTARTED looks at per call. */
+const UNSTARTED_PAGE = 64;
+
+/**
+ * Removes every entry of the function's stream that no replica has started, page by page, and
+ * yields each one's job (undefined when its record cannot be read). For a function being deleted:
+ * with its adds refused (mustBeDeployed), the pages end.
+ */
+export async function* takeUnstarted(redis: Redis, fn: string): AsyncGenerator<RunJobData | undefined> {
+  let after = '-';
+  for (;;) {
+    const [last, ...jobs] = (await evalScript(redis, TAKE_UNSTARTED, 1, liveStream(fn), LIVE_GROUP, String(UNSTARTED_PAGE), after)) as string[];
+    for (const d of jobs) {
+      let data: RunJobData | undefined;
+      try {
+        data = JSON.parse(d) as RunJobData;
+      } catch {
+        data = undefined;
+      }
+      yield data;
+    }
+    if (!last) return;
+    after = last;
+  }
+}
+
 /** The gateway's side: enqueue, take back a request nobody started, and read the depth. */
 export class LiveQueue {
   private readonly grouped = new Set<string>();
@@ -321,8 +389,10 @@ export class LiveQueue {
    * checked in the same call: otherwise it throws KeyRejectedError and queues nothing. `body`:
    * a binary request body, stored as it is beside the JSON (data.raw names its input field).
    * Requests added in the same tick are queued in one call (ADD_MANY), each judged on its own.
+   * `mustBeDeployed`: only while `fn` is in the registry (FunctionGoneError otherwise), checked
+   * in the same call.
    */
-  async add(fn: string, data: RunJobData, o: { keyHash?: string; inputJson?: string; body?: Buffer } = {}): Promise<string> {
+  async add(fn: string, data: RunJobData, o: { keyHash?: string; inputJson?: string; body?: Buffer; mustBeDeployed?: boolean } = {}): Promise<string> {
     if (!this.grouped.has(fn)) {
       await ensureLiveGroup(this.redis, fn);
       this.grouped.add(fn);
@@ -335,7 +405,7 @@ export class LiveQueue {
     // Requests queued in the same tick go in one call (ADD_MANY), sent in the tick's check phase.
     if (this.batch.length >= ADD_BATCH_MAX || (this.batch.length && this.batchBytes + bytes > ADD_BATCH_BYTES)) this.send();
     return new Promise<string>((resolve, reject) => {
-      this.batch.push({ fn, keyHash: o.keyHash ?? '', fields, resolve, reject });
+      this.batch.push({ fn, keyHash: o.keyHash ?? '', mustBeDeployed: o.mustBeDeployed ?? false, fields, resolve, reject });
       this.batchBytes += bytes;
       if (this.batch.length === 1) setImmediate(() => this.send());
     });
@@ -349,8 +419,8 @@ export class LiveQueue {
     this.batchBytes = 0;
     let sent: Promise<unknown>;
     try {
-      const keys = [tenantKeys.keysByHash, ...batch.map((b) => liveStream(b.fn))];
-      const args = batch.flatMap((b) => [b.keyHash, String(b.fields.length), ...b.fields]);
+      const keys = [tenantKeys.keysByHash, FUNCTION_INDEX, ...batch.map((b) => liveStream(b.fn))];
+      const args = batch.flatMap((b) => [b.keyHash, b.mustBeDeployed ? b.fn : '', String(b.fields.length), ...b.fields]);
       sent = evalScript(this.redis, ADD_MANY, keys.length, ...keys, ...args);
       flushWrites(this.redis);
     } catch (err) {
@@ -362,6 +432,7 @@ export class LiveQueue {
           const b = batch[i];
           if (Array.isArray(r)) b.reject(new Error(`Redis refused the entry: ${r[1]}`));
           else if (r === 0 || r === 1) b.reject(new KeyRejectedError(b.keyHash, r === 1 ? 'revoked' : 'unknown'));
+          else if (r === 4) b.reject(new FunctionGoneError(b.fn));
           else b.resolve(String(r));
         });
       },

@@ -65,4 +65,16 @@ export async function evalScript(redis: Redis, script: string, numKeys: number, 
 
 const shas = new Map<string, string>();
 
+/** The URL as it may be printed: a password in it is replaced. */
+export function withoutPassword(url: string): string {
+  try {
+    const u = new URL(url);
+    if (!u.password) return url;
+    u.password = '***';
+    return u.href;
+  } catch {
+    return url.replace(/\/\/[^@/]*@/, '//***@');
+  }
+}
+
 export type { Redis };

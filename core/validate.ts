@@ -41,8 +41,10 @@ function linearPattern(pattern: string, flags: string): RegExpLike {
 linearPattern.code = 'linearPattern';
 
 // addUsedSchema false: a schema's $id is not registered, so two functions (or two versions) with
-// the same $id do not collide.
-const ajv = new Ajv2020({ allErrors: true, strict: false, addUsedSchema: false, code: { regExp: linearPattern } });
+// the same $id do not collide. unicodeRegExp false: patterns compile as the author's JavaScript
+// regex did (zod's schema drops its flags; most have no `u`), so one valid there, such as
+// `^[\w-.]+$` (a syntax error in Unicode mode), deploys; the replica judges with the regex itself.
+const ajv = new Ajv2020({ allErrors: true, strict: false, addUsedSchema: false, unicodeRegExp: false, code: { regExp: linearPattern } });
 
 export type InputValidator = ValidateFunction;
 

@@ -11,7 +11,8 @@ export interface Reply {
 }
 
 export class ReplyHub {
-  private readonly waiting = new Map<string, (r: Reply | null) => void>();
+  /** By the request's unique id (RunJobData.id), oldest first; `rid` routes replies from replicas that send no id. */
+  private readonly waiting = new Map<string, { resolve: (r: Reply | null) => void; rid?: string }>();
   readonly channel: string;
   private channels: string[] = [];
   private subscribed = false;
@@ -37,11 +38,11 @@ export class ReplyHub {
       try {
         if (channel !== this.channel) return this.onOther(channel, message.toString());
         for (const reply of decodeReplies(message)) {
-          const id = reply.header.id ?? reply.header.rid;
-          const resolve = this.waiting.get(id);
-          if (resolve) {
-            this.waiting.delete(id);
-            resolve(reply);
+          const id = reply.header.id ?? this.oldestByRid(reply.header.rid);
+          const waiter = id === undefined ? undefined : this.waiting.get(id);
+          if (waiter) {
+            this.waiting.delete(id!);
+            waiter.resolve(reply);
           }
         }
       } catch (err) {
@@ -68,23 +69,40 @@ export class ReplyHub {
     this.subscribed = true;
   }
 
-  /** Registers interest (by the request's unique id, RunJobData.id) before the job is enqueued; resolves null on timeout. */
-  expect(id: string, timeoutMs: number): Promise<Reply | null> {
+  /**
+   * Registers interest (by the request's unique id, RunJobData.id) before the job is enqueued;
+   * resolves null on timeout. `rid`, the request id, routes a reply from a replica older than
+   * RunJobData.id (a rolling upgrade updates gateways first), which answers by it alone.
+   */
+  expect(id: string, timeoutMs: number, rid?: string): Promise<Reply | null> {
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
         this.waiting.delete(id);
         resolve(null);
       }, timeoutMs);
-      this.waiting.set(id, (r) => {
-        clearTimeout(timer);
-        resolve(r);
+      this.waiting.set(id, {
+        rid,
+        resolve: (r) => {
+          clearTimeout(timer);
+          resolve(r);
+        },
       });
     });
   }
 
   cancel(id: string): void {
-    this.waiting.get(id)?.(null);
+    this.waiting.get(id)?.resolve(null);
     this.waiting.delete(id);
+  }
+
+  /**
+   * The longest-waiting request with this request id. Only replies without an id (older replicas)
+   * look here, so its walk costs nothing on the usual path; callers who share a request id may
+   * get each other's answers from such replicas, as they did before ids.
+   */
+  private oldestByRid(rid: string): string | undefined {
+    for (const [id, w] of this.waiting) if (w.rid === rid) return id;
+    return undefined;
   }
 
   get inFlight(): number {

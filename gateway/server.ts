@@ -11,7 +11,7 @@ import { keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type PlatformEvent } from '../core/c
 import { LiveQueue } from '../core/live-queue.ts';
 import { JobStore } from '../core/jobs.ts';
 import type { Logger } from '../core/log.ts';
-import { createRedis, type Redis } from '../core/redis.ts';
+import { createRedis, withoutPassword, type Redis } from '../core/redis.ts';
 import { closeOrDisconnect } from '../core/settle.ts';
 import { Registry } from '../core/registry.ts';
 import { TenantStore } from '../core/tenants.ts';
@@ -73,7 +73,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
   const sub = createRedis(o.redisUrl);
   await new Promise<void>((resolve, reject) => {
     redis.once('ready', resolve);
-    redis.once('error', (err) => reject(new GatewayStartError(`cannot reach Redis at ${o.redisUrl}: ${err.message}`)));
+    redis.once('error', (err) => reject(new GatewayStartError(`cannot reach Redis at ${withoutPassword(o.redisUrl)}: ${err.message}`)));
   });
   redis.on('error', (err) => log.warn({ err: err.message }, 'redis connection error'));
   const registry = new Registry(redis, o.store);

@@ -6,7 +6,8 @@ import { loadConfig, type Config } from '../../core/config.ts';
 import { createLogger, type Logger } from '../../core/log.ts';
 import { onStop } from './common.ts';
 import { Redis } from 'ioredis';
-import { storeFromConfig, type ObjectStore } from '../../core/s3.ts';
+import { withoutPassword } from '../../core/redis.ts';
+import { statusOf, storeFromConfig, type ObjectStore } from '../../core/s3.ts';
 import { startGateway } from '../../gateway/server.ts';
 import { NodeAgent } from '../../scheduler/agent.ts';
 import { CliError } from '../errors.ts';
@@ -21,19 +22,26 @@ async function reachRedis(url: string): Promise<void> {
     await probe.connect();
     await probe.ping();
   } catch (err) {
-    throw new CliError(`cannot reach Redis at ${url} (EMBERS_REDIS_URL): ${(cause ?? (err as Error)).message || 'no answer'}; is it running, and reachable from this machine?`, 2);
+    throw new CliError(`cannot reach Redis at ${withoutPassword(url)} (EMBERS_REDIS_URL): ${(cause ?? (err as Error)).message || 'no answer'}; is it running, and reachable from this machine?`, 2);
   } finally {
     probe.disconnect();
   }
 }
 
-/** The bucket exists (made if missing), or a message naming the settings to check. */
-async function reachS3(config: Config, store: ObjectStore): Promise<void> {
+/**
+ * The bucket can be used, or a message naming the settings to check. A gateway writes to it and
+ * makes it if missing; an agent only reads models and bundles, and credentials that may read
+ * objects but not the bucket itself (HeadBucket needs s3:ListBucket) pass as they are.
+ */
+async function reachS3(config: Config, store: ObjectStore, use: 'write' | 'read'): Promise<void> {
   try {
-    await store.ensureBucket();
+    if (use === 'write') await store.ensureBucket();
+    else await store.ping();
   } catch (err) {
+    if (use === 'read' && statusOf(err) === 403) return;
     const where = config.EMBERS_S3_ENDPOINT ? `S3 at ${config.EMBERS_S3_ENDPOINT} (EMBERS_S3_ENDPOINT)` : 'AWS S3 (no EMBERS_S3_ENDPOINT set)';
-    throw new CliError(`cannot use bucket ${store.bucket} on ${where}: ${(err as Error).message || (err as Error).name}; check EMBERS_S3_ENDPOINT, EMBERS_S3_BUCKET and the AWS credentials`, 2);
+    const why = statusOf(err) === 404 ? 'no such bucket' : (err as Error).message || (err as Error).name;
+    throw new CliError(`cannot use bucket ${store.bucket} on ${where}: ${why}; check EMBERS_S3_ENDPOINT, EMBERS_S3_BUCKET and the AWS credentials`, 2);
   }
 }
 
@@ -49,7 +57,7 @@ export function gatewayCommand(): Command {
     const { config, log, redisUrl } = shared();
     const store = storeFromConfig(config);
     await reachRedis(redisUrl);
-    await reachS3(config, store);
+    await reachS3(config, store, 'write');
     const gw = await startGateway(gatewayOptions(config, { redisUrl, store, apiKey: config.EMBERS_API_KEY!, log }));
     process.stdout.write(`gateway ${gw.id} listening on ${gw.url}\n`);
     onStop(log, () => gw.close());
@@ -63,7 +71,7 @@ export function agentCommand(): Command {
       const { config, log, redisUrl } = shared();
       const store = storeFromConfig(config);
       await reachRedis(redisUrl);
-      await reachS3(config, store);
+      await reachS3(config, store, 'read');
       const agent = new NodeAgent(agentOptions(config, { redisUrl, store, s3Endpoint: config.EMBERS_S3_ENDPOINT, log }));
       await agent.start();
       process.stdout.write(`agent ${agent.id} running (cache ${config.dataDir}/cache)\n`);

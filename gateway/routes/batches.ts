@@ -1,5 +1,6 @@
 // /v1/batches — bulk batch jobs (anchor: the OpenAI Batch API). The gateway stores the input
 // in S3 and the record in Redis; the feeder in the leading scheduler does the rest.
+import { createReadStream } from 'node:fs';
 import { Readable } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { Hono, type Context } from 'hono';
@@ -11,6 +12,7 @@ import { FUNCTION_NAME, keys, s3Keys, type PlatformEvent } from '../../core/cont
 import { parseS3Uri, statusOf } from '../../core/s3.ts';
 import { ApiError, readJson } from '../errors.ts';
 import { limitBody } from '../middleware/body-limit.ts';
+import { spoolBody } from '../spool.ts';
 import type { GatewayDeps, GatewayEnv } from '../app.ts';
 
 const FromUri = z.object({
@@ -28,11 +30,12 @@ export function batchRoutes(deps: GatewayDeps) {
     if (!fn || !canAccess(c.get('auth'), fn.tenant)) throw new ApiError(404, 'function_not_found', `no function named "${name}"; deploy it first (\`embers functions\` lists them)`);
   };
 
-  // JSONL in the body (?function=) up to EMBERS_MAX_BATCH_BYTES; the JSON form ({function,
-  // input_uri}) is small. A chunked body is counted as it streams, before it is buffered.
-  const jsonlLimit = limitBody(deps.maxBatchBytes, `batch input is over ${deps.maxBatchBytes} bytes (EMBERS_MAX_BATCH_BYTES); put it in S3 and send {"function", "input_uri"}`);
+  // JSONL in the body (?function=) up to EMBERS_MAX_BATCH_BYTES, judged by the handler as it
+  // streams (never buffered whole: a chunked one goes through a temporary file); the JSON form
+  // ({function, input_uri}) is small.
+  const tooLarge = () => new ApiError(413, 'too_large', `batch input is over ${deps.maxBatchBytes} bytes (EMBERS_MAX_BATCH_BYTES); put it in S3 and send {"function", "input_uri"}`);
   const jsonLimit = limitBody(deps.maxBodyBytes, `a batch request without ?function= is JSON {"function", "input_uri"}, and this body is over ${deps.maxBodyBytes} bytes; send JSONL with ?function=NAME`);
-  app.post('/', (c, next) => (c.req.query('function') !== undefined ? jsonlLimit : jsonLimit)(c, next), async (c) => {
+  app.post('/', (c, next) => (c.req.query('function') !== undefined ? next() : jsonLimit(c, next)), async (c) => {
     requireScope(c, 'run');
     const id = BatchStore.newId();
     const fnParam = c.req.query('function');
@@ -49,10 +52,13 @@ export function batchRoutes(deps: GatewayDeps) {
       if (Number.isFinite(length)) {
         await deps.store.put(key, Readable.fromWeb(c.req.raw.body as WebReadableStream), 'application/x-ndjson', length);
       } else {
-        const body = Buffer.from(await c.req.arrayBuffer());
-        if (body.length > deps.maxBatchBytes) throw new ApiError(413, 'too_large', `batch input is over ${deps.maxBatchBytes} bytes (EMBERS_MAX_BATCH_BYTES)`);
-        if (body.length === 0) throw new ApiError(400, 'empty_batch', 'the body is empty; send JSONL, one {"custom_id": "…", "input": {…}} per line');
-        await deps.store.put(key, body, 'application/x-ndjson');
+        const spooled = await spoolBody(c.req.raw.body, { maxBytes: deps.maxBatchBytes, tooLarge, what: 'batch' });
+        try {
+          if (spooled.bytes === 0) throw new ApiError(400, 'empty_batch', 'the body is empty; send JSONL, one {"custom_id": "…", "input": {…}} per line');
+          await deps.store.put(key, createReadStream(spooled.file), 'application/x-ndjson', spooled.bytes);
+        } finally {
+          await spooled.dispose();
+        }
       }
       inputUri = deps.store.uri(key);
     } else {

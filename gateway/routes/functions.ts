@@ -3,7 +3,7 @@ import { Hono, type Context } from 'hono';
 import { limitBody } from '../middleware/body-limit.ts';
 import { z } from 'zod';
 import { DeployRequestSchema, encodeReply, errorBody, FUNCTION_NAME, keys, type Manifest } from '../../core/contracts.ts';
-import { decodeLiveJob, LIVE_GROUP, liveStream } from '../../core/live-queue.ts';
+import { liveStream, takeUnstarted } from '../../core/live-queue.ts';
 import { enqueueWebhook } from '../../core/jobs.ts';
 import { canAccess } from '../../core/tenants.ts';
 import { ApiError, readJson } from '../errors.ts';
@@ -105,28 +105,27 @@ export function functionRoutes(deps: GatewayDeps) {
 
 /**
  * A force-deleted function's requests that no replica has started: an async job ends failed
- * (410, its webhook called), a waiting caller gets 410; the entries go. Those a replica is
- * running are left to it: it answers them as it would have.
+ * (410, its webhook called), a waiting caller gets 410; the entries go (takeUnstarted: taken out
+ * in the same call that looks, so none is both answered here and run). Those a replica is running
+ * are left to it: it answers them as it would have, within its stop's grace (15 s). Answering one
+ * may fail (Redis gone) without stopping the rest. Resolves with how many were taken out.
  */
 async function answerUnstarted(deps: GatewayDeps, name: string): Promise<number> {
-  const stream = liveStream(name);
-  const entries = (await deps.redis.xrangeBuffer(stream, '-', '+')) as [Buffer, Buffer[]][];
-  const started = new Set(((await deps.redis.xpending(stream, LIVE_GROUP, '-', '+', entries.length + 1).catch(() => [])) as [string][]).map((p) => p[0]));
   const body = JSON.stringify(errorBody('function_deleted', `${name} was deleted before this request ran`));
   const timing = { queueMs: 0, handlerMs: 0, inferMs: 0, batchMs: 0 };
   let dropped = 0;
-  for (const [idBytes, fields] of entries) {
-    const id = idBytes.toString();
-    if (started.has(id)) continue;
-    const data = decodeLiveJob(fields);
-    if (data?.job) {
-      const done = await deps.jobs.finish(data.job, { httpStatus: 410, body, canceled: false, timing, version: '' }, true);
-      if (done.finished && done.webhook) await enqueueWebhook(deps.webhookQueue, { job: data.job, url: done.webhook });
-    } else if (data?.gw) {
-      await deps.redis.publish(keys.replyChannel(data.gw), encodeReply({ rid: data.rid, ...(data.id ? { id: data.id } : {}), status: 410, replica: 'gateway', timing }, body));
-    }
-    await deps.redis.xdel(stream, id);
+  for await (const data of takeUnstarted(deps.redis, name)) {
     dropped++;
+    try {
+      if (data?.job) {
+        const done = await deps.jobs.finish(data.job, { httpStatus: 410, body, canceled: false, timing, version: '' }, true);
+        if (done.finished && done.webhook) await enqueueWebhook(deps.webhookQueue, { job: data.job, url: done.webhook });
+      } else if (data?.gw) {
+        await deps.redis.publish(keys.replyChannel(data.gw), encodeReply({ rid: data.rid, ...(data.id ? { id: data.id } : {}), status: 410, replica: 'gateway', timing }, body));
+      }
+    } catch (err) {
+      deps.log.warn({ fn: name, job: data?.job, rid: data?.rid, err: (err as Error).message }, 'could not answer a request of a deleted function');
+    }
   }
   return dropped;
 }

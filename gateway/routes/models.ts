@@ -1,18 +1,13 @@
 // Model uploads by content hash: PUT /v1/models/sha256/:hex streams the file to S3 once;
 // HEAD tells the CLI it is already there.
 import { createHash } from 'node:crypto';
-import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdtemp, rm, stat } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
-import { Readable, Transform } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
-import type { ReadableStream as WebReadableStream } from 'node:stream/web';
+import { createReadStream } from 'node:fs';
 import { Hono } from 'hono';
 import { s3Keys } from '../../core/contracts.ts';
 import { ApiError } from '../errors.ts';
 import type { GatewayDeps, GatewayEnv } from '../app.ts';
 import { requireScope } from '../middleware/auth.ts';
+import { spoolBody } from '../spool.ts';
 
 const SHA256 = /^[0-9a-f]{64}$/;
 const MAX_MODEL_BYTES = 8 * 1024 ** 3;
@@ -51,30 +46,16 @@ export function modelRoutes(deps: GatewayDeps) {
     if (declared > MAX_MODEL_BYTES) throw new ApiError(413, 'too_large', `model is ${declared} bytes, over ${MAX_MODEL_BYTES}`);
     const body = c.req.raw.body;
     if (!body) throw new ApiError(400, 'empty_body', 'send the model file as the request body');
-    const dir = await mkdtemp(path.join(os.tmpdir(), 'embers-upload-'));
-    const file = path.join(dir, 'model');
+    const hash = createHash('sha256');
+    const spooled = await spoolBody(body, { maxBytes: MAX_MODEL_BYTES, tooLarge: () => new ApiError(413, 'too_large', `model is over ${MAX_MODEL_BYTES} bytes`), onChunk: (chunk) => hash.update(chunk), what: 'model' });
     try {
-      const hash = createHash('sha256');
-      let bytes = 0;
-      const meter = new Transform({
-        transform(chunk: Buffer, _enc, done) {
-          bytes += chunk.length;
-          if (bytes > MAX_MODEL_BYTES) return done(new ApiError(413, 'too_large', `model is over ${MAX_MODEL_BYTES} bytes`));
-          hash.update(chunk);
-          done(null, chunk);
-        },
-      });
-      await pipeline(Readable.fromWeb(body as WebReadableStream), meter, createWriteStream(file)).catch((err: NodeJS.ErrnoException) => {
-        if (err.code === 'ENOSPC') throw new ApiError(507, 'insufficient_storage', `the gateway's temporary folder (${os.tmpdir()}) is full; free space there or upload a smaller model`);
-        throw err;
-      });
-      if (bytes === 0) throw new ApiError(400, 'empty_body', 'model file is empty');
+      if (spooled.bytes === 0) throw new ApiError(400, 'empty_body', 'model file is empty');
       const actual = hash.digest('hex');
       if (actual !== hex) throw new ApiError(400, 'hash_mismatch', `body sha256 is ${actual}, not ${hex}: the upload was corrupted or the id is wrong`);
-      await store.put(key, createReadStream(file), 'application/octet-stream', (await stat(file)).size);
-      return c.json({ uri: store.uri(key), bytes }, 201);
+      await store.put(key, createReadStream(spooled.file), 'application/octet-stream', spooled.bytes);
+      return c.json({ uri: store.uri(key), bytes: spooled.bytes }, 201);
     } finally {
-      await rm(dir, { recursive: true, force: true });
+      await spooled.dispose();
     }
   });
 

@@ -10,7 +10,7 @@ import { ApiError, readBytes, readJsonText } from '../errors.ts';
 import { acquireSlot, checkRate } from '../quotas.ts';
 import type { GatewayEnv, GatewayDeps } from '../app.ts';
 import { canAccess, type AuthContext } from '../../core/tenants.ts';
-import { KeyRejectedError } from '../../core/live-queue.ts';
+import { FunctionGoneError, KeyRejectedError } from '../../core/live-queue.ts';
 import { invalidKey, requireScope, revokedKey } from '../middleware/auth.ts';
 
 /** Waiting past the deadline by this much lets a reply that is on its way arrive. */
@@ -74,17 +74,18 @@ export function runRoutes(deps: GatewayDeps) {
       const id = randomUUID();
       const data: RunJobData = { rid, id, gw: gatewayId, input, raw, ...stamp, deadline: stamp.enq + deps.queueTimeoutMs, ...bill };
       const release = await counted(name, () => acquireSlot(deps.redis, auth, id, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS));
-      const wait = replies.expect(id, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS);
+      const wait = replies.expect(id, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS, rid);
       metrics.inflight.inc();
       let entry: string | undefined;
       let reply;
       try {
-        entry = await live.add(name, data, { keyHash: auth.verifyHash, inputJson, body: bytes });
+        entry = await live.add(name, data, { keyHash: auth.verifyHash, inputJson, body: bytes, mustBeDeployed: true });
         deps.wake(name);
         reply = await wait;
       } catch (err) {
         replies.cancel(id);
         if (err instanceof KeyRejectedError) throw keyRejected(deps, err, auth.keyId);
+        if (err instanceof FunctionGoneError) throw functionGone(deps, name);
         throw new ApiError(503, 'unavailable', `could not queue the request (Redis unreachable?): ${(err as Error).message}; retry shortly`);
       } finally {
         metrics.inflight.dec();
@@ -154,10 +155,11 @@ async function enqueueAsync(deps: GatewayDeps, name: string, data: RunJobData, p
   const id = JobStore.newId();
   try {
     await deps.jobs.create({ id, fn: name, tenant: data.t!, key: auth.keyId, webhook });
-    await deps.live.add(name, { ...data, job: id }, { keyHash: auth.verifyHash, ...payload });
+    await deps.live.add(name, { ...data, job: id }, { keyHash: auth.verifyHash, mustBeDeployed: true, ...payload });
   } catch (err) {
     await deps.redis.del(keys.job(id)).catch(() => 0);
     if (err instanceof KeyRejectedError) throw keyRejected(deps, err, auth.keyId);
+    if (err instanceof FunctionGoneError) throw functionGone(deps, name);
     throw new ApiError(503, 'unavailable', `could not queue the request (Redis unreachable?): ${(err as Error).message}; retry shortly`);
   }
   deps.wake(name);
@@ -168,6 +170,12 @@ async function enqueueAsync(deps: GatewayDeps, name: string, data: RunJobData, p
 function keyRejected(deps: GatewayDeps, err: KeyRejectedError, keyId: string): ApiError {
   deps.keys.forget(err.keyHash);
   return err.reason === 'revoked' ? revokedKey(keyId) : invalidKey();
+}
+
+/** The function was deleted after this gateway looked it up (its cache, or another gateway's delete): 404, and forget it. */
+function functionGone(deps: GatewayDeps, name: string): ApiError {
+  deps.functions.forget(name);
+  return new ApiError(404, 'function_not_found', `no function named "${name}": it was deleted`);
 }
 
 /** A webhook must be an absolute http(s) URL. */

@@ -124,6 +124,24 @@ describe('async runs', () => {
     await p.deploy(fixture('boom.ts'));
   });
 
+  test('a run for a function deleted after the gateway looked it up is a 404, and nothing is queued', async () => {
+    // Another gateway's delete, before its notice arrives here: this gateway still has echo cached.
+    const redis = p.redis();
+    assert.equal((await p.fetch('/v1/run/echo', { method: 'POST', body: '{}' })).status, 200);
+    await redis.srem('embers:functions', 'echo');
+    try {
+      const sync = await p.fetch('/v1/run/echo', { method: 'POST', body: '{}' });
+      assert.equal(sync.status, 404);
+      assert.match(((await sync.json()) as { error: { message: string } }).error.message, /no function named "echo": it was deleted/);
+      const queued = await submit('echo', {});
+      assert.equal(queued.res.status, 404);
+      assert.equal(await redis.xlen('embers:stream:echo'), 0, 'nothing queued for it');
+    } finally {
+      await redis.sadd('embers:functions', 'echo');
+    }
+    assert.equal((await p.fetch('/v1/run/echo', { method: 'POST', body: '{}' })).status, 200);
+  });
+
   test('results expire after EMBERS_JOB_RETENTION_S and then say so', async () => {
     const { body } = await submit('echo', { short: 'lived' });
     await finished(body.id);

@@ -131,6 +131,14 @@ describe('bulk batches', () => {
     const done = await settled(((await res.json()) as Batch).id);
     assert.deepEqual(done.request_counts, { total: 3, completed: 3, failed: 0 });
 
+    // JSONL sent chunked (no Content-Length) under the limit: spooled through a file, then stored.
+    const lines = new TextEncoder().encode(['x', 'y'].map((c) => JSON.stringify({ custom_id: c, input: c })).join('\n'));
+    const halves = [lines.slice(0, 10), lines.slice(10)];
+    const streamed = new ReadableStream<Uint8Array>({ pull: (ctl) => (halves.length ? ctl.enqueue(halves.shift()!) : ctl.close()) });
+    const sent = await p.fetch('/v1/batches?function=echo', { method: 'POST', body: streamed, duplex: 'half' } as RequestInit);
+    assert.equal(sent.status, 201, await sent.clone().text());
+    assert.deepEqual((await settled(((await sent.json()) as Batch).id)).request_counts, { total: 2, completed: 2, failed: 0 });
+
     const cases: [string, RequestInit, number, RegExp][] = [
       ['/v1/batches', { method: 'POST', body: JSON.stringify({ function: 'echo', input_uri: 's3://embers/uploads/missing.jsonl' }) }, 400, /does not exist/],
       ['/v1/batches', { method: 'POST', body: JSON.stringify({ function: 'echo' }) }, 400, /input_uri/],

@@ -113,6 +113,8 @@ describe('embers CLI', () => {
       [['batch', 'status', 'batch_nope'], 1, /404: no batch batch_nope/],
       [['jobs', 'show', 'job_nope'], 1, /404: no job job_nope/],
       [['run', 'echo', '--data', '{}', '--webhook', 'http://x'], 2, /--webhook needs --async/],
+      // A password in EMBERS_REDIS_URL is not printed.
+      [['gateway'], 2, /cannot reach Redis at redis:\/\/:\*\*\*@127\.0\.0\.1:1 \(EMBERS_REDIS_URL\)/, { EMBERS_REDIS_URL: 'redis://:hunter2@127.0.0.1:1', EMBERS_API_KEY: 'a-key-of-twenty-chars' }],
     ];
     for (const [args, code, message, env] of cases) {
       const r = await embers(args, env);
@@ -168,6 +170,9 @@ export default defineFunction({
     assert.deepEqual(batch.request_counts, { total: 51, completed: 50, failed: 1 });
     const out = await embers(['batch', 'output', batch.id]);
     assert.equal(out.stdout.trim().split('\n').length, 50);
+    const unwritable = await embers(['batch', 'output', batch.id, '--out', path.join(tmp, 'no-such-dir', 'out.jsonl')]);
+    assert.equal(unwritable.code, 1);
+    assert.match(unwritable.stderr, /^embers: cannot write .*no-such-dir\/out\.jsonl: ENOENT/m);
     const errs = await embers(['batch', 'output', batch.id, '--errors']);
     assert.match(errs.stdout, /"line":51/);
     const status = await embers(['batch', 'status', batch.id]);

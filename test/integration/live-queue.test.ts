@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { keys, SCAN_NOW, type RunJobData } from '../../core/contracts.ts';
-import { decodeLiveJob, finishLiveEntries, handOverLiveEntries, KeyRejectedError, LIVE_GROUP, leaveLiveGroup, LiveQueue, liveStream } from '../../core/live-queue.ts';
+import { decodeLiveJob, finishLiveEntries, FunctionGoneError, handOverLiveEntries, KeyRejectedError, LIVE_GROUP, leaveLiveGroup, LiveQueue, liveStream, takeUnstarted } from '../../core/live-queue.ts';
 import { usageKeys, type UsageRecord } from '../../core/usage.ts';
 import { tenantKeys } from '../../core/tenants.ts';
 import { createLogger } from '../../core/log.ts';
@@ -21,6 +21,11 @@ let server: LocalRedis;
 let dir: string;
 let redis: Redis;
 const log = createLogger('test', 'silent');
+const collect = async <T>(it: AsyncIterable<T>): Promise<T[]> => {
+  const out: T[] = [];
+  for await (const x of it) out.push(x);
+  return out;
+};
 const job = (rid: string): RunJobData => ({ rid, gw: 'gw-test', input: { rid }, enq: Date.now() });
 
 /** Queues `rid` on `fn` and has a replica take it and die at once (SIGKILL: nothing acknowledged, tended or handed over). */
@@ -411,5 +416,37 @@ describe('live queue', () => {
     assert.deepEqual(await finishLiveEntries(redis, 'never-made', [{ id: '1-1', outcome: { reply: { channel: 'embers:test:lost', message: 'still answered' } } }]), [false]);
     await eventually(async () => replies.length === 1, 'the reply');
     sub.disconnect();
+  });
+  it('an add that must find its function deployed is refused once it is gone, in the same call as the others', async () => {
+    const q = new LiveQueue(redis);
+    await redis.sadd(keys.functionIndex, 'still-here');
+    const outcomes = await Promise.allSettled([
+      q.add('still-here', job('kept'), { mustBeDeployed: true }),
+      q.add('gone-fn', job('refused'), { mustBeDeployed: true }),
+      q.add('gone-fn', job('unchecked')),
+    ]);
+    assert.deepEqual(
+      outcomes.map((o) => (o.status === 'fulfilled' ? 'queued' : o.reason instanceof FunctionGoneError ? `gone ${o.reason.fn}` : String(o.reason))),
+      ['queued', 'gone gone-fn', 'queued'],
+    );
+    assert.deepEqual((await redis.xrangeBuffer(liveStream('gone-fn'), '-', '+')).map(([, f]) => decodeLiveJob(f)?.rid), ['unchecked']);
+    await redis.srem(keys.functionIndex, 'still-here');
+  });
+
+  it('takeUnstarted takes out, page by page, every entry no replica has read, and leaves the ones being run', async () => {
+    const q = new LiveQueue(redis);
+    for (let i = 0; i < 150; i++) await q.add('doomed', job(`d${i}`));
+    // Two replicas are running the first 73: more than a whole page, which must not stop the look.
+    await redis.xreadgroup('GROUP', LIVE_GROUP, 'replica-r', 'COUNT', 3, 'STREAMS', liveStream('doomed'), '>');
+    await redis.xreadgroup('GROUP', LIVE_GROUP, 'replica-s', 'COUNT', 70, 'STREAMS', liveStream('doomed'), '>');
+    await redis.xadd(liveStream('doomed'), '*', 'x', 'not a job');
+    const taken: (string | undefined)[] = [];
+    for await (const data of takeUnstarted(redis, 'doomed')) taken.push(data?.rid);
+    assert.equal(taken.length, 78, 'every entry no replica has read, the unreadable one included');
+    assert.deepEqual(taken.slice(0, 2), ['d73', 'd74']);
+    assert.equal(taken.at(-1), undefined, 'an entry without a job record is taken out, as undefined');
+    const left = (await redis.xrangeBuffer(liveStream('doomed'), '-', '+')).map(([, f]) => decodeLiveJob(f)?.rid);
+    assert.deepEqual(left, Array.from({ length: 73 }, (_, i) => `d${i}`), 'the ones being run are left to their replicas');
+    assert.equal((await collect(takeUnstarted(redis, 'never-had-a-stream'))).length, 0);
   });
 });

@@ -22,6 +22,13 @@ describe('input schema validation', () => {
     assert.equal(describeErrors(v), '/x must match pattern "^[a-z]+$"');
   });
 
+  it('patterns compile as the author\'s JavaScript regex did, not in Unicode mode', () => {
+    // z.string().regex(/^[\w-.]+$/) is valid JavaScript and a syntax error with the u flag.
+    const v = withPattern('^[\\w-.]+$');
+    assert.equal(v({ x: 'a-b.c_1' }), true);
+    assert.equal(v({ x: 'a b' }), false);
+  });
+
   it('what the linear engine cannot judge exactly passes here, for the replica to judge', () => {
     // Back-references and lookarounds need backtracking; \p{…} needs the u flag the engine lacks;
     // characters outside the BMP read differently without it. The replica checks every input
