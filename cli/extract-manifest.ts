@@ -43,6 +43,29 @@ function checkBinaryInput(input: z.ZodType, field: string, jsonSchema: object): 
   }
 }
 
+/** What a zod string schema keeps of its regexes: its format's pattern, and each .regex() check's. */
+interface ZodPatterns {
+  _zod?: { def?: { pattern?: unknown; checks?: { _zod?: { def?: { pattern?: unknown } } }[] } };
+}
+
+/**
+ * A JSON Schema `pattern` has no flags, so a regex whose flags change what it matches (i, m, s,
+ * u, v) would be judged differently by the gateway (`/^[a-z]+$/i` would refuse "ABC"). Such
+ * patterns are left out of the schema; the replica checks every input with the zod schema itself.
+ */
+function dropFlaggedPatterns(zodSchema: unknown, jsonSchema: Record<string, unknown>): void {
+  const def = (zodSchema as ZodPatterns)._zod?.def;
+  const regexes = [def?.pattern, ...(def?.checks ?? []).map((c) => c._zod?.def?.pattern)];
+  const flagged = new Set(regexes.filter((r): r is RegExp => r instanceof RegExp && /[imsuv]/.test(r.flags)).map((r) => r.source));
+  if (!flagged.size) return;
+  if (typeof jsonSchema.pattern === 'string' && flagged.has(jsonSchema.pattern)) delete jsonSchema.pattern;
+  if (Array.isArray(jsonSchema.allOf)) {
+    const kept = (jsonSchema.allOf as Record<string, unknown>[]).filter((s) => !(Object.keys(s).length === 1 && typeof s.pattern === 'string' && flagged.has(s.pattern)));
+    if (kept.length) jsonSchema.allOf = kept;
+    else delete jsonSchema.allOf;
+  }
+}
+
 const file = process.argv[2];
 try {
   const mod = (await import(pathToFileURL(file).href)) as { default?: unknown };
@@ -58,6 +81,7 @@ try {
     unrepresentable: 'any',
     io: 'input',
     override: ({ zodSchema, jsonSchema }) => {
+      dropFlaggedPatterns(zodSchema, jsonSchema as Record<string, unknown>);
       if (!isBytes(zodSchema as unknown as z.ZodType)) return;
       const { description } = jsonSchema as { description?: string };
       for (const k of Object.keys(jsonSchema)) delete (jsonSchema as Record<string, unknown>)[k];

@@ -109,12 +109,18 @@ export class Registry {
    * Removes a function from the registry; its versions stay in S3 (immutable history). With
    * `unlessQueuedIn` (its live stream), only while that stream holds nothing, in the same call,
    * so no request queued meanwhile is left behind. 'removed', 'not_found', or the entries queued.
+   * In two steps: first out of the index (from then on no gateway can queue a run for it:
+   * LiveQueue.add's mustBeDeployed), then `beforeDelete` (answering what is still queued), then
+   * its records. If `beforeDelete` throws, the function stays half removed, out of the index with
+   * its records, and removing it again finishes the work.
    */
-  async remove(name: string, unlessQueuedIn?: string): Promise<'removed' | 'not_found' | { queued: number }> {
-    const ks = [keys.functionIndex, keys.function(name), keys.versions(name), ...(unlessQueuedIn ? [unlessQueuedIn] : [])];
-    const res = (await evalScript(this.redis, REMOVE, ks.length, ...ks, name)) as number;
+  async remove(name: string, o: { unlessQueuedIn?: string; beforeDelete?: () => Promise<void> } = {}): Promise<'removed' | 'not_found' | { queued: number }> {
+    const ks = [keys.functionIndex, keys.function(name), ...(o.unlessQueuedIn ? [o.unlessQueuedIn] : [])];
+    const res = (await evalScript(this.redis, UNINDEX, ks.length, ...ks, name)) as number;
     if (res < 0) return { queued: -res };
     if (res === 0) return 'not_found';
+    await o.beforeDelete?.();
+    await this.redis.del(keys.function(name), keys.versions(name));
     await this.publish({ type: 'deleted', name });
     return 'removed';
   }
@@ -124,14 +130,15 @@ export class Registry {
   }
 }
 
-const REMOVE = `
-if KEYS[4] then
-  local queued = redis.call('XLEN', KEYS[4])
+/** Takes a function out of the index (unless KEYS[3], its stream, holds entries): 1, or 0 when it is neither indexed nor recorded, or −(entries queued). */
+const UNINDEX = `
+if KEYS[3] then
+  local queued = redis.call('XLEN', KEYS[3])
   if queued > 0 then return -queued end
 end
-local removed = redis.call('SREM', KEYS[1], ARGV[1])
-redis.call('DEL', KEYS[2], KEYS[3])
-return removed`;
+local indexed = redis.call('SREM', KEYS[1], ARGV[1])
+if indexed == 0 and redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
+return 1`;
 
 function sameSpec(m: Manifest, spec: DeploySpec): boolean {
   const pick = (x: DeploySpec) => JSON.stringify([x.models, x.inputSchema, x.batching, x.scaling, x.timeoutMs, x.pricing, x.maxQueueLength, x.binaryInput]);

@@ -30,20 +30,30 @@ async function reachRedis(url: string): Promise<void> {
 
 /**
  * The bucket can be used, or a message naming the settings to check. A gateway writes to it and
- * makes it if missing; an agent only reads models and bundles, and credentials that may read
- * objects but not the bucket itself (HeadBucket needs s3:ListBucket) pass as they are.
+ * makes it if missing. An agent only reads models and bundles: it reads an object that is not
+ * there, and "no such key" or "access denied" (credentials that may read objects but not list the
+ * bucket get that for a missing key) pass, while a wrong key or signature, or no answer, do not;
+ * a bucket not made yet is only a warning (the first gateway makes it).
  */
 async function reachS3(config: Config, store: ObjectStore, use: 'write' | 'read'): Promise<void> {
+  const where = config.EMBERS_S3_ENDPOINT ? `S3 at ${config.EMBERS_S3_ENDPOINT} (EMBERS_S3_ENDPOINT)` : 'AWS S3 (no EMBERS_S3_ENDPOINT set)';
   try {
     if (use === 'write') await store.ensureBucket();
-    else await store.ping();
+    else await store.get(`${PROBE_KEY}/${Date.now()}`);
   } catch (err) {
-    if (use === 'read' && statusOf(err) === 403) return;
-    const where = config.EMBERS_S3_ENDPOINT ? `S3 at ${config.EMBERS_S3_ENDPOINT} (EMBERS_S3_ENDPOINT)` : 'AWS S3 (no EMBERS_S3_ENDPOINT set)';
-    const why = statusOf(err) === 404 ? 'no such bucket' : (err as Error).message || (err as Error).name;
+    const code = (err as Error).name;
+    if (use === 'read' && (code === 'NoSuchKey' || code === 'AccessDenied')) return;
+    if (use === 'read' && code === 'NoSuchBucket') {
+      process.stderr.write(`embers: bucket ${store.bucket} does not exist yet on ${where}; the first gateway to start makes it\n`);
+      return;
+    }
+    const why = statusOf(err) === 404 ? 'no such bucket' : `${code === 'Error' ? '' : `${code}: `}${(err as Error).message || 'no answer'}`;
     throw new CliError(`cannot use bucket ${store.bucket} on ${where}: ${why}; check EMBERS_S3_ENDPOINT, EMBERS_S3_BUCKET and the AWS credentials`, 2);
   }
 }
+
+/** What an agent reads to check its S3 settings: a key that never exists. */
+const PROBE_KEY = 'embers-probe/none';
 
 function shared(): { config: Config; log: Logger; redisUrl: string } {
   const config = loadConfig();

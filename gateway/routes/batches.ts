@@ -25,9 +25,11 @@ export function batchRoutes(deps: GatewayDeps) {
   const origin = (url: string) => new URL(url).origin;
   const announce = (id: string) => deps.redis.publish(keys.registryChannel, JSON.stringify({ type: 'batch', id } satisfies PlatformEvent));
 
-  const mustExist = async (c: Context<GatewayEnv>, name: string) => {
+  /** The function's owner, if the caller may use it. */
+  const mustExist = async (c: Context<GatewayEnv>, name: string): Promise<string> => {
     const fn = FUNCTION_NAME.test(name) ? await deps.functions.get(name) : null;
     if (!fn || !canAccess(c.get('auth'), fn.tenant)) throw new ApiError(404, 'function_not_found', `no function named "${name}"; deploy it first (\`embers functions\` lists them)`);
+    return fn.tenant;
   };
 
   // JSONL in the body (?function=) up to EMBERS_MAX_BATCH_BYTES, judged by the handler as it
@@ -40,11 +42,12 @@ export function batchRoutes(deps: GatewayDeps) {
     const id = BatchStore.newId();
     const fnParam = c.req.query('function');
     let fn: string;
+    let owner: string;
     let inputUri: string;
     if (fnParam !== undefined) {
       // JSONL in the body, streamed to S3.
       fn = fnParam;
-      await mustExist(c, fn);
+      owner = await mustExist(c, fn);
       const length = Number(c.req.header('content-length') ?? NaN);
       if (length > deps.maxBatchBytes) throw new ApiError(413, 'too_large', `batch input is ${length} bytes, over ${deps.maxBatchBytes} (EMBERS_MAX_BATCH_BYTES); put it in S3 and send {"function", "input_uri"}`);
       if (length === 0 || !c.req.raw.body) throw new ApiError(400, 'empty_batch', 'the body is empty; send JSONL, one {"custom_id": "…", "input": {…}} per line');
@@ -66,14 +69,13 @@ export function batchRoutes(deps: GatewayDeps) {
       if (!parsed.success) throw new ApiError(400, 'invalid_request', `${z.prettifyError(parsed.error)} — send JSONL with ?function=NAME, or JSON {"function": "NAME", "input_uri": "s3://bucket/input.jsonl"}`);
       fn = parsed.data.function;
       inputUri = parsed.data.input_uri;
-      await mustExist(c, fn);
+      owner = await mustExist(c, fn);
       const { bucket } = parseS3Uri(inputUri);
       const head = await deps.store.head(inputUri).catch((err: unknown) => {
         throw new ApiError(400, 'input_unreadable', `cannot read ${inputUri} (${statusOf(err) ?? (err as Error).message}); is bucket "${bucket}" reachable with the platform's S3 credentials?`);
       });
       if (!head) throw new ApiError(400, 'input_not_found', `${inputUri} does not exist`);
     }
-    const owner = (await deps.functions.get(fn))!.tenant;
     await deps.batches.create({ id, fn, tenant: owner, key: c.get('auth').keyId, inputUri });
     await announce(id);
     const created = await deps.batches.view(id, origin(c.req.url));

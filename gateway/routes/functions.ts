@@ -83,13 +83,21 @@ export function functionRoutes(deps: GatewayDeps) {
     const force = c.req.query('force');
     if (force !== undefined && force !== 'true' && force !== 'false') throw new ApiError(400, 'invalid_request', `force must be true or false, got "${force}"`);
     // Requests still queued would never be answered once the function is gone: refused unless forced.
-    const removed = await registry.remove(name, force === 'true' ? undefined : liveStream(name));
+    let dropped = 0;
+    const answer = async () => {
+      try {
+        dropped = await answerUnstarted(deps, name);
+      } catch (err) {
+        throw new ApiError(503, 'unavailable', `${name} no longer takes requests, but answering the requests still queued for it failed (${(err as Error).message}); run the same delete again to finish`);
+      }
+    };
+    const removed = await registry.remove(name, force === 'true' ? { beforeDelete: answer } : { unlessQueuedIn: liveStream(name) });
     if (removed === 'not_found') throw notFound(name);
     if (removed !== 'removed') {
       throw new ApiError(409, 'function_busy', `${name} has ${removed.queued} request(s) queued or running; wait for them to finish, or delete with ?force=true (\`embers functions delete ${name} --force\`), which answers the ones not yet started 410`);
     }
     deps.functions.forget(name);
-    return c.json({ deleted: name, ...(force === 'true' ? { dropped: await answerUnstarted(deps, name) } : {}) });
+    return c.json({ deleted: name, ...(force === 'true' ? { dropped } : {}) });
   });
 
   /** The :name function, if the caller may see it: another tenant's function is as unknown as a missing one. */

@@ -6,6 +6,8 @@ import { createHmac } from 'node:crypto';
 import { createServer, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
+import { Registry } from '../../core/registry.ts';
+import { storeFromConfig } from '../../core/s3.ts';
 import { eventually, fixture, shipped, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
 
 let p: TestPlatform;
@@ -140,6 +142,19 @@ describe('async runs', () => {
       await redis.sadd('embers:functions', 'echo');
     }
     assert.equal((await p.fetch('/v1/run/echo', { method: 'POST', body: '{}' })).status, 200);
+  });
+
+  test('a forced delete that fails part way leaves the function taking no runs, and running it again finishes', async () => {
+    const registry = new Registry(p.redis(), storeFromConfig({ EMBERS_S3_ENDPOINT: p.s3Endpoint, EMBERS_S3_BUCKET: 'embers' }));
+    await assert.rejects(registry.remove('boom', { beforeDelete: async () => Promise.reject(new Error('Redis went away')) }), /Redis went away/);
+    assert.equal(await p.redis().sismember('embers:functions', 'boom'), 0, 'out of the index');
+    assert.equal((await p.fetch('/v1/functions/boom')).status, 200, 'still recorded, so the delete can be run again');
+    assert.equal((await p.fetch('/v1/run/boom', { method: 'POST', body: JSON.stringify({ mode: 'ok' }) })).status, 404);
+    const again = await p.fetch('/v1/functions/boom?force=true', { method: 'DELETE' });
+    assert.equal(again.status, 200);
+    assert.deepEqual(await again.json(), { deleted: 'boom', dropped: 0 });
+    assert.equal((await p.fetch('/v1/functions/boom')).status, 404);
+    await p.deploy(fixture('boom.ts'));
   });
 
   test('results expire after EMBERS_JOB_RETENTION_S and then say so', async () => {

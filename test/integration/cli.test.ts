@@ -113,6 +113,8 @@ describe('embers CLI', () => {
       [['batch', 'status', 'batch_nope'], 1, /404: no batch batch_nope/],
       [['jobs', 'show', 'job_nope'], 1, /404: no job job_nope/],
       [['run', 'echo', '--data', '{}', '--webhook', 'http://x'], 2, /--webhook needs --async/],
+      // An agent's S3 check: a wrong key is refused by name (S3 answers it 403, as it does a missing permission).
+      [['agent'], 2, /cannot use bucket embers on S3 at .*InvalidAccessKeyId/, { EMBERS_REDIS_URL: p.redisUrl, EMBERS_S3_ENDPOINT: p.s3Endpoint!, AWS_ACCESS_KEY_ID: 'WRONG', AWS_SECRET_ACCESS_KEY: 'wrongwrongwrong' }],
       // A password in EMBERS_REDIS_URL is not printed.
       [['gateway'], 2, /cannot reach Redis at redis:\/\/:\*\*\*@127\.0\.0\.1:1 \(EMBERS_REDIS_URL\)/, { EMBERS_REDIS_URL: 'redis://:hunter2@127.0.0.1:1', EMBERS_API_KEY: 'a-key-of-twenty-chars' }],
     ];
@@ -149,6 +151,26 @@ export default defineFunction({
     const json = await embers(['run', 'bytes', '--data', '{"data":"x"}']);
     assert.equal(json.code, 1);
     assert.match(json.stderr, /400: input does not match the schema of bytes: \/data .*to send "data" as bytes, make them the body/);
+  });
+
+  it('a regex with flags is judged by the function itself, not by a flagless copy in the gateway', async () => {
+    await writeFile(path.join(tmp, 'flags.ts'), `import { defineFunction, z } from 'embers';
+export default defineFunction({
+  name: 'flags',
+  input: z.object({ loose: z.string().regex(/^[a-z]+$/i), strict: z.string().regex(/^[a-z]+$/) }),
+  handler: (input) => input,
+});
+`);
+    assert.equal((await embers(['deploy', 'flags.ts'])).code, 0);
+    const ok = await embers(['run', 'flags', '--data', '{"loose":"ABC","strict":"abc"}']);
+    assert.equal(ok.code, 0, ok.stderr);
+    assert.deepEqual(JSON.parse(ok.stdout), { loose: 'ABC', strict: 'abc' });
+    const refused = await embers(['run', 'flags', '--data', '{"loose":"AB1","strict":"ABC"}']);
+    assert.equal(refused.code, 1);
+    assert.match(refused.stderr, /400: .*\/strict must match pattern/);
+    const replica = await embers(['run', 'flags', '--data', '{"loose":"AB1","strict":"abc"}']);
+    assert.equal(replica.code, 1);
+    assert.match(replica.stderr, /400: [\s\S]*at loose/, 'the replica refuses what its regex refuses');
   });
 
   it('deploys the shipped echo function through the CLI and calls it', async () => {
