@@ -76,6 +76,7 @@ export function agentOptions(config: Config, o: { redisUrl: string; store: Objec
     providers: config.EMBERS_EXECUTION_PROVIDERS,
     modelReplicaCores: ortInstances(config) * config.EMBERS_ORT_THREADS,
     lockMs: config.EMBERS_JOB_LOCK_MS,
+    jobRetentionS: config.EMBERS_JOB_RETENTION_S,
     scheduler: {
       tickMs: config.EMBERS_SCHEDULER_TICK_MS,
       batchMaxOutstanding: config.EMBERS_BATCH_MAX_OUTSTANDING,

@@ -4,7 +4,7 @@
 import { createHmac, randomBytes } from 'node:crypto';
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { keys, type ReplyHeader } from './contracts.ts';
+import { encodeReply, keys, type ReplyHeader, type RunJobData } from './contracts.ts';
 import { evalScript } from './redis.ts';
 
 export type JobStatus = 'queued' | 'running' | 'succeeded' | 'failed' | 'canceled';
@@ -153,6 +153,23 @@ function toView(h: Record<string, string>, baseUrl: string): JobView {
     }
   }
   return v;
+}
+
+/**
+ * Answers a live request that will not run, or will not finish, for want of its function (deleted):
+ * an async job ends with `status` (with `onlyIfQueued`, only if no replica has started it) and its
+ * webhook is queued; a waiting caller gets the reply on its gateway's channel. `by` names who
+ * answered (the reply's `replica`). Used by the gateway's forced delete and by a node agent whose
+ * replica of a deleted function stopped while holding requests.
+ */
+export async function answerUnrun(o: { redis: Redis; jobs: JobStore; webhooks: Queue; by: string }, data: RunJobData, status: number, body: string, onlyIfQueued: boolean): Promise<void> {
+  const timing = { queueMs: 0, handlerMs: 0, inferMs: 0, batchMs: 0 };
+  if (data.job) {
+    const done = await o.jobs.finish(data.job, { httpStatus: status, body, canceled: false, timing, version: '' }, onlyIfQueued);
+    if (done.finished && done.webhook) await enqueueWebhook(o.webhooks, { job: data.job, url: done.webhook });
+  } else if (data.gw) {
+    await o.redis.publish(keys.replyChannel(data.gw), encodeReply({ rid: data.rid, ...(data.id ? { id: data.id } : {}), status, replica: o.by, timing }, body));
+  }
 }
 
 /** The error body of a job stopped through DELETE /v1/jobs/:id. */

@@ -324,7 +324,7 @@ export function decodeLiveJob(fields: Buffer[]): RunJobData | undefined {
 /**
  * Takes out, in one call, up to ARGV[2] entries after ARGV[3] (an id; '-' from the start) that no
  * replica has read (not in the group's pending list), and returns the id of the last entry looked
- * at ('' when none was) followed by the job field (\`d\`) of each one taken out. One call, so no
+ * at ('' when none was) followed by the job field (`d`) of each one taken out. One call, so no
  * replica reads an entry between the look and the delete; pages, so a long queue neither blocks
  * Redis nor arrives in one reply.
  * KEYS: stream; ARGV: group, page size, after.
@@ -358,17 +358,46 @@ export async function* takeUnstarted(redis: Redis, fn: string): AsyncGenerator<R
   let after = '-';
   for (;;) {
     const [last, ...jobs] = (await evalScript(redis, TAKE_UNSTARTED, 1, liveStream(fn), LIVE_GROUP, String(UNSTARTED_PAGE), after)) as string[];
-    for (const d of jobs) {
-      let data: RunJobData | undefined;
-      try {
-        data = JSON.parse(d) as RunJobData;
-      } catch {
-        data = undefined;
-      }
-      yield data;
-    }
+    for (const d of jobs) yield parseJob(d);
     if (!last) return;
     after = last;
+  }
+}
+
+/**
+ * Takes, in one call, every entry the consumer ARGV[2] holds: each is acknowledged and deleted,
+ * and its job field (`d`) returned ('' for one already deleted from the stream).
+ * KEYS: stream; ARGV: group, consumer.
+ */
+const TAKE_HELD = `
+local held = redis.pcall('XPENDING', KEYS[1], ARGV[1], '-', '+', 100000, ARGV[2])
+if held.err then return {} end
+local out = {}
+for _, p in ipairs(held) do
+  local e = redis.call('XRANGE', KEYS[1], p[1], p[1])[1]
+  local d = ''
+  if e then for j = 1, #e[2], 2 do if e[2][j] == 'd' then d = e[2][j + 1] end end end
+  redis.call('XACK', KEYS[1], ARGV[1], p[1])
+  redis.call('XDEL', KEYS[1], p[1])
+  out[#out + 1] = d
+end
+return out`;
+
+/**
+ * Takes what a consumer held (a replica of a deleted function that stopped before finishing it:
+ * nobody else will run it) and resolves with each one's job (undefined when it cannot be read).
+ */
+export async function takeHeld(redis: Redis, fn: string, consumer: string): Promise<(RunJobData | undefined)[]> {
+  const held = (await evalScript(redis, TAKE_HELD, 1, liveStream(fn), LIVE_GROUP, consumer)) as string[];
+  return held.map(parseJob);
+}
+
+/** An entry's job field, or undefined when it is missing or not JSON. */
+function parseJob(d: string): RunJobData | undefined {
+  try {
+    return d ? (JSON.parse(d) as RunJobData) : undefined;
+  } catch {
+    return undefined;
   }
 }
 

@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
-import { EXIT_REPLACE_ME, keys, type NodeRecord, type PlacementRecord, type PlatformEvent } from '../core/contracts.ts';
+import { errorBody, EXIT_REPLACE_ME, keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type NodeRecord, type PlacementRecord, type PlatformEvent } from '../core/contracts.ts';
 import type { Logger } from '../core/log.ts';
 import { createRedis } from '../core/redis.ts';
 import type { ObjectStore } from '../core/s3.ts';
@@ -17,7 +17,9 @@ import type { ScalerSettings } from './scaler.ts';
 import { buildRuntime } from './runtime-build.ts';
 import { Scheduler } from './scheduler.ts';
 import { waitAtMost } from '../core/settle.ts';
-import { handOverLiveEntries, leaveLiveGroup } from '../core/live-queue.ts';
+import { handOverLiveEntries, leaveLiveGroup, takeHeld } from '../core/live-queue.ts';
+import { answerUnrun, JobStore } from '../core/jobs.ts';
+import { Queue } from 'bullmq';
 
 const REPLICA_SOURCE = fileURLToPath(new URL('../runtime/main.ts', import.meta.url));
 const TSX = import.meta.resolve('tsx');
@@ -57,6 +59,8 @@ export interface AgentOptions {
   modelReplicaCores?: number;
   /** The replicas' lock time (EMBERS_JOB_LOCK_MS): how long an exited replica's consumer is tried for removal from its live group. @default 30000 */
   lockMs?: number;
+  /** EMBERS_JOB_RETENTION_S: how long an async job this agent answers keeps its result. @default 86400 */
+  jobRetentionS?: number;
 }
 
 interface ReplicaProcess {
@@ -89,6 +93,8 @@ export class NodeAgent {
   private readonly slots: number;
   private readonly nodeTtlMs: number;
   private readonly log: Logger;
+  /** Webhooks of async jobs the agent answers itself (answerHeld); made on first use. */
+  private webhooks?: Queue;
 
   constructor(private readonly o: AgentOptions) {
     this.id = `node-${os.hostname()}-${randomUUID().slice(0, 6)}`;
@@ -288,12 +294,43 @@ export class NodeAgent {
       const left = await leaveLiveGroup(this.redis, r.fn, r.id).catch(() => false);
       if (!left && !this.closed && Date.now() < until) setTimeout(() => void leave(), LEAVE_RETRY_MS).unref();
     };
-    handOverLiveEntries(this.redis, r.fn, r.id)
-      .then(
-        (n) => n && this.log.warn({ replica: r.id, requests: n }, 'handed over the live requests of a replica that exited'),
-        (err: Error) => this.log.warn({ replica: r.id, err: err.message }, 'could not hand over the live requests of a replica that exited; they run again after the lock time'),
-      )
+    this.redis
+      .sismember(keys.functionIndex, r.fn)
+      // Unknown (Redis unreachable): hand over as usual, which says so if it fails too.
+      .catch(() => 1)
+      .then((deployed) => (deployed ? this.handOverHeld(r) : this.answerHeld(r)))
       .finally(() => void leave());
+  }
+
+  /** Hands what an exited replica held to its function's other replicas (handOver). */
+  private handOverHeld(r: ReplicaProcess): Promise<void> {
+    return handOverLiveEntries(this.redis, r.fn, r.id)
+      .then(
+        (n) => {
+          if (n) this.log.warn({ replica: r.id, requests: n }, 'handed over the live requests of a replica that exited');
+        },
+        (err: Error) => this.log.warn({ replica: r.id, err: err.message }, 'could not hand over the live requests of a replica that exited; they run again after the lock time'),
+      );
+  }
+
+  /**
+   * What an exited replica of a deleted function held (its stop's grace ran out: the forced
+   * delete's requests that were running) would never run again: answered 500 function_deleted
+   * here, so an async job ends failed (its webhook called) instead of staying running, and a
+   * waiting caller gets an answer before its timeout.
+   */
+  private async answerHeld(r: ReplicaProcess): Promise<void> {
+    try {
+      const held = await takeHeld(this.redis, r.fn, r.id);
+      if (!held.length) return;
+      const body = JSON.stringify(errorBody('function_deleted', `${r.fn} was deleted while this request ran, and its replica stopped before it finished`));
+      this.webhooks ??= new Queue(WEBHOOK_QUEUE, { connection: this.redis, prefix: QUEUE_PREFIX });
+      const answerer = { redis: this.redis, jobs: new JobStore(this.redis, this.o.jobRetentionS ?? 86_400), webhooks: this.webhooks, by: this.id };
+      for (const data of held) if (data) await answerUnrun(answerer, data, 500, body, false);
+      this.log.warn({ replica: r.id, fn: r.fn, requests: held.length }, 'answered the requests a replica of a deleted function held when it stopped');
+    } catch (err) {
+      this.log.warn({ replica: r.id, fn: r.fn, err: (err as Error).message }, 'could not answer the requests a replica of a deleted function held');
+    }
   }
 
   private async stopReplica(r: ReplicaProcess): Promise<void> {
@@ -320,6 +357,7 @@ export class NodeAgent {
     this.standby = null;
     await Promise.all([...this.replicas.values()].map((r) => this.stopReplica(r)));
     await this.bounded(this.redis.multi().del(keys.node(this.id)).srem(keys.nodes, this.id).exec(), 'the node record to be removed');
+    await this.bounded(this.webhooks?.close(), 'the webhook queue to close');
     this.sub.disconnect();
     this.redis.disconnect();
   }

@@ -2,9 +2,9 @@
 import { Hono, type Context } from 'hono';
 import { limitBody } from '../middleware/body-limit.ts';
 import { z } from 'zod';
-import { DeployRequestSchema, encodeReply, errorBody, FUNCTION_NAME, keys, type Manifest } from '../../core/contracts.ts';
+import { DeployRequestSchema, errorBody, FUNCTION_NAME, keys, type Manifest } from '../../core/contracts.ts';
 import { liveStream, takeUnstarted } from '../../core/live-queue.ts';
-import { enqueueWebhook } from '../../core/jobs.ts';
+import { answerUnrun } from '../../core/jobs.ts';
 import { canAccess } from '../../core/tenants.ts';
 import { ApiError, readJson } from '../errors.ts';
 import { compileInputSchema } from '../../core/validate.ts';
@@ -115,24 +115,21 @@ export function functionRoutes(deps: GatewayDeps) {
  * A force-deleted function's requests that no replica has started: an async job ends failed
  * (410, its webhook called), a waiting caller gets 410; the entries go (takeUnstarted: taken out
  * in the same call that looks, so none is both answered here and run). Those a replica is running
- * are left to it: it answers them as it would have, within its stop's grace (15 s). Answering one
- * may fail (Redis gone) without stopping the rest. Resolves with how many were taken out.
+ * are left to it: it answers them as it would have, within its stop's grace (15 s); what it still
+ * holds when it stops, its node agent answers (500 function_deleted). Answering one may fail
+ * (Redis gone) without stopping the rest. Resolves with how many were taken out.
  */
 async function answerUnstarted(deps: GatewayDeps, name: string): Promise<number> {
   const body = JSON.stringify(errorBody('function_deleted', `${name} was deleted before this request ran`));
-  const timing = { queueMs: 0, handlerMs: 0, inferMs: 0, batchMs: 0 };
+  const answerer = { redis: deps.redis, jobs: deps.jobs, webhooks: deps.webhookQueue, by: 'gateway' };
   let dropped = 0;
   for await (const data of takeUnstarted(deps.redis, name)) {
     dropped++;
+    if (!data) continue;
     try {
-      if (data?.job) {
-        const done = await deps.jobs.finish(data.job, { httpStatus: 410, body, canceled: false, timing, version: '' }, true);
-        if (done.finished && done.webhook) await enqueueWebhook(deps.webhookQueue, { job: data.job, url: done.webhook });
-      } else if (data?.gw) {
-        await deps.redis.publish(keys.replyChannel(data.gw), encodeReply({ rid: data.rid, ...(data.id ? { id: data.id } : {}), status: 410, replica: 'gateway', timing }, body));
-      }
+      await answerUnrun(answerer, data, 410, body, true);
     } catch (err) {
-      deps.log.warn({ fn: name, job: data?.job, rid: data?.rid, err: (err as Error).message }, 'could not answer a request of a deleted function');
+      deps.log.warn({ fn: name, job: data.job, rid: data.rid, err: (err as Error).message }, 'could not answer a request of a deleted function');
     }
   }
   return dropped;

@@ -78,4 +78,26 @@ describe('a replica killed outright', () => {
     const results = await Promise.all(naps);
     assert.deepEqual(results.map((r) => r.status), [200, 200, 200]);
   });
+  it('what a replica of a force-deleted function still ran when it was killed is answered by its agent, not left', async () => {
+    assert.equal((await call('boom', { mode: 'ok' })).status, 200, 'a warm replica');
+    const naps = [call('boom', { mode: 'nap' }), call('boom', { mode: 'nap' })];
+    const queued = await p.fetch('/v1/run/boom', { method: 'POST', headers: { prefer: 'respond-async' }, body: JSON.stringify({ mode: 'nap' }) });
+    const job = ((await queued.json()) as { id: string }).id;
+    const victim = await holder('boom', 3);
+    // Forced: what runs is left to the replica, which is killed before its naps end (as its stop's grace running out would).
+    const deleted = await p.fetch('/v1/functions/boom?force=true', { method: 'DELETE' });
+    assert.deepEqual(await deleted.json(), { deleted: 'boom', dropped: 0 });
+    process.kill(victim.pid!, 'SIGKILL');
+    for (const res of await Promise.all(naps)) {
+      assert.equal(res.status, 500);
+      assert.equal(((await res.json()) as { error: { code: string } }).error.code, 'function_deleted');
+    }
+    const view = await eventually(async () => {
+      const v = (await (await p.fetch(`/v1/jobs/${job}`)).json()) as { status: string; httpStatus?: number; error?: { code: string } };
+      return v.status === 'running' || v.status === 'queued' ? null : v;
+    }, 'the async job to end');
+    assert.deepEqual([view.status, view.httpStatus, view.error?.code], ['failed', 500, 'function_deleted']);
+    assert.equal(await p.redis().xlen(liveStream('boom')), 0, 'nothing left in its queue');
+    await p.deploy(fixture('boom.ts'));
+  });
 });
