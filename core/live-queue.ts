@@ -365,11 +365,10 @@ export async function* takeUnstarted(redis: Redis, fn: string): AsyncGenerator<R
 }
 
 /**
- * Takes, in one call, every entry the consumer ARGV[2] holds: each is acknowledged and deleted,
- * and its job field (`d`) returned ('' for one already deleted from the stream).
- * KEYS: stream; ARGV: group, consumer.
+ * The entries the consumer ARGV[2] holds, in one call: id, then job field (`d`; '' for one
+ * already deleted from the stream), for each. KEYS: stream; ARGV: group, consumer.
  */
-const TAKE_HELD = `
+const HELD = `
 local held = redis.pcall('XPENDING', KEYS[1], ARGV[1], '-', '+', 100000, ARGV[2])
 if held.err then return {} end
 local out = {}
@@ -377,19 +376,37 @@ for _, p in ipairs(held) do
   local e = redis.call('XRANGE', KEYS[1], p[1], p[1])[1]
   local d = ''
   if e then for j = 1, #e[2], 2 do if e[2][j] == 'd' then d = e[2][j + 1] end end end
-  redis.call('XACK', KEYS[1], ARGV[1], p[1])
-  redis.call('XDEL', KEYS[1], p[1])
+  out[#out + 1] = p[1]
   out[#out + 1] = d
 end
 return out`;
 
+/** Acknowledges and deletes each of ARGV[3…] still pending with the consumer ARGV[2]. KEYS: stream; ARGV: group, consumer, ids… */
+const DROP_HELD = `
+for i = 3, #ARGV do
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)[1]
+  if p and p[2] == ARGV[2] then
+    redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
+    redis.call('XDEL', KEYS[1], ARGV[i])
+  end
+end
+return 0`;
+
 /**
- * Takes what a consumer held (a replica of a deleted function that stopped before finishing it:
- * nobody else will run it) and resolves with each one's job (undefined when it cannot be read).
+ * What a consumer holds (a replica of a deleted function that stopped before finishing it: nobody
+ * else will run it), each with its job (undefined when it cannot be read). Nothing is taken:
+ * once they are answered, dropHeld removes them, so a failure in between leaves them held.
  */
-export async function takeHeld(redis: Redis, fn: string, consumer: string): Promise<(RunJobData | undefined)[]> {
-  const held = (await evalScript(redis, TAKE_HELD, 1, liveStream(fn), LIVE_GROUP, consumer)) as string[];
-  return held.map(parseJob);
+export async function heldBy(redis: Redis, fn: string, consumer: string): Promise<{ id: string; data?: RunJobData }[]> {
+  const flat = (await evalScript(redis, HELD, 1, liveStream(fn), LIVE_GROUP, consumer)) as string[];
+  const out: { id: string; data?: RunJobData }[] = [];
+  for (let i = 0; i + 1 < flat.length; i += 2) out.push({ id: flat[i], data: parseJob(flat[i + 1]) });
+  return out;
+}
+
+/** Acknowledges and deletes those of `ids` the consumer still holds (after heldBy's were answered). */
+export async function dropHeld(redis: Redis, fn: string, consumer: string, ids: string[]): Promise<void> {
+  if (ids.length) await evalScript(redis, DROP_HELD, 1, liveStream(fn), LIVE_GROUP, consumer, ...ids);
 }
 
 /** An entry's job field, or undefined when it is missing or not JSON. */

@@ -41,7 +41,11 @@ export class Registry {
   async deploy(spec: DeploySpec, bundle: Buffer): Promise<Manifest & { unchanged?: boolean }> {
     const sha256 = createHash('sha256').update(bundle).digest('hex');
     const current = await this.active(spec.name);
-    if (current && current.bundle.sha256 === sha256 && sameSpec(current, spec)) return { ...current, unchanged: true };
+    if (current && current.bundle.sha256 === sha256 && sameSpec(current, spec)) {
+      // Back in the index if a delete was cut short after taking it out (remove).
+      if (await this.redis.sadd(keys.functionIndex, spec.name)) await this.publish({ type: 'deployed', name: spec.name, version: current.version });
+      return { ...current, unchanged: true };
+    }
     const seq = await this.redis.incr(keys.versionSeq(spec.name));
     const version = `v${seq}`;
     const manifest: Manifest = {
@@ -114,13 +118,14 @@ export class Registry {
    * its records. If `beforeDelete` throws, the function stays half removed, out of the index with
    * its records, and removing it again finishes the work.
    */
-  async remove(name: string, o: { unlessQueuedIn?: string; beforeDelete?: () => Promise<void> } = {}): Promise<'removed' | 'not_found' | { queued: number }> {
+  async remove(name: string, o: { unlessQueuedIn?: string; beforeDelete?: () => Promise<void> } = {}): Promise<'removed' | 'not_found' | 'redeployed' | { queued: number }> {
     const ks = [keys.functionIndex, keys.function(name), ...(o.unlessQueuedIn ? [o.unlessQueuedIn] : [])];
     const res = (await evalScript(this.redis, UNINDEX, ks.length, ...ks, name)) as number;
     if (res < 0) return { queued: -res };
     if (res === 0) return 'not_found';
     await o.beforeDelete?.();
-    await this.redis.del(keys.function(name), keys.versions(name));
+    // A deploy in between put it back in the index with records of its own: those stay.
+    if (!(await evalScript(this.redis, DELETE_UNINDEXED, 3, keys.functionIndex, keys.function(name), keys.versions(name), name))) return 'redeployed';
     await this.publish({ type: 'deleted', name });
     return 'removed';
   }
@@ -138,6 +143,12 @@ if KEYS[3] then
 end
 local indexed = redis.call('SREM', KEYS[1], ARGV[1])
 if indexed == 0 and redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
+return 1`;
+
+/** Deletes a function's records (KEYS[2], KEYS[3]) unless it is in the index again: 1, or 0 when it is. */
+const DELETE_UNINDEXED = `
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 0 end
+redis.call('DEL', KEYS[2], KEYS[3])
 return 1`;
 
 function sameSpec(m: Manifest, spec: DeploySpec): boolean {

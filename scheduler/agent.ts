@@ -17,7 +17,7 @@ import type { ScalerSettings } from './scaler.ts';
 import { buildRuntime } from './runtime-build.ts';
 import { Scheduler } from './scheduler.ts';
 import { waitAtMost } from '../core/settle.ts';
-import { handOverLiveEntries, leaveLiveGroup, takeHeld } from '../core/live-queue.ts';
+import { dropHeld, handOverLiveEntries, heldBy, leaveLiveGroup } from '../core/live-queue.ts';
 import { answerUnrun, JobStore } from '../core/jobs.ts';
 import { Queue } from 'bullmq';
 
@@ -95,6 +95,8 @@ export class NodeAgent {
   private readonly log: Logger;
   /** Webhooks of async jobs the agent answers itself (answerHeld); made on first use. */
   private webhooks?: Queue;
+  /** Hand-overs under way (close waits for them before it closes Redis). */
+  private readonly handOvers = new Set<Promise<void>>();
 
   constructor(private readonly o: AgentOptions) {
     this.id = `node-${os.hostname()}-${randomUUID().slice(0, 6)}`;
@@ -294,12 +296,16 @@ export class NodeAgent {
       const left = await leaveLiveGroup(this.redis, r.fn, r.id).catch(() => false);
       if (!left && !this.closed && Date.now() < until) setTimeout(() => void leave(), LEAVE_RETRY_MS).unref();
     };
-    this.redis
+    const work = this.redis
       .sismember(keys.functionIndex, r.fn)
       // Unknown (Redis unreachable): hand over as usual, which says so if it fails too.
       .catch(() => 1)
       .then((deployed) => (deployed ? this.handOverHeld(r) : this.answerHeld(r)))
-      .finally(() => void leave());
+      .finally(() => {
+        this.handOvers.delete(work);
+        void leave();
+      });
+    this.handOvers.add(work);
   }
 
   /** Hands what an exited replica held to its function's other replicas (handOver). */
@@ -317,16 +323,19 @@ export class NodeAgent {
    * What an exited replica of a deleted function held (its stop's grace ran out: the forced
    * delete's requests that were running) would never run again: answered 500 function_deleted
    * here, so an async job ends failed (its webhook called) instead of staying running, and a
-   * waiting caller gets an answer before its timeout.
+   * waiting caller gets an answer before its timeout. Answered first, then removed from the
+   * queue: a failure in between leaves them held, and answering twice is harmless (a job is
+   * finished once, a gateway takes the first reply).
    */
   private async answerHeld(r: ReplicaProcess): Promise<void> {
     try {
-      const held = await takeHeld(this.redis, r.fn, r.id);
+      const held = await heldBy(this.redis, r.fn, r.id);
       if (!held.length) return;
       const body = JSON.stringify(errorBody('function_deleted', `${r.fn} was deleted while this request ran, and its replica stopped before it finished`));
       this.webhooks ??= new Queue(WEBHOOK_QUEUE, { connection: this.redis, prefix: QUEUE_PREFIX });
       const answerer = { redis: this.redis, jobs: new JobStore(this.redis, this.o.jobRetentionS ?? 86_400), webhooks: this.webhooks, by: this.id };
-      for (const data of held) if (data) await answerUnrun(answerer, data, 500, body, false);
+      for (const { data } of held) if (data) await answerUnrun(answerer, data, 500, body, false);
+      await dropHeld(this.redis, r.fn, r.id, held.map((h) => h.id));
       this.log.warn({ replica: r.id, fn: r.fn, requests: held.length }, 'answered the requests a replica of a deleted function held when it stopped');
     } catch (err) {
       this.log.warn({ replica: r.id, fn: r.fn, err: (err as Error).message }, 'could not answer the requests a replica of a deleted function held');
@@ -357,6 +366,7 @@ export class NodeAgent {
     this.standby = null;
     await Promise.all([...this.replicas.values()].map((r) => this.stopReplica(r)));
     await this.bounded(this.redis.multi().del(keys.node(this.id)).srem(keys.nodes, this.id).exec(), 'the node record to be removed');
+    await this.bounded(Promise.all(this.handOvers), 'exited replicas\' requests to be handed over or answered');
     await this.bounded(this.webhooks?.close(), 'the webhook queue to close');
     this.sub.disconnect();
     this.redis.disconnect();

@@ -93,6 +93,7 @@ export function functionRoutes(deps: GatewayDeps) {
     };
     const removed = await registry.remove(name, force === 'true' ? { beforeDelete: answer } : { unlessQueuedIn: liveStream(name) });
     if (removed === 'not_found') throw notFound(name);
+    if (removed === 'redeployed') throw new ApiError(409, 'function_redeployed', `${name} was deployed again while it was being deleted; the new deployment stays (delete it again to remove it)`);
     if (removed !== 'removed') {
       throw new ApiError(409, 'function_busy', `${name} has ${removed.queued} request(s) queued or running; wait for them to finish, or delete with ?force=true (\`embers functions delete ${name} --force\`), which answers the ones not yet started 410`);
     }

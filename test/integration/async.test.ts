@@ -150,6 +150,14 @@ describe('async runs', () => {
     assert.equal(await p.redis().sismember('embers:functions', 'boom'), 0, 'out of the index');
     assert.equal((await p.fetch('/v1/functions/boom')).status, 200, 'still recorded, so the delete can be run again');
     assert.equal((await p.fetch('/v1/run/boom', { method: 'POST', body: JSON.stringify({ mode: 'ok' }) })).status, 404);
+    // Deploying it again, unchanged, brings it back.
+    await p.deploy(fixture('boom.ts'));
+    assert.equal((await p.fetch('/v1/run/boom', { method: 'POST', body: JSON.stringify({ mode: 'ok' }) })).status, 200);
+    // A deploy while a delete answers what was queued wins: the delete leaves its records.
+    assert.equal(await registry.remove('boom', { beforeDelete: async () => void (await p.deploy(fixture('boom.ts'))) }), 'redeployed');
+    assert.equal((await p.fetch('/v1/run/boom', { method: 'POST', body: JSON.stringify({ mode: 'ok' }) })).status, 200);
+    // Cut short again, then run again over HTTP: it finishes.
+    await assert.rejects(registry.remove('boom', { beforeDelete: async () => Promise.reject(new Error('Redis went away')) }));
     const again = await p.fetch('/v1/functions/boom?force=true', { method: 'DELETE' });
     assert.equal(again.status, 200);
     assert.deepEqual(await again.json(), { deleted: 'boom', dropped: 0 });
