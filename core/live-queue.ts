@@ -227,8 +227,6 @@ return out`;
  * one script call holds Redis for its whole length, and its arguments are spread into one call.
  */
 const ADD_BATCH_MAX = 512;
-/** The registry's set of deployed functions (ADD_MANY's KEYS[2]). */
-const FUNCTION_INDEX = keys.functionIndex;
 const ADD_BATCH_BYTES = 4 * 1024 * 1024;
 
 interface PendingAdd {
@@ -329,7 +327,14 @@ export function decodeLiveJob(fields: Buffer[]): RunJobData | undefined {
  * Redis nor arrives in one reply.
  * KEYS: stream; ARGV: group, page size, after.
  */
-const TAKE_UNSTARTED = `
+/** Lua: the job field (`d`) of an entry's field list, '' when it has none. */
+const JOB_FIELD_LUA = `
+local function job_field(fields)
+  for j = 1, #fields, 2 do if fields[j] == 'd' then return fields[j + 1] end end
+  return ''
+end`;
+
+const TAKE_UNSTARTED = `${JOB_FIELD_LUA}
 local from = ARGV[3] == '-' and '-' or '(' .. ARGV[3]
 local entries = redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', ARGV[2])
 local out = { '' }
@@ -338,10 +343,8 @@ for _, e in ipairs(entries) do
   out[1] = id
   local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], id, id, 1)
   if type(p) ~= 'table' or p.err or p[1] == nil then
-    local d = ''
-    for j = 1, #e[2], 2 do if e[2][j] == 'd' then d = e[2][j + 1] end end
     redis.call('XDEL', KEYS[1], id)
-    out[#out + 1] = d
+    out[#out + 1] = job_field(e[2])
   end
 end
 return out`;
@@ -368,16 +371,14 @@ export async function* takeUnstarted(redis: Redis, fn: string): AsyncGenerator<R
  * The entries the consumer ARGV[2] holds, in one call: id, then job field (`d`; '' for one
  * already deleted from the stream), for each. KEYS: stream; ARGV: group, consumer.
  */
-const HELD = `
+const HELD = `${JOB_FIELD_LUA}
 local held = redis.pcall('XPENDING', KEYS[1], ARGV[1], '-', '+', 100000, ARGV[2])
 if held.err then return {} end
 local out = {}
 for _, p in ipairs(held) do
   local e = redis.call('XRANGE', KEYS[1], p[1], p[1])[1]
-  local d = ''
-  if e then for j = 1, #e[2], 2 do if e[2][j] == 'd' then d = e[2][j + 1] end end end
   out[#out + 1] = p[1]
-  out[#out + 1] = d
+  out[#out + 1] = e and job_field(e[2]) or ''
 end
 return out`;
 
@@ -465,9 +466,9 @@ export class LiveQueue {
     this.batchBytes = 0;
     let sent: Promise<unknown>;
     try {
-      const keys = [tenantKeys.keysByHash, FUNCTION_INDEX, ...batch.map((b) => liveStream(b.fn))];
+      const ks = [tenantKeys.keysByHash, keys.functionIndex, ...batch.map((b) => liveStream(b.fn))];
       const args = batch.flatMap((b) => [b.keyHash, b.mustBeDeployed ? b.fn : '', String(b.fields.length), ...b.fields]);
-      sent = evalScript(this.redis, ADD_MANY, keys.length, ...keys, ...args);
+      sent = evalScript(this.redis, ADD_MANY, ks.length, ...ks, ...args);
       flushWrites(this.redis);
     } catch (err) {
       sent = Promise.reject(err as Error);

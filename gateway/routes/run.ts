@@ -84,9 +84,7 @@ export function runRoutes(deps: GatewayDeps) {
         reply = await wait;
       } catch (err) {
         replies.cancel(id);
-        if (err instanceof KeyRejectedError) throw keyRejected(deps, err, auth.keyId);
-        if (err instanceof FunctionGoneError) throw functionGone(deps, name);
-        throw new ApiError(503, 'unavailable', `could not queue the request (Redis unreachable?): ${(err as Error).message}; retry shortly`);
+        throw notQueued(deps, err, name, auth.keyId);
       } finally {
         metrics.inflight.dec();
         release();
@@ -158,24 +156,27 @@ async function enqueueAsync(deps: GatewayDeps, name: string, data: RunJobData, p
     await deps.live.add(name, { ...data, job: id }, { keyHash: auth.verifyHash, mustBeDeployed: true, ...payload });
   } catch (err) {
     await deps.redis.del(keys.job(id)).catch(() => 0);
-    if (err instanceof KeyRejectedError) throw keyRejected(deps, err, auth.keyId);
-    if (err instanceof FunctionGoneError) throw functionGone(deps, name);
-    throw new ApiError(503, 'unavailable', `could not queue the request (Redis unreachable?): ${(err as Error).message}; retry shortly`);
+    throw notQueued(deps, err, name, auth.keyId);
   }
   deps.wake(name);
   return id;
 }
 
-/** The key the gateway had cached was revoked (or removed) since: forget it, answer 401. */
-function keyRejected(deps: GatewayDeps, err: KeyRejectedError, keyId: string): ApiError {
-  deps.keys.forget(err.keyHash);
-  return err.reason === 'revoked' ? revokedKey(keyId) : invalidKey();
-}
-
-/** The function was deleted after this gateway looked it up (its cache, or another gateway's delete): 404, and forget it. */
-function functionGone(deps: GatewayDeps, name: string): ApiError {
-  deps.functions.forget(name);
-  return new ApiError(404, 'function_not_found', `no function named "${name}": it was deleted`);
+/**
+ * Why LiveQueue.add queued nothing, as the caller's answer: the key the gateway had cached was
+ * revoked or removed since (401), or the function was deleted after this gateway looked it up
+ * (404); either is forgotten here. Anything else is Redis out of reach (503).
+ */
+function notQueued(deps: GatewayDeps, err: unknown, name: string, keyId: string): ApiError {
+  if (err instanceof KeyRejectedError) {
+    deps.keys.forget(err.keyHash);
+    return err.reason === 'revoked' ? revokedKey(keyId) : invalidKey();
+  }
+  if (err instanceof FunctionGoneError) {
+    deps.functions.forget(name);
+    return new ApiError(404, 'function_not_found', `no function named "${name}": it was deleted`);
+  }
+  return new ApiError(503, 'unavailable', `could not queue the request (Redis unreachable?): ${(err as Error).message}; retry shortly`);
 }
 
 /** A webhook must be an absolute http(s) URL. */
