@@ -77,6 +77,7 @@ export function agentOptions(config: Config, o: { redisUrl: string; store: Objec
     modelReplicaCores: ortInstances(config) * config.EMBERS_ORT_THREADS,
     lockMs: config.EMBERS_JOB_LOCK_MS,
     jobRetentionS: config.EMBERS_JOB_RETENTION_S,
+    allowUnsandboxed: config.EMBERS_ALLOW_UNSANDBOXED,
     scheduler: {
       tickMs: config.EMBERS_SCHEDULER_TICK_MS,
       batchMaxOutstanding: config.EMBERS_BATCH_MAX_OUTSTANDING,

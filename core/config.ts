@@ -92,6 +92,16 @@ export const ConfigSchema = z.object({
   EMBERS_SCHEDULER_TICK_MS: int(50).default(500),
   /** A handler still running this long after its timeout gets its replica replaced. @default 5000 */
   EMBERS_HANDLER_GRACE_MS: int(0).default(5_000),
+  /** Memory a replica's user-code process may use (cgroup); over it, it is killed and the request answered 503 replica_oom. @default 4 GiB */
+  EMBERS_REPLICA_MEMORY_BYTES: int(64 * 1024 ** 2).default(4 * 1024 ** 3),
+  /** Processes and threads a replica's user-code process may have. @default 1024 */
+  EMBERS_REPLICA_PIDS: int(16).default(1024),
+  /** Files a replica's user-code process may hold open. @default 4096 */
+  EMBERS_REPLICA_OPEN_FILES: int(64).default(4096),
+  /** Size of a replica's private /tmp (tmpfs, counted in its memory). @default 64 MiB */
+  EMBERS_REPLICA_TMP_BYTES: int(1024 ** 2).default(64 * 1024 ** 2),
+  /** Run every tenant's code where this host cannot sandbox it (no bwrap, no user namespaces); otherwise only the default tenant's functions run there. @default false */
+  EMBERS_ALLOW_UNSANDBOXED: bool.default(false),
   /** Node model cache bound (LRU beyond it). @default 20 GiB */
   EMBERS_MODEL_CACHE_BYTES: int(1).default(20 * 1024 ** 3),
   /** How long an async job's result is kept after it finishes; later it answers 404 "expired". @default 86400 (1 day) */

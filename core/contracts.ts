@@ -246,6 +246,8 @@ export type PlatformEvent =
   /** A gateway queued work for the function: the scheduler decides now rather than at its next tick. */
   | { type: 'wake'; name: string }
   /** A batch was created or asked to cancel: the feeder looks now. */
+  /** What the node can enforce on user code (runtime/sandbox.ts); `missing` says what it cannot, for a person. */
+  sandbox?: { isolates: boolean; ownUid: boolean; cgroup: 'v1' | 'v2' | null; missing: string[]; unsandboxedAllowed: boolean };
   | { type: 'batch'; id: string }
   | { type: 'replica'; name: string; replica: string; state: 'ready' | 'failed'; coldStart?: ColdStartPhases; error?: { phase: string; message: string } };
 

@@ -28,6 +28,7 @@ import { tenantRoutes } from './routes/tenants.ts';
 import { usageRoutes } from './routes/usage.ts';
 
 export type GatewayEnv = { Variables: { rid: string; auth: AuthContext } };
+import { sandboxReport } from './sandbox-report.ts';
 
 export interface GatewayDeps {
   gatewayId: string;
@@ -90,7 +91,7 @@ export function createApp(deps: GatewayDeps) {
     const [redis, s3] = checks;
     const replies = deps.replies.listening ? 'ok' : 'reconnecting';
     const ok = redis === 'ok' && s3 === 'ok' && replies === 'ok';
-    return c.json({ ok, redis, s3, replies }, ok ? 200 : 503);
+    return c.json({ ok, redis, s3, replies, sandbox: await sandboxReport(deps.redis) }, ok ? 200 : 503);
   });
   app.get('/metrics', async (c) => {
     await refreshReplicaGauge(deps);

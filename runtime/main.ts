@@ -1,13 +1,18 @@
-// Replica process entry. The node agent keeps one of these booted in standby (modules loaded,
-// Redis connected) and assigns it a function version over IPC when a replica is needed, so a
-// cold start does not pay for process and module start-up. Started without
-// EMBERS_REPLICA_STANDBY, it reads its assignment from the environment instead.
+// Replica process entry (trusted: it holds Redis and S3). The node agent keeps one of these
+// booted in standby (Redis connected, its user-code process booted in its sandbox) and assigns
+// it a function version over IPC when a replica is needed, so a cold start does not pay for
+// process and module start-up. Started without EMBERS_REPLICA_STANDBY, it reads its assignment
+// from the environment instead.
+import { readdir } from 'node:fs/promises';
 import { loadConfig, ortInstances } from '../core/config.ts';
 import { EXIT_REPLACE_ME, keys, type Manifest } from '../core/contracts.ts';
 import { createLogger } from '../core/log.ts';
 import { createRedis } from '../core/redis.ts';
 import { storeFromConfig } from '../core/s3.ts';
 import { Replica } from './replica.ts';
+import { probeSandbox } from './sandbox.ts';
+import { USER_CODE_V8_FLAGS, UserCodeProcess } from './user-code-process.ts';
+import { DEFAULT_TENANT } from '../core/tenants.ts';
 
 /** What the agent tells a process to serve. */
 export interface Assignment {
@@ -68,19 +73,39 @@ for (const signal of ['SIGINT', 'SIGHUP'] as const) {
 // IPC channel closes when the agent dies: do not outlive it.
 process.on('disconnect', () => void stop('agent gone'));
 
-/**
- * Native modules loaded while in standby, so that a cold start finds them loaded: sharp is left
- * out of bundles (cli/deploy.ts EXTERNALS) and took 56–75 ms to import here; onnxruntime-node's
- * library is then mapped once for every model thread, and the inline session needs it here.
- * A module that is not installed is skipped.
- */
-const PRELOAD = ['sharp', 'onnxruntime-node'];
+const limits = {
+  memoryBytes: config.EMBERS_REPLICA_MEMORY_BYTES,
+  pids: config.EMBERS_REPLICA_PIDS,
+  openFiles: config.EMBERS_REPLICA_OPEN_FILES,
+  tmpBytes: config.EMBERS_REPLICA_TMP_BYTES,
+};
+const support = probeSandbox();
+/** GPU device nodes, bound into the sandbox when models may run on CUDA. */
+const devices = config.EMBERS_EXECUTION_PROVIDERS.some((p) => p !== 'cpu') ? (await readdir('/dev').catch(() => [] as string[])).filter((d) => /^nvidia/.test(d)).map((d) => `/dev/${d}`) : [];
+// Booted with the replica (in standby too): the user code's process and sandbox are ready when
+// the assignment comes. Its id names its cgroup and staging folder.
+const userCode = new UserCodeProcess({
+  id: `uc-${process.pid}-${Date.now().toString(36)}`,
+  cacheDir: required('EMBERS_CACHE_DIR'),
+  log,
+  sandbox: support.isolates || support.cgroup ? support : null,
+  limits,
+  execArgv: USER_CODE_V8_FLAGS,
+  devices,
+  maxAnswerBytes: config.EMBERS_MAX_ANSWER_BYTES,
+});
+userCode.onExit = (e) => {
+  if (!replica) {
+    log.error({ code: e.code, signal: e.signal }, 'the user-code process exited before its assignment');
+    process.exit(1);
+  }
+};
 
 const assignment: Assignment =
   env.EMBERS_REPLICA_STANDBY === '1'
     ? await new Promise<Assignment>((resolve) => {
         process.on('message', (m: Assignment) => m?.type === 'assign' && resolve(m));
-        void Promise.all(PRELOAD.map((m) => import(m).catch(() => {}))).then(() => process.send?.({ type: 'standby' }));
+        void userCode.ready().then(() => process.send?.({ type: 'standby' }), () => {});
       })
     : {
         type: 'assign',
@@ -89,18 +114,26 @@ const assignment: Assignment =
         version: required('EMBERS_REPLICA_VERSION'),
         spawnedAt: Number(env.EMBERS_REPLICA_SPAWNED_AT) || Date.now(),
       };
-// Per-replica settings such as CUDA_VISIBLE_DEVICES: set before any model session exists.
-Object.assign(process.env, assignment.env);
-
 const raw = await redis.hget(keys.versions(assignment.fn), assignment.version);
 if (!raw) {
   log.fatal({ fn: assignment.fn, version: assignment.version }, 'version not in the registry');
   process.exit(3);
 }
+const manifest = JSON.parse(raw) as Manifest;
+// A host that cannot isolate runs only the default tenant's code, unless told otherwise.
+const tenant = (await redis.hget(keys.function(assignment.fn), 'tenant')) ?? DEFAULT_TENANT;
+const refuse =
+  !support.isolates && !config.EMBERS_ALLOW_UNSANDBOXED && tenant !== DEFAULT_TENANT
+    ? `this node cannot sandbox user code (${support.missing.join('; ')}), so it runs only the default tenant's functions (EMBERS_ALLOW_UNSANDBOXED=1 runs every tenant's)`
+    : undefined;
 
 replica = new Replica({
   id: assignment.id,
-  manifest: JSON.parse(raw) as Manifest,
+  manifest,
+  userCode,
+  memoryLimitBytes: limits.memoryBytes,
+  env: assignment.env,
+  refuse,
   redis,
   store,
   log,
@@ -122,6 +155,12 @@ replica = new Replica({
   maxAnswerBytes: config.EMBERS_MAX_ANSWER_BYTES,
   onStuck: () => {
     // Other jobs it holds come back to the queue when their locks expire; the agent starts a fresh replica.
+    void replica!.abandon().finally(() => process.exit(EXIT_REPLACE_ME));
+  },
+  // Crashed: exit without acknowledging, so what it held is handed over. Out of memory: what it
+  // held was answered 503 replica_oom; a fresh replica takes the rest.
+  onUserCodeExit: (_e, answered) => {
+    if (!answered) process.exit(1);
     void replica!.abandon().finally(() => process.exit(EXIT_REPLACE_ME));
   },
 });

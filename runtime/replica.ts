@@ -1,33 +1,30 @@
-// A replica: one process serving one function version. Loads the bundle and models, runs
-// setup, then consumes the function's two queues, live and batch lines, batching model calls
-// across requests. Each queue has its own slots; batch lines yield the models to live requests.
+// A replica: one process serving one function version, the trusted half of it. It fetches the
+// bundle and models, has its user-code process (user-code-process.ts: the tenant's code, in a
+// sandbox without the platform's credentials) load them, then consumes the function's two
+// queues, live and batch lines, hands each request to the user code and meters and answers
+// what comes back. Each queue has its own slots; batch lines yield the models to live requests.
 import { rename, stat, writeFile } from 'node:fs/promises';
 import { setMaxListeners } from 'node:events';
 import os from 'node:os';
-import { PerformanceObserver } from 'node:perf_hooks';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { Queue, WaitingError, Worker, type Job } from 'bullmq';
 import { decodeLiveJob, finishLiveEntries, leaveLiveGroup, readLiveEntries, type LiveEntry, type LiveOutcome } from '../core/live-queue.ts';
 import { LiveConsumer } from './live-consumer.ts';
 import type { Redis } from 'ioredis';
-import { z } from 'zod';
 import { linkPlatformModules } from '../core/bundle-dir.ts';
 import { BatchStore, chunkLineJobs, errorLine, outputLine } from '../core/batches.ts';
-import { heldMs, holdCall, newClock, splitTiming, unrunTiming, type CallClock } from './timing.ts';
+import { unrunTiming } from './timing.ts';
 import { batchQueueName, encodeReply, errorBody, keys, QUEUE_PREFIX, SCAN_NOW, WEBHOOK_QUEUE, type Manifest, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData, type BatchChunkData } from '../core/contracts.ts';
 import { sinceEnqueued } from '../core/clock.ts';
 import { CANCELED_BODY, enqueueWebhook, isTerminal, JobStore } from '../core/jobs.ts';
 import { recordUsage, type UsageRecord } from '../core/usage.ts';
 import type { Logger } from '../core/log.ts';
 import type { ObjectStore } from '../core/s3.ts';
-import { ModelSession, type ExecutionProvider } from '../native/session.ts';
-import type { Feeds } from '../native/tensor.ts';
-import { DynamicBatcher } from './batcher.ts';
-import { LiveFirst } from './live-first.ts';
+import type { ExecutionProvider } from '../native/session.ts';
 import { ModelCache } from './model-cache.ts';
-import { AnswerTooLargeError, binaryAsJson, resultBody, writeTypedArraysAsJson, type BinaryBody } from './result-body.ts';
-import { HandlerError, isFunctionDefinition, type FunctionDefinition, type HandlerContext, type ModelHandle } from './sdk.ts';
+import { binaryAsJson, type BinaryBody } from './result-body.ts';
+import { StartFailure, type UserCodeExit, type UserCodeProcess } from './user-code-process.ts';
+import type { UserStats } from './user-code-messages.ts';
 
 export type ReplicaState = 'starting' | 'ready' | 'draining' | 'failed';
 
@@ -68,11 +65,16 @@ export interface ReplicaOptions {
   maxAnswerBytes: number;
   /** Called when a handler will not stop: the process should exit so the agent replaces it. */
   onStuck?: () => void;
-}
-
-interface LoadedModel {
-  session: ModelSession;
-  batcher: DynamicBatcher;
+  /** The user-code process, booted, waiting for its assignment. */
+  userCode: UserCodeProcess;
+  /** Settings of the user-code process, such as CUDA_VISIBLE_DEVICES. */
+  env?: Record<string, string>;
+  /** Set when this node may not run the function's code: the start fails in phase "sandbox" with this message. */
+  refuse?: string;
+  /** The user-code process's memory limit (bytes), reported with the replica. */
+  memoryLimitBytes: number;
+  /** Called when the user-code process exits on its own (crash or memory): this process should exit so the agent replaces it; `answered`: what it held was answered. */
+  onUserCodeExit?: (e: UserCodeExit, answered: boolean) => void;
 }
 
 /** The replica's own record, written on every heartbeat and read by the API and the scheduler. */
@@ -95,13 +97,13 @@ export interface ReplicaRecord {
   gc?: { count: number; ms: number };
   /** Per model: provider, loaded instances, and the batcher's counters. */
   /** `lone`: where a lone request's inferences run; its medians are null (NaN) until measured. */
-  models: Record<string, { provider: string; fallback?: string; instances: number; lone?: ModelSession['lone'] } & DynamicBatcher['stats']>;
+  models: UserStats['models'];
+  /** Memory the user-code process's cgroup uses, and its limit (bytes). */
+  memory?: { usedBytes?: number; limitBytes: number };
 }
 
 export class Replica {
   private state: ReplicaState = 'starting';
-  private def!: FunctionDefinition;
-  private readonly models = new Map<string, LoadedModel>();
   /** Live requests (sync and async): the function's stream. */
   private live?: LiveConsumer;
   /** Batch lines: the function's BullMQ batch queue. */
@@ -115,18 +117,8 @@ export class Replica {
   private steppingOut = 0;
   /** While set, the batch worker takes one job at a time (isolate). */
   private isolation?: NodeJS.Timeout;
-  private readonly gate: LiveFirst;
   /** Jobs running now, by lane. */
   private readonly lanes = { live: 0, batch: 0 };
-  /** Inferences under way, across the replica's models: live requests' and batch lines'. */
-  private liveInferring = 0;
-  private batchInferring = 0;
-  /** Inferences started so far: tells whether another started while a lone one ran. */
-  private inferStarts = 0;
-  /** Whether the models' other instances were asked to load. */
-  private grown = false;
-  /** An inline session is loading (see maybeLoadWide). */
-  private loadingWide = false;
   private heartbeat?: NodeJS.Timeout;
   private coldStart?: ColdStart;
   private error?: ReplicaRecord['error'];
@@ -142,20 +134,18 @@ export class Replica {
   /** Running async jobs, by job id, so DELETE /v1/jobs/:id can abort their handlers. */
   private readonly cancels = new Map<string, AbortController>();
   private cancelSub?: Redis;
+  private readonly user: UserCodeProcess;
+  /** The user-code process is being stopped (drain, abandon) or is gone. */
+  private stopping = false;
 
   constructor(private readonly o: ReplicaOptions) {
-    observeGc();
-    writeTypedArraysAsJson();
     this.log = o.log.child({ replica: o.id, fn: o.manifest.name, version: o.manifest.version });
     this.jobStore = new JobStore(o.redis, o.jobRetentionS);
     this.batchStore = new BatchStore(o.redis);
-    this.gate = new LiveFirst({
-      yieldMs: o.batchYieldMs,
-      announce: (busy) => void o.redis.publish(keys.liveChannel(this.nodeId), `${o.id} ${busy ? 1 : 0}`).catch(() => {}),
-    });
-    this.gate.onOpen(() => {
-      for (const m of this.models.values()) m.batcher.poke();
-    });
+    this.user = o.userCode;
+    this.user.onAnnounce = (busy) => void o.redis.publish(keys.liveChannel(this.nodeId), `${o.id} ${busy ? 1 : 0}`).catch(() => {});
+    this.user.onStuck = (rid) => this.stuck(rid);
+    this.user.onExit = (e) => this.userCodeExited(e);
   }
 
   /** The machine whose cores (or GPUs) this replica shares with the others there. */
@@ -164,8 +154,7 @@ export class Replica {
   }
 
   record(): ReplicaRecord {
-    const models: ReplicaRecord['models'] = {};
-    for (const [name, m] of this.models) models[name] = { provider: m.session.provider, fallback: m.session.fallback, instances: m.session.instances, lone: m.session.lone, ...m.batcher.stats };
+    const stats = this.user.stats();
     return {
       id: this.o.id,
       function: this.o.manifest.name,
@@ -178,9 +167,10 @@ export class Replica {
       coldStart: this.coldStart,
       error: this.error,
       jobs: { active: this.lanes.live + this.lanes.batch, ...this.jobs },
-      liveFirst: { ...this.gate.stats, heldMs: Math.round(this.gate.stats.heldMs) },
-      gc: { count: gcStats.count, ms: Math.round(gcStats.ms) },
-      models,
+      liveFirst: stats?.liveFirst,
+      gc: stats?.gc,
+      models: stats?.models ?? {},
+      memory: { usedBytes: this.user.memoryBytes(), limitBytes: this.o.memoryLimitBytes },
     };
   }
 
@@ -193,9 +183,13 @@ export class Replica {
     this.heartbeat = setInterval(() => void this.beat().catch((err) => this.log.warn({ err }, 'heartbeat failed')), this.o.heartbeatMs);
     let phase = 'bundle';
     try {
+      if (this.o.refuse) {
+        phase = 'sandbox';
+        throw new Error(this.o.refuse);
+      }
       const tBundle = performance.now();
-      this.def = await this.loadBundle();
-      const bundleMs = performance.now() - tBundle;
+      const bundleFile = await this.fetchBundle();
+      const fetchBundleMs = performance.now() - tBundle;
 
       phase = 'model_fetch';
       const tFetch = performance.now();
@@ -203,52 +197,30 @@ export class Replica {
       const files = await Promise.all(Object.entries(manifest.models).map(async ([name, uri]) => [name, await cache.fetch(uri)] as const));
       const modelFetchMs = files.every(([, f]) => f.hit) ? 0 : performance.now() - tFetch;
 
+      // bundle (its import), model_load, setup and warmup run in the user-code process.
       phase = 'model_load';
-      const tLoad = performance.now();
-      // Each session loads on its own thread: in parallel.
-      const sessions = await Promise.all(
-        files.map(([name, file]) =>
-          ModelSession.create({
-            path: file.path,
+      const { bundleMs, modelLoadMs, setupMs, warmupMs } = await this.user.assign(
+        {
+          replica: this.o.id,
+          env: this.o.env?.CUDA_VISIBLE_DEVICES !== undefined ? { CUDA_VISIBLE_DEVICES: this.o.env.CUDA_VISIBLE_DEVICES } : {},
+          fn: { name: manifest.name, version: manifest.version, timeoutMs: manifest.timeoutMs, batching: manifest.batching },
+          settings: {
             providers: this.o.providers,
             threads: this.o.threads,
-            instances: this.o.instances,
-            wideThreads: this.o.wideThreads,
-            bytes: file.bytes,
-            onBackgroundError: (err: Error) => this.log.warn({ model: name, err: err.message }, 'could not load an extra session of the model; running with those loaded'),
-          }),
-        ),
+            instances: this.o.instances ?? 1,
+            wideThreads: this.o.wideThreads ?? 0,
+            batchYieldMs: this.o.batchYieldMs,
+            handlerGraceMs: this.o.handlerGraceMs,
+            maxAnswerBytes: this.o.maxAnswerBytes,
+          },
+        },
+        bundleFile,
+        Object.fromEntries(files.map(([name, f]) => [name, { path: f.path, bytes: f.bytes }])),
       );
-      files.forEach(([name], i) => {
-        const session = sessions[i];
-        if (session.fallback) this.log.warn({ model: name }, session.fallback);
-        const batcher = new DynamicBatcher({
-          ...manifest.batching,
-          execute: (feeds, low) => this.infer(session, feeds, low),
-          instances: () => session.instances,
-          potentialCallers: (low) => (low ? this.lanes.batch : this.lanes.live),
-          lowMayRun: () => this.gate.open,
-          // On CPU, rows cost about the same alone or batched, and a live request may have to wait
-          // for a batch line's inference already running: keep those one call long there.
-          lowMaxCalls: session.provider === 'cpu' ? 1 : undefined,
-        });
-        this.models.set(name, { session, batcher });
-      });
-      const modelLoadMs = performance.now() - tLoad;
-
-      phase = 'setup';
-      const tSetup = performance.now();
-      await this.def.setup?.({ models: this.handles(), log: this.log, fn: { name: manifest.name, version: manifest.version } });
-      const setupMs = performance.now() - tSetup;
-
-      phase = 'warmup';
-      const tWarm = performance.now();
-      await this.warmup();
-      const warmupMs = performance.now() - tWarm;
-
-      this.coldStart = { spawnMs, bundleMs, modelFetchMs, modelLoadMs, setupMs, warmupMs, totalMs: Date.now() - began };
+      this.coldStart = { spawnMs, bundleMs: fetchBundleMs + bundleMs, modelFetchMs, modelLoadMs, setupMs, warmupMs, totalMs: Date.now() - began };
     } catch (err) {
       this.state = 'failed';
+      if (err instanceof StartFailure) phase = err.phase;
       this.error = { phase, message: (err as Error).message };
       this.log.error({ err, phase }, 'replica failed to start');
       await this.beat().catch(() => {});
@@ -262,10 +234,10 @@ export class Replica {
     this.cancelSub.on('message', (channel: string, message: string) => {
       const [a, b] = message.split(' ');
       if (channel === liveChannel) {
-        if (a !== this.o.id) this.gate.peer(a, b === '1');
+        if (a !== this.o.id) this.user.peer(a, b === '1');
       } else if (a === manifest.name) {
         if (b === SCAN_NOW) this.live?.scanNow();
-        else this.cancels.get(b)?.abort(new CanceledError('canceled'));
+        else this.cancels.get(b)?.abort();
       }
     });
     // Cancellations (and hand-overs of live requests), and the node's other replicas saying when
@@ -298,20 +270,9 @@ export class Replica {
     this.batchWorker.on('error', (err) => this.log.error({ err, queue: batchQueue }, 'queue worker error'));
     this.state = 'ready';
     this.readyAt = Date.now();
-    // The models' other instances load soon, off the cold start's path (see maybeGrow).
-    setTimeout(() => this.maybeGrow(), GROW_AFTER_MS).unref();
     await this.beat();
     await this.announceColdStart();
     this.log.info({ coldStart: this.coldStart }, 'replica ready');
-  }
-
-  /** Runs the function's warmup input once through the handler, so the first caller pays no first-run costs. */
-  private async warmup(): Promise<void> {
-    const example = typeof this.def.warmup === 'function' ? await (this.def.warmup as () => unknown)() : this.def.warmup;
-    if (example === undefined) return;
-    const input = (this.def.input as z.ZodType).parse(example);
-    const ctl = new AbortController();
-    await this.def.handler(input, { models: this.handles(), log: this.log, requestId: 'warmup', signal: ctl.signal, fn: { name: this.o.manifest.name, version: this.o.manifest.version } });
   }
 
   /** Records the cold start for the API and metrics, and tells gateways this function serves. */
@@ -321,43 +282,6 @@ export class Replica {
       { replica: this.o.id, version, at: new Date(this.readyAt).toISOString(), ...this.coldStart! },
       { type: 'replica', name, replica: this.o.id, state: 'ready', coldStart: this.coldStart },
     );
-  }
-
-  /**
-   * Loads the models' other instances (ModelSession.grow) once the replica has been ready for
-   * GROW_AFTER_MS and is either idle or holds more than one request. Loading takes the cores for
-   * a few hundred ms: not while the request that waited for the cold start runs alone (its
-   * handler measured 424–542 ms with the loads beside it, 257–302 ms without), but as soon as
-   * there is load to share.
-   */
-  private maybeGrow(): void {
-    if (this.grown || this.state !== 'ready' || Date.now() < this.readyAt + GROW_AFTER_MS) return;
-    const running = this.lanes.live + this.lanes.batch;
-    if (running === 1) return;
-    this.grown = true;
-    for (const m of this.models.values()) m.session.grow(() => m.batcher.poke());
-  }
-
-  /**
-   * Loads a model's inline session (ModelSession.loadWide) once a lone request has asked for
-   * it. The load holds the replica's thread (PaddleOCR det 73 ms, rec 94 ms here), so it starts
-   * only when the replica has just gone idle, a few ms later (its last reply written by then),
-   * one model at a time. A request that arrives during a load waits for it: once per model and
-   * replica.
-   */
-  private maybeLoadWide(): void {
-    if (this.loadingWide || this.state !== 'ready' || this.lanes.live + this.lanes.batch > 0) return;
-    let model: ModelSession | undefined;
-    for (const m of this.models.values()) if (m.session.wantsWide) model ??= m.session;
-    if (!model) return;
-    this.loadingWide = true;
-    setTimeout(() => {
-      const load = this.state === 'ready' ? model.loadWide() : Promise.resolve();
-      void load.finally(() => {
-        this.loadingWide = false;
-        this.maybeLoadWide();
-      });
-    }, LOAD_WIDE_AFTER_MS).unref();
   }
 
   /** Keeps the last 20 starts (and failures) of the function, and announces this one. */
@@ -422,7 +346,8 @@ export class Replica {
   async abandon(): Promise<void> {
     clearInterval(this.heartbeat);
     this.cancelSub?.disconnect();
-    this.gate.close();
+    this.stopping = true;
+    await this.user.kill();
     await this.live?.abandon();
     await this.batchWorker?.close(true).catch(() => {});
     await this.o.redis.multi().del(keys.replica(this.o.id)).srem(keys.replicas(this.o.manifest.name), this.o.id).exec().catch(() => {});
@@ -434,12 +359,12 @@ export class Replica {
     this.state = 'draining';
     await this.beat().catch(() => {});
     await Promise.all([this.live?.drain(), this.batchWorker?.close()]);
-    this.gate.close();
     clearInterval(this.heartbeat);
     this.cancelSub?.disconnect();
     await this.webhookQueue?.close();
     await this.batchQueueHandle?.close();
-    await Promise.all([...this.models.values()].map((m) => m.session.close()));
+    this.stopping = true;
+    await this.user.kill();
     await this.o.redis.multi().del(keys.replica(this.o.id)).srem(keys.replicas(this.o.manifest.name), this.o.id).exec().catch(() => {});
   }
 
@@ -452,7 +377,8 @@ export class Replica {
       .exec();
   }
 
-  private async loadBundle(): Promise<FunctionDefinition> {
+  /** The bundle as a file in the node's cache (fetched from S3 once per content hash). */
+  private async fetchBundle(): Promise<string> {
     const { bundle } = this.o.manifest;
     const file = path.join(this.o.cacheDir, 'bundles', `${bundle.sha256}.mjs`);
     if (!(await stat(file).catch(() => null))) {
@@ -461,84 +387,32 @@ export class Replica {
       await writeFile(tmp, await this.o.store.get(bundle.key));
       await rename(tmp, file);
     }
-    const mod = (await import(pathToFileURL(file).href)) as { default?: unknown };
-    if (!isFunctionDefinition(mod.default)) throw new Error('bundle has no default export made with defineFunction()');
-    return mod.default;
+    return file;
   }
 
   /**
-   * The handler's models; a batch line's (`low`) calls yield to live ones. `clock` times a
-   * request's calls (setup and warmup get one nobody reads). `signal` (the handler's, read only
-   * once a model is called: an AbortSignal made per request cost ~6 % of an `echo` replica's CPU)
-   * takes back its calls still waiting for their batch.
+   * The user-code process exited on its own. Over its memory limit: what it held was answered
+   * 503 replica_oom (UserCodeProcess), the failure is recorded for `functions show`, and this
+   * replica is replaced. Crashed: this replica exits at once without acknowledging what it held,
+   * so the agent hands those requests over as for any crashed replica (a request that crashes
+   * replicas twice is answered replica_crashed, not run a third time).
    */
-  private handles(clock: CallClock = newClock(), low = false, signal?: () => AbortSignal): Record<string, ModelHandle> {
-    const out: Record<string, ModelHandle> = {};
-    for (const [name, m] of this.models) {
-      out[name] = {
-        inputNames: m.session.inputNames,
-        outputNames: m.session.outputNames,
-        run: async (feeds: Feeds) => {
-          clock.firstAt ??= performance.now();
-          clock.pending++;
-          const started = holdCall(clock);
-          try {
-            const r = await m.batcher.run(feeds, low, { signal: signal?.(), onStart: started });
-            clock.inferMs += r.inferMs;
-            clock.execMs += r.execMs;
-            clock.batchMs += r.waitMs;
-            return r.outputs;
-          } finally {
-            started();
-            clock.pending--;
-            clock.lastEndAt = performance.now();
-          }
-        },
-      };
-    }
-    return out;
+  private userCodeExited(e: UserCodeExit): void {
+    if (this.stopping) return;
+    this.stopping = true;
+    const error = { phase: this.state === 'starting' ? 'model_load' : 'run', message: e.oom ? `out of memory: the user-code process went over its limit of ${Math.round(this.o.memoryLimitBytes / 2 ** 20)} MiB and was killed` : `the user-code process exited (${e.signal ? `signal ${e.signal}` : `code ${e.code}`})` };
+    this.log.error({ ...error, oom: e.oom }, 'user-code process exited');
+    if (!e.oom) return this.o.onUserCodeExit?.(e, false);
+    this.error = error;
+    this.state = 'failed';
+    const { name, version } = this.o.manifest;
+    void this.recordStart({ replica: this.o.id, version, at: new Date().toISOString(), error }, { type: 'replica', name, replica: this.o.id, state: 'failed', error })
+      .catch(() => {})
+      .finally(() => this.o.onUserCodeExit?.(e, true));
   }
 
   /**
-   * One inference. It may run wide (on every core, on the replica's own thread: ModelSession's
-   * inline session, where its chooser measured that cheaper than a narrow one) when no other
-   * live inference runs, it serves the only live request in the replica, and no other replica on the
-   * node announced live requests (live-first.ts: the inline session's threads spin while it runs,
-   * so two replicas running wide at once would each spin against the other); batch lines start
-   * no inference while a live request runs. Batch lines never run inline: the inline session
-   * holds the replica's thread, and a live request arriving meanwhile would wait for the whole
-   * inference. A peer's announcement can lag its first request by a round trip, so two replicas
-   * can still overlap briefly. A batch line's inference already running when a live request
-   * arrives does not keep it narrow: the live one runs wide beside it (sporadic live `ocr`
-   * under a batch, p50 83.8–86.0 → 71.5–82.0 ms in A/B runs; infer 66–68 → 53–57 ms), where a
-   * one-thread instance took raw's 1-thread time.
-   */
-  private async infer(session: ModelSession, feeds: Feeds, low: boolean): Promise<{ outputs: Feeds; inferMs: number; wide: boolean; lone: boolean }> {
-    // Not during setup and warmup: a replica that never sees a lone request never loads it.
-    const lone = !low && this.state === 'ready' && this.liveInferring === 0 && this.lanes.live <= 1 && !this.gate.peersLive;
-    if (low) this.batchInferring++;
-    else this.liveInferring++;
-    const started = ++this.inferStarts;
-    // With batch lines in the replica, a lone live inference runs wide, as before the chooser:
-    // on the replica's thread it holds off their pre- and post-processing, which would otherwise
-    // share the cores with it and delay its request (live p99 with a batch running went ×1.00–1.03
-    // → ×1.23–1.33 in two bench runs where the detector's lone runs had gone narrow).
-    try {
-      // (A batch line that timed out leaves its lane while its inference runs on: both counted.)
-      const batchBeside = () => this.lanes.batch > 0 || this.batchInferring > 0;
-      const pinWide = batchBeside();
-      const r = await session.run(feeds, lone, pinWide);
-      // A lone run that another inference or a batch line joined shared the cores: its time says
-      // nothing about wide against narrow.
-      if (r.timed && this.inferStarts === started && !batchBeside()) session.noteLone(r.timed);
-      return r;
-    } finally {
-      if (low) this.batchInferring--;
-      else this.liveInferring--;
-    }
-  }
-
-  /**
+   * Runs one request from either queue  /**
    * Runs one request from either queue; `crashes`: replicas that died holding it before. A live
    * request resolves with what its acknowledgement writes (usage record, reply); a batch line is
    * metered and answered here.
@@ -551,17 +425,15 @@ export class Replica {
     }
     const queued = sinceEnqueued(data);
     const t0 = performance.now();
-    const clock = newClock();
     const lane = data.batch ? 'batch' : 'live';
     this.lanes[lane]++;
-    if (lane === 'live') this.gate.liveStarted();
     let status = 200;
     let body = '';
     // Set when the handler answered with bytes (binary(), a Uint8Array): body stays ''.
     let bytes: BinaryBody | undefined;
-    // Made on first use: most requests never log.
-    let child: Logger | undefined;
-    const log = () => (child ??= this.log.child({ rid }));
+    let timing = unrunTiming(queued);
+    let canceled = false;
+    const log = () => this.log.child({ rid });
     // Only async jobs can be canceled (DELETE /v1/jobs/:id).
     const cancel = data.job ? new AbortController() : undefined;
     if (cancel) this.cancels.set(data.job!, cancel);
@@ -571,41 +443,37 @@ export class Replica {
         status = 500;
         body = JSON.stringify(errorBody('replica_crashed', `${this.o.manifest.name}: the replica crashed ${crashes} times while running this request; it was not retried again`));
         log().error({ crashes }, 'poison request answered without running');
+      } else if (data.bodyMissing) {
+        status = 500;
+        body = JSON.stringify(errorBody('queue_entry_damaged', `${this.o.manifest.name}: the request's body was missing from its queue entry, so it was not run; send it again`));
+        log().error('binary body missing from the queue entry: answered without running');
+      } else if (data.raw !== undefined && data.raw !== this.o.manifest.binaryInput) {
+        // Bytes queued for a version that took them, run by one that does not (a rollout):
+        // its schema would strip the field and run on defaults.
+        status = 415;
+        body = JSON.stringify(errorBody('unsupported_media_type', `${this.o.manifest.name} version ${this.o.manifest.version} takes ${this.o.manifest.binaryInput ? `bytes as its "${this.o.manifest.binaryInput}"` : 'JSON bodies only'}, and the bytes were sent for "${data.raw}" (a new version became active meanwhile); send the request again`));
       } else {
-        const parsed = (this.def.input as z.ZodType).safeParse(input);
-        if (data.bodyMissing) {
-          status = 500;
-          body = JSON.stringify(errorBody('queue_entry_damaged', `${this.o.manifest.name}: the request's body was missing from its queue entry, so it was not run; send it again`));
-          log().error('binary body missing from the queue entry: answered without running');
-        } else if (data.raw !== undefined && data.raw !== this.o.manifest.binaryInput) {
-          // Bytes queued for a version that took them, run by one that does not (a rollout):
-          // its schema would strip the field and run on defaults.
-          status = 415;
-          body = JSON.stringify(errorBody('unsupported_media_type', `${this.o.manifest.name} version ${this.o.manifest.version} takes ${this.o.manifest.binaryInput ? `bytes as its "${this.o.manifest.binaryInput}"` : 'JSON bodies only'}, and the bytes were sent for "${data.raw}" (a new version became active meanwhile); send the request again`));
-        } else if (!parsed.success) {
-          status = 400;
-          body = JSON.stringify(errorBody('invalid_input', `input does not match the schema of ${this.o.manifest.name}: ${z.prettifyError(parsed.error)}`, parsed.error.issues));
-        } else {
-          const signal = jobSignal && cancel ? AbortSignal.any([jobSignal, cancel.signal]) : (jobSignal ?? cancel?.signal);
-          const result = await this.runHandler(parsed.data, rid, data.deadline, signal, clock, log, lane === 'batch');
-          ({ json: body = '', binary: bytes } = resultBody(result, this.o.maxAnswerBytes));
-        }
+        // The user code checks the input against the function's schema and runs the handler.
+        const { n, result } = this.user.run({ rid, input, deadline: data.deadline, batch: lane === 'batch', queueMs: queued });
+        const stop = (canceledByCaller: boolean) => () => this.user.abort(n, canceledByCaller);
+        cancel?.signal.addEventListener('abort', stop(true), { once: true });
+        jobSignal?.addEventListener('abort', stop(false), { once: true });
+        const r = await result;
+        ({ status, body } = r);
+        if (r.bytes) bytes = { contentType: r.bytes.contentType, bytes: Buffer.from(r.bytes.data.buffer, r.bytes.data.byteOffset, r.bytes.data.byteLength) };
+        canceled = r.canceled === true && (cancel?.signal.aborted ?? false);
+        // Metered by this process's clock; the user code's split is bounded by it.
+        const handlerMs = Math.round((performance.now() - t0) * 100) / 100;
+        const bound = (v: number | undefined) => Math.min(v ?? 0, handlerMs);
+        timing = { queueMs: queued, handlerMs, inferMs: bound(r.timing.inferMs), execMs: bound(r.timing.execMs), batchMs: bound(r.timing.batchMs), inputMs: bound(r.timing.inputMs), outputMs: bound(r.timing.outputMs) };
       }
-    } catch (err) {
-      if (cancel?.signal.aborted) log().info('handler stopped: the job was canceled');
-      else ({ status, body } = errorReply(err, this.o.manifest, log()));
     } finally {
       this.lanes[lane]--;
-      if (lane === 'live') this.gate.liveEnded();
       if (cancel) this.cancels.delete(data.job!);
-      this.maybeGrow();
-      this.maybeLoadWide();
     }
-    const timing = splitTiming(queued, t0, performance.now(), clock);
     // A request queued before this replica was ready waited for its cold start.
     const cold = enq < this.readyAt && this.coldStart ? { waitedMs: Math.min(this.coldStart.totalMs, this.readyAt - enq), phases: this.coldStart } : undefined;
     // A handler that stopped because it was canceled ends "canceled", not "failed".
-    const canceled = (cancel?.signal.aborted ?? false) && (status >= 400 || (body === '' && !bytes));
     return this.deliver(jobId, data, { rid, status, replica: this.o.id, timing, ...(cold ? { cold } : {}) }, canceled ? CANCELED_BODY : body, canceled, canceled ? undefined : bytes);
   }
 
@@ -812,92 +680,7 @@ export class Replica {
     return (this.webhookQueue ??= new Queue(WEBHOOK_QUEUE, { connection: this.o.redis, prefix: QUEUE_PREFIX }));
   }
 
-  private async runHandler(
-    input: unknown,
-    rid: string,
-    deadline: number | undefined,
-    jobSignal: AbortSignal | undefined,
-    clock: CallClock,
-    log: () => Logger,
-    low: boolean,
-  ): Promise<unknown> {
-    if (deadline !== undefined && Date.now() > deadline) throw new TimeoutError(`request waited in the queue past its limit (EMBERS_QUEUE_TIMEOUT_MS) before a replica could run it`);
-    const budget = this.o.manifest.timeoutMs;
-    const ctl = new AbortController();
-    jobSignal?.addEventListener('abort', () => ctl.abort(jobSignal.reason), { once: true });
-    const ctx: HandlerContext = {
-      models: this.handles(clock, low, () => {
-        // One listener per waiting model call: a pipeline may have dozens waiting at once.
-        setMaxListeners(0, ctl.signal);
-        return ctl.signal;
-      }),
-      get log() {
-        return log();
-      },
-      requestId: rid,
-      // Made on first use: an AbortSignal cost ~6% of an echo replica's CPU, and most handlers never look.
-      get signal() {
-        return ctl.signal;
-      },
-      fn: { name: this.o.manifest.name, version: this.o.manifest.version },
-    };
-    let timer: NodeJS.Timeout | undefined;
-    let settled = false;
-    const running = Promise.resolve().then(() => this.def.handler(input, ctx));
-    void running.then(
-      () => (settled = true),
-      () => (settled = true),
-    );
-    // A batch line's budget leaves out the time its model calls waited for their batch: held back
-    // while live requests run (live-first.ts), for as long as they do, it is not running. Without
-    // this, steady live traffic timed out the batch lines it held back, and a line whose call was
-    // still waiting past the grace made its replica replace itself as stuck. A live request's
-    // budget is its caller's wait, so all of it counts.
-    const began = performance.now();
-    const timeout = new Promise<never>((_, reject) => {
-      const expire = () => {
-        const used = performance.now() - began - (low ? heldMs(clock, performance.now()) : 0);
-        if (used < budget) {
-          // Not every ms while its calls wait just short of the budget.
-          timer = setTimeout(expire, Math.max(50, budget - used));
-          return;
-        }
-        // Its calls still waiting for their batch are taken back (they reject with this reason).
-        ctl.abort(new TimeoutError(`handler ran past ${budget} ms`));
-        reject(new TimeoutError(`${this.o.manifest.name} did not finish within ${this.o.manifest.timeoutMs} ms`));
-        // A handler that ignores its signal holds a slot (and maybe a core) forever: replace the replica.
-        setTimeout(() => {
-          if (!settled) this.stuck(rid);
-        }, this.o.handlerGraceMs).unref();
-      };
-      timer = setTimeout(expire, budget);
-    });
-    try {
-      return await Promise.race([running, timeout]);
-    } finally {
-      clearTimeout(timer);
-    }
-  }
 }
-
-/** Main-thread GC pauses, counted from the first Replica made in this process. */
-const gcStats = { count: 0, ms: 0 };
-let gcObserver: PerformanceObserver | undefined;
-function observeGc(): void {
-  if (gcObserver) return;
-  gcObserver = new PerformanceObserver((list) => {
-    for (const e of list.getEntries()) {
-      gcStats.count++;
-      gcStats.ms += e.duration;
-    }
-  });
-  gcObserver.observe({ entryTypes: ['gc'] });
-}
-
-/** How long after it is ready a replica waits before loading its models' other instances. */
-const GROW_AFTER_MS = 1000;
-/** After the replica goes idle, its inline sessions may load (maybeLoadWide). */
-const LOAD_WIDE_AFTER_MS = 5;
 
 /** Text replies longer than this (UTF-16 units) are handed to Redis as bytes (deliver). */
 const LARGE_REPLY = 64 * 1024;
@@ -906,29 +689,6 @@ const LARGE_REPLY = 64 * 1024;
 const MAX_CRASHES = 2;
 /** How long a replica's batch worker stays at one job at a time after a line that runs alone came (isolate). */
 const ISOLATION_MS = 5_000;
-
-export class TimeoutError extends Error {
-  override name = 'TimeoutError';
-}
-
-export class CanceledError extends Error {
-  override name = 'CanceledError';
-}
-
-function errorReply(err: unknown, manifest: Manifest, log: Logger): { status: number; body: string } {
-  if (err instanceof HandlerError || (err as Error)?.name === 'HandlerError') {
-    const e = err as HandlerError;
-    return { status: e.status, body: JSON.stringify(errorBody(e.code, e.message)) };
-  }
-  if (err instanceof TimeoutError) return { status: 504, body: JSON.stringify(errorBody('timeout', err.message)) };
-  if (err instanceof AnswerTooLargeError) {
-    log.error({ bytes: err.bytes, max: err.max }, 'answer too large: answered 500 instead');
-    return { status: 500, body: JSON.stringify(errorBody('answer_too_large', `${manifest.name} ${err.message}`)) };
-  }
-  log.error({ err }, 'handler failed');
-  const message = err instanceof Error ? err.message : String(err);
-  return { status: 500, body: JSON.stringify(errorBody('handler_error', `${manifest.name} ${manifest.version} failed: ${message}`)) };
-}
 
 /** The id a live request is metered under: its async job id, the id the gateway gave it, or its stream entry (unique within the function's stream). */
 const liveJobId = (fn: string, entry: string, data: RunJobData) => data.job ?? data.id ?? `${fn}:${entry}`;

@@ -15,6 +15,7 @@ import type { ObjectStore } from '../core/s3.ts';
 import { discoverGpus, type GpuInfo } from '../native/gpu.ts';
 import type { ScalerSettings } from './scaler.ts';
 import { buildRuntime } from './runtime-build.ts';
+import { probeSandbox, type SandboxSupport } from '../runtime/sandbox.ts';
 import { Scheduler } from './scheduler.ts';
 import { waitAtMost } from '../core/settle.ts';
 import { dropHeld, handOverLiveEntries, heldBy, leaveLiveGroup } from '../core/live-queue.ts';
@@ -61,6 +62,8 @@ export interface AgentOptions {
   lockMs?: number;
   /** EMBERS_JOB_RETENTION_S: how long an async job this agent answers keeps its result. @default 86400 */
   jobRetentionS?: number;
+  /** EMBERS_ALLOW_UNSANDBOXED: run every tenant's code on a node that cannot sandbox it. @default false */
+  allowUnsandboxed?: boolean;
 }
 
 interface ReplicaProcess {
@@ -82,6 +85,7 @@ export class NodeAgent {
   private readonly replicas = new Map<string, ReplicaProcess>();
   private readonly backoff = new Map<string, { failures: number; until: number }>();
   private gpus: GpuInfo[] = [];
+  private sandbox?: SandboxSupport;
   /** Prebuilt replica entry (plain JS), or null to run the TypeScript source through tsx. */
   private replicaMain: string | null = null;
   private standby: { child: ChildProcess; booted: boolean } | null = null;
@@ -114,6 +118,9 @@ export class NodeAgent {
     } catch (err) {
       this.log.warn({ err: (err as Error).message }, 'could not prebuild the replica runtime; replicas run from TypeScript source');
     }
+    this.sandbox = probeSandbox();
+    if (!this.sandbox.isolates) this.log.warn({ missing: this.sandbox.missing }, this.o.allowUnsandboxed ? 'user code runs WITHOUT a sandbox on this node (EMBERS_ALLOW_UNSANDBOXED=1)' : 'this node cannot sandbox user code: it runs only the default tenant\'s functions (EMBERS_ALLOW_UNSANDBOXED=1 runs every tenant\'s)');
+    else if (this.sandbox.missing.length) this.log.warn({ missing: this.sandbox.missing }, 'user code is sandboxed, with limits missing');
     this.gpus = await discoverGpus();
     if (this.gpus.length) this.log.info({ gpus: this.gpus }, 'GPUs found');
     await this.advertise();
@@ -152,6 +159,7 @@ export class NodeAgent {
       gpus: this.gpus,
       replicas: this.replicas.size,
       startedAt: new Date().toISOString(),
+      sandbox: this.sandbox && { ...this.sandbox, unsandboxedAllowed: this.o.allowUnsandboxed ?? false },
     };
     // A node counts as gone when its record expires; long enough to ride out a Redis blip.
     await this.redis.multi().set(keys.node(this.id), JSON.stringify(record), 'PX', this.nodeTtlMs).sadd(keys.nodes, this.id).exec();

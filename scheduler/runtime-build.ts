@@ -9,7 +9,7 @@ import { build } from 'esbuild';
 import { linkPlatformModules } from '../core/bundle-dir.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const ENTRIES = ['runtime/main.ts', 'native/session-worker.ts'];
+const ENTRIES = ['runtime/main.ts', 'runtime/user-main.ts', 'native/session-worker.ts'];
 
 export interface BuiltRuntime {
   /** The replica entry to fork. */

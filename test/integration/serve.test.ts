@@ -334,7 +334,12 @@ describe('deploy and manage', () => {
   it('health, readiness and metrics', async () => {
     assert.equal((await fetch(`${p.url}/healthz`)).status, 200);
     const ready = await fetch(`${p.url}/readyz`);
-    assert.deepEqual(await ready.json(), { ok: true, redis: 'ok', s3: 'ok', replies: 'ok' });
+    const body = (await ready.json()) as { sandbox: { nodes: { isolates: boolean; missing: string[] }[] } };
+    assert.deepEqual({ ...body, sandbox: undefined }, { ok: true, redis: 'ok', s3: 'ok', replies: 'ok', sandbox: undefined });
+    // Each node says whether it isolates user code, and what it cannot enforce.
+    assert.equal(body.sandbox.nodes.length, 1);
+    assert.equal(typeof body.sandbox.nodes[0].isolates, 'boolean');
+    assert.ok(Array.isArray(body.sandbox.nodes[0].missing));
     const metrics = await (await fetch(`${p.url}/metrics`)).text();
     assert.match(metrics, /embers_requests_total\{function="echo",status="200"\} \d+/);
   });

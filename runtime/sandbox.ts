@@ -1,0 +1,217 @@
+// The user-code process's sandbox, with what Linux offers and no container runtime: bubblewrap
+// (Debian's `bubblewrap`) unshares every namespace (no network but loopback, its own pids, no
+// view of the host's files beyond what is bound read-only), setpriv runs it as an unprivileged
+// uid of its own when the agent runs as root, prlimit bounds open files and processes, and a
+// cgroup (v2, or v1's memory/pids/cpu hierarchies) bounds memory, pids and CPU share.
+// bwrap over unshare(1): it builds the whole filesystem view (binds, tmpfs /tmp with a size,
+// new /proc and /dev) in one unprivileged step, where unshare would need a script of mounts.
+import { spawnSync } from 'node:child_process';
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmdirSync, statSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+
+/** What this host can enforce; `missing` says, for a person, what it cannot and why. */
+export interface SandboxSupport {
+  /** bwrap runs with every namespace unshared. */
+  isolates: boolean;
+  /** The user-code process gets a uid of its own (the agent runs as root). */
+  ownUid: boolean;
+  cgroup: 'v2' | 'v1' | null;
+  missing: string[];
+}
+
+export interface SandboxLimits {
+  memoryBytes: number;
+  pids: number;
+  openFiles: number;
+  tmpBytes: number;
+}
+
+export interface SandboxCommand {
+  command: string;
+  args: string[];
+}
+
+export interface SandboxSpec {
+  /** The node binary and its arguments (entry file included), as seen inside. */
+  node: string[];
+  /** Paths bound read-only at the same place inside (files or folders). */
+  readOnly: string[];
+  /** host path → path inside, read-only. */
+  mounts: { from: string; to: string }[];
+  /** Device nodes bound inside (GPUs). */
+  devices: string[];
+  limits: SandboxLimits;
+  /** Run as this uid/gid (only when the caller is root). */
+  uid?: number;
+  /** cgroup.procs files the process joins before it starts. */
+  cgroupProcs: string[];
+  /** Whether to wrap in bwrap at all (false: limits only, on a host that cannot isolate). */
+  isolate: boolean;
+}
+
+/** The command line that starts the user-code process as `spec` says. Pure: tested as such. */
+export function sandboxCommand(spec: SandboxSpec): SandboxCommand {
+  const bwrap = [
+    'bwrap',
+    '--unshare-all',
+    '--die-with-parent',
+    '--new-session',
+    '--ro-bind', '/usr', '/usr',
+    '--symlink', 'usr/lib', '/lib',
+    '--symlink', 'usr/lib64', '/lib64',
+    '--symlink', 'usr/bin', '/bin',
+    '--ro-bind-try', '/etc/ld.so.cache', '/etc/ld.so.cache',
+    '--proc', '/proc',
+    '--dev', '/dev',
+    '--size', String(spec.limits.tmpBytes),
+    '--tmpfs', '/tmp',
+    ...spec.readOnly.flatMap((p) => ['--ro-bind', p, p]),
+    ...spec.mounts.flatMap((m) => ['--ro-bind', m.from, m.to]),
+    ...spec.devices.flatMap((d) => ['--dev-bind', d, d]),
+    '--chdir', '/tmp',
+    '--',
+  ];
+  const asUser = spec.uid !== undefined ? ['setpriv', `--reuid=${spec.uid}`, `--regid=${spec.uid}`, '--clear-groups', '--inh-caps=-all', '--'] : [];
+  const limits = ['prlimit', `--nofile=${spec.limits.openFiles}`, `--nproc=${spec.limits.pids}`, '--core=0', '--'];
+  // The shell joins the cgroups first, so that everything it then execs is inside them.
+  const join = 'while [ "$1" != "--" ]; do echo $$ > "$1" || exit 97; shift; done; shift; exec "$@"';
+  return { command: 'sh', args: ['-c', join, 'sh', ...spec.cgroupProcs, '--', ...limits, ...asUser, ...(spec.isolate ? bwrap : []), ...spec.node] };
+}
+
+const CGROUP_ROOT = '/sys/fs/cgroup';
+const V1_CONTROLLERS = ['memory', 'pids', 'cpu'] as const;
+
+let probed: SandboxSupport | undefined;
+
+/** Probes once what this host can enforce (bwrap with user and network namespaces, cgroups, a uid switch). */
+export function probeSandbox(): SandboxSupport {
+  if (probed) return probed;
+  const missing: string[] = [];
+  const root = process.getuid?.() === 0;
+  const bwrapThere = spawnSync('bwrap', ['--version']).status === 0;
+  let isolates = false;
+  if (!bwrapThere) missing.push('bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)');
+  else {
+    const probe = sandboxCommand({ node: ['/bin/true'], readOnly: [], mounts: [], devices: [], limits: { memoryBytes: 0, pids: 64, openFiles: 64, tmpBytes: 1 << 20 }, uid: root ? SANDBOX_UID_BASE : undefined, cgroupProcs: [], isolate: true });
+    const r = spawnSync(probe.command, probe.args, { encoding: 'utf8', timeout: 10_000 });
+    isolates = r.status === 0;
+    if (!isolates) missing.push(`bwrap cannot create user and network namespaces here (${(r.stderr || r.error?.message || `exit ${r.status}`).trim().split('\n')[0]}); inside a container, allow user namespaces (e.g. --security-opt seccomp=unconfined, kernel.unprivileged_userns_clone=1)`);
+  }
+  if (!root) missing.push('not running as root: user code runs as the agent\'s own uid (namespaces still hide the host\'s files and network)');
+  const cgroup = probeCgroup();
+  if (!cgroup) missing.push(`cgroups are not writable under ${CGROUP_ROOT}: memory, pids and CPU share are bounded by rlimits only (no memory limit)`);
+  probed = { isolates, ownUid: root && isolates, cgroup, missing };
+  return probed;
+}
+
+function probeCgroup(): SandboxSupport['cgroup'] {
+  try {
+    if (existsSync(path.join(CGROUP_ROOT, 'cgroup.controllers'))) {
+      const dir = path.join(CGROUP_ROOT, 'embers');
+      mkdirSync(dir, { recursive: true });
+      // Children of embers/ may use these controllers.
+      for (const c of ['memory', 'pids', 'cpu']) {
+        try {
+          writeFileSync(path.join(CGROUP_ROOT, 'cgroup.subtree_control'), `+${c}`);
+          writeFileSync(path.join(dir, 'cgroup.subtree_control'), `+${c}`);
+        } catch {
+          // Enabled already, or not delegated: its limit is then not applied.
+        }
+      }
+      return 'v2';
+    }
+    for (const c of V1_CONTROLLERS) mkdirSync(path.join(CGROUP_ROOT, c, 'embers'), { recursive: true });
+    return 'v1';
+  } catch {
+    return null;
+  }
+}
+
+/** First uid of user-code processes (one each: SANDBOX_UID_BASE + their replica's pid). */
+export const SANDBOX_UID_BASE = 2_000_000;
+
+/** A user-code process's cgroup: made before it starts, read for OOM kills, removed after it exits. */
+export class SandboxCgroup {
+  private constructor(
+    private readonly kind: 'v1' | 'v2',
+    private readonly dirs: string[],
+  ) {}
+
+  static create(kind: 'v1' | 'v2', name: string, limits: SandboxLimits): SandboxCgroup {
+    if (kind === 'v2') {
+      const dir = path.join(CGROUP_ROOT, 'embers', name);
+      mkdirSync(dir, { recursive: true });
+      tryWrite(path.join(dir, 'memory.max'), String(limits.memoryBytes));
+      tryWrite(path.join(dir, 'memory.swap.max'), '0');
+      tryWrite(path.join(dir, 'pids.max'), String(limits.pids));
+      return new SandboxCgroup(kind, [dir]);
+    }
+    const dirs = V1_CONTROLLERS.map((c) => path.join(CGROUP_ROOT, c, 'embers', name));
+    for (const d of dirs) mkdirSync(d, { recursive: true });
+    tryWrite(path.join(dirs[0], 'memory.limit_in_bytes'), String(limits.memoryBytes));
+    tryWrite(path.join(dirs[0], 'memory.memsw.limit_in_bytes'), String(limits.memoryBytes));
+    tryWrite(path.join(dirs[1], 'pids.max'), String(limits.pids));
+    return new SandboxCgroup(kind, dirs);
+  }
+
+  get procs(): string[] {
+    return this.dirs.map((d) => path.join(d, 'cgroup.procs'));
+  }
+
+  /** Whether the kernel killed a process in it for memory. */
+  oomKilled(): boolean {
+    const file = this.kind === 'v2' ? path.join(this.dirs[0], 'memory.events') : path.join(this.dirs[0], 'memory.oom_control');
+    try {
+      const m = /oom_kill (\d+)/.exec(readFileSync(file, 'utf8'));
+      return !!m && Number(m[1]) > 0;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Bytes in use now (RSS, page cache and tmpfs of the processes in it). */
+  memoryBytes(): number | undefined {
+    const file = path.join(this.dirs[0], this.kind === 'v2' ? 'memory.current' : 'memory.usage_in_bytes');
+    try {
+      return Number(readFileSync(file, 'utf8'));
+    } catch {
+      return undefined;
+    }
+  }
+
+  remove(): void {
+    for (const d of this.dirs) {
+      try {
+        rmdirSync(d);
+      } catch {
+        // Still has a process (it is being killed) or gone already.
+      }
+    }
+  }
+}
+
+/**
+ * Lets another uid pass through (search, not list) the folders above `dir` that this process
+ * owns, as bwrap needs to bind `dir` for a user-code process running as its own uid (mkdtemp and
+ * a private data dir make them 0700). What they hold stays unlisted; secrets in them are 0600.
+ */
+export function letThrough(dir: string): void {
+  const uid = process.getuid?.();
+  for (let d = path.resolve(dir); ; d = path.dirname(d)) {
+    try {
+      const st = statSync(d);
+      if (st.uid === uid && (st.mode & 0o001) === 0) chmodSync(d, (st.mode & 0o7777) | 0o111);
+    } catch {
+      // Not there (yet) or not ours: bwrap says so if it matters.
+    }
+    if (d === path.dirname(d)) break;
+  }
+}
+
+function tryWrite(file: string, value: string): void {
+  try {
+    writeFileSync(file, value);
+  } catch {
+    // The controller is not there on this host: that limit is not applied.
+  }
+}

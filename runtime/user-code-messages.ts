@@ -1,0 +1,68 @@
+// The messages between a replica (trusted: it holds the queues, Redis and S3) and its user-code
+// process (untrusted: the tenant's bundle and models, sandboxed). This channel is all the user
+// code reaches; the replica checks every message it receives (userReply), since the process that
+// sends them runs the tenant's code.
+import type { ReplyHeader } from '../core/contracts.ts';
+import type { ExecutionProvider } from '../native/session.ts';
+import type { DynamicBatcher } from './batcher.ts';
+import type { ModelSession } from '../native/session.ts';
+
+/** What the user code loads: files the replica prepared (read-only in the sandbox). */
+export interface AssignMessage {
+  type: 'assign';
+  replica: string;
+  /** Per-replica settings applied before any model session exists (CUDA_VISIBLE_DEVICES only). */
+  env: { CUDA_VISIBLE_DEVICES?: string };
+  fn: { name: string; version: string; timeoutMs: number; batching: { maxBatchSize: number; maxDelayMs: number } };
+  bundlePath: string;
+  models: Record<string, { path: string; bytes: number }>;
+  settings: {
+    providers: ExecutionProvider[];
+    threads: number;
+    instances: number;
+    wideThreads: number;
+    batchYieldMs: number;
+    handlerGraceMs: number;
+    maxAnswerBytes: number;
+  };
+}
+
+/** One request to run. `n` numbers it on this channel; the replica keeps what it is for. */
+export interface RunMessage {
+  type: 'run';
+  n: number;
+  rid: string;
+  input: unknown;
+  /** Latest start (ms since epoch) of a synchronous run. */
+  deadline?: number;
+  /** A batch line: its model calls yield to live requests. */
+  batch: boolean;
+  /** Time it waited in the queue (ms), for its timing. */
+  queueMs: number;
+}
+
+export type ToUserCode =
+  | AssignMessage
+  | RunMessage
+  | { type: 'abort'; n: number; canceled: boolean }
+  /** Another replica on the node announced live requests (busy) or none. */
+  | { type: 'peer'; id: string; busy: boolean }
+  | { type: 'stats' };
+
+export interface UserStats {
+  liveFirst: { yields: number; heldMs: number };
+  gc: { count: number; ms: number };
+  models: Record<string, { provider: string; fallback?: string; instances: number; lone?: ModelSession['lone'] } & DynamicBatcher['stats']>;
+}
+
+export type FromUserCode =
+  /** Booted (modules loaded), waiting for its assignment. */
+  | { type: 'standby' }
+  | { type: 'started'; phases: { bundleMs: number; modelLoadMs: number; setupMs: number; warmupMs: number } }
+  | { type: 'start_failed'; phase: string; message: string }
+  | { type: 'result'; n: number; status: number; body: string; bytes?: { contentType: string; data: Uint8Array }; timing: ReplyHeader['timing']; canceled?: boolean }
+  /** Tells the node's other replicas it runs live requests (busy) or none. */
+  | { type: 'announce'; busy: boolean }
+  /** A handler ran past its timeout and grace and will not stop: replace the replica. */
+  | { type: 'stuck'; rid: string }
+  | { type: 'stats'; stats: UserStats };

@@ -1,0 +1,297 @@
+// The replica's side of its user-code process: starts it (sandboxed where the host allows),
+// stages the bundle and models it may read, sends it requests and checks what comes back. The
+// process runs the tenant's code, so nothing it sends is trusted: answers are checked for shape
+// and size, and the replica's own clock, not the process's, is what gets metered.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { copyFile, link, rm, symlink } from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { errorBody, type ReplyHeader } from '../core/contracts.ts';
+import { PLATFORM_NODE_MODULES } from '../core/bundle-dir.ts';
+import type { Logger } from '../core/log.ts';
+import { letThrough, SANDBOX_UID_BASE, SandboxCgroup, sandboxCommand, type SandboxLimits, type SandboxSupport } from './sandbox.ts';
+import type { AssignMessage, FromUserCode, RunMessage, ToUserCode, UserStats } from './user-code-messages.ts';
+
+const FROM_SOURCE = import.meta.url.endsWith('.ts');
+const ENTRY = fileURLToPath(new URL(FROM_SOURCE ? './user-main.ts' : './user-main.mjs', import.meta.url));
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const TSX = FROM_SOURCE ? import.meta.resolve('tsx') : '';
+/**
+ * V8 flags of user-code processes. Tensors crossing from model threads are large and
+ * short-lived; with V8's default starting heap limit they set off a full mark-compact every few
+ * requests, and a 128 MB starting limit lets them die young.
+ */
+export const USER_CODE_V8_FLAGS = ['--initial-heap-size=128'];
+/** Where the staged bundle and models appear inside the sandbox. */
+const INSIDE = '/opt/embers/fn';
+/** Settings the user-code process may see: logging only, never a platform credential. */
+const PASSED_ENV = ['EMBERS_LOG_LEVEL', 'EMBERS_LOG_PRETTY', 'CUDA_VISIBLE_DEVICES', 'LANG', 'TZ'];
+
+export interface UserCodeProcessOptions {
+  /** The replica's id: names its staging folder and cgroup. */
+  id: string;
+  /** Where the staging folder goes (the node's cache folder). */
+  cacheDir: string;
+  log: Logger;
+  /** What the host can enforce; null: run without a sandbox (EMBERS_ALLOW_UNSANDBOXED or a trusted tenant on a host that cannot). */
+  sandbox: SandboxSupport | null;
+  limits: SandboxLimits;
+  /** V8 flags for the process. */
+  execArgv: string[];
+  /** GPU device nodes to bind inside (CUDA). */
+  devices?: string[];
+  /** Largest answer (bytes) taken from the process (EMBERS_MAX_ANSWER_BYTES). */
+  maxAnswerBytes: number;
+}
+
+export interface UserCodeExit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  /** Killed by the kernel for going over its memory limit. */
+  oom: boolean;
+}
+
+type Result = Extract<FromUserCode, { type: 'result' }>;
+export type CheckedResult = Omit<Result, 'type' | 'n'>;
+
+export class UserCodeProcess {
+  private readonly child: ChildProcess;
+  private readonly staging: string;
+  private readonly cgroup?: SandboxCgroup;
+  private readonly waiting = new Map<number, (r: CheckedResult) => void>();
+  private next = 1;
+  private readonly booted: Promise<void>;
+  private started?: { resolve: (m: FromUserCode) => void };
+  private lastStats?: UserStats;
+  private exitInfo?: UserCodeExit;
+  readonly exited: Promise<UserCodeExit>;
+  /** Set by the replica: the process asks to be replaced, or announces live requests. */
+  onStuck: (rid: string) => void = () => {};
+  onAnnounce: (busy: boolean) => void = () => {};
+  /** Called as the process exits, before what it held is answered. */
+  onExit: (e: UserCodeExit) => void = () => {};
+
+  constructor(private readonly o: UserCodeProcessOptions) {
+    this.staging = path.join(o.cacheDir, 'staging', o.id);
+    const sandbox = o.sandbox;
+    if (sandbox?.cgroup) {
+      try {
+        this.cgroup = SandboxCgroup.create(sandbox.cgroup, o.id, o.limits);
+      } catch (err) {
+        o.log.warn({ err: (err as Error).message }, 'could not make the user-code process a cgroup: it runs with rlimits only');
+      }
+    }
+    const env: Record<string, string> = { HOME: '/tmp', PATH: '/usr/bin:/bin', TMPDIR: '/tmp' };
+    for (const k of PASSED_ENV) if (process.env[k] !== undefined) env[k] = process.env[k]!;
+    const node = [process.execPath, ...o.execArgv, ...(FROM_SOURCE ? ['--import', TSX] : []), ENTRY];
+    // Inside, the platform's code and packages sit where they are outside (a bundle's
+    // node_modules link points there); the staging folder holds this replica's bundle and models.
+    const readOnly = FROM_SOURCE
+      ? ['runtime', 'core', 'native', 'package.json'].map((p) => path.join(ROOT, p)).concat(PLATFORM_NODE_MODULES)
+      : [path.dirname(ENTRY), PLATFORM_NODE_MODULES];
+    const execDir = path.dirname(path.dirname(process.execPath));
+    if (!process.execPath.startsWith('/usr/')) readOnly.push(execDir);
+    const cmd = sandboxCommand({
+      node,
+      readOnly,
+      mounts: [{ from: this.staging, to: INSIDE }],
+      devices: o.devices ?? [],
+      limits: o.limits,
+      uid: sandbox?.ownUid ? SANDBOX_UID_BASE + process.pid : undefined,
+      cgroupProcs: this.cgroup?.procs ?? [],
+      isolate: !!sandbox?.isolates,
+    });
+    // The staging folder must exist before bwrap binds it.
+    mkdirSync(path.join(this.staging, 'models'), { recursive: true });
+    if (sandbox?.ownUid) for (const p of [this.staging, ...readOnly]) letThrough(p);
+    this.child = spawn(cmd.command, cmd.args, { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env, serialization: 'advanced' });
+    this.exited = new Promise((resolve) =>
+      this.child.once('exit', (code, signal) => {
+        this.exitInfo = { code, signal, oom: this.cgroup?.oomKilled() ?? false };
+        this.onExit(this.exitInfo);
+        resolve(this.exitInfo);
+      }),
+    );
+    void this.exited.then(() => this.cleanUp());
+    this.booted = new Promise<void>((resolve, reject) => {
+      this.child.on('message', (m: FromUserCode) => this.receive(m, resolve));
+      void this.exited.then((e) => reject(new Error(`the user-code process exited before it booted (${describeExit(e)})`)));
+    });
+    this.booted.catch(() => {});
+  }
+
+  /** Resolves once the process has booted (modules loaded) and waits for its assignment. */
+  ready(): Promise<void> {
+    return this.booted;
+  }
+
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
+  /** Bytes its cgroup uses now (undefined without one). */
+  memoryBytes(): number | undefined {
+    return this.cgroup?.memoryBytes();
+  }
+
+  /**
+   * Stages the bundle and models (hard links to the node's cache, or copies across file systems)
+   * and has the process load them; resolves with its phases, or rejects with the failed phase.
+   */
+  async assign(a: Omit<AssignMessage, 'type' | 'bundlePath' | 'models'>, bundleFile: string, models: Record<string, { path: string; bytes: number }>): Promise<Extract<FromUserCode, { type: 'started' }>['phases']> {
+    await this.booted;
+    const inside = (p: string) => (this.o.sandbox?.isolates ? path.join(INSIDE, path.relative(this.staging, p)) : p);
+    const bundle = path.join(this.staging, 'bundle.mjs');
+    await place(bundleFile, bundle);
+    await symlink(PLATFORM_NODE_MODULES, path.join(this.staging, 'node_modules'), 'dir').catch(() => {});
+    const staged: AssignMessage['models'] = {};
+    for (const [name, m] of Object.entries(models)) {
+      const file = path.join(this.staging, 'models', `${name}.onnx`);
+      await place(m.path, file);
+      staged[name] = { path: inside(file), bytes: m.bytes };
+    }
+    const reply = await new Promise<FromUserCode>((resolve, reject) => {
+      this.started = { resolve };
+      void this.exited.then((e) => reject(new StartFailure(e.oom ? 'out of memory' : 'exited', this.exitMessage(e))));
+      this.send({ ...a, type: 'assign', bundlePath: inside(bundle), models: staged });
+    });
+    if (reply.type === 'start_failed') throw new StartFailure(String(reply.phase).slice(0, 32), String(reply.message).slice(0, 2000));
+    if (reply.type !== 'started') throw new StartFailure('bundle', 'the user-code process answered its assignment with something else');
+    return reply.phases;
+  }
+
+  /** Runs a request; always resolves (a process that exits meanwhile answers 500 or 503 replica_oom). */
+  run(m: Omit<RunMessage, 'type' | 'n'>): { n: number; result: Promise<CheckedResult> } {
+    const n = this.next++;
+    const result = new Promise<CheckedResult>((resolve) => {
+      if (this.exitInfo) return resolve(this.exitResult(this.exitInfo, m.queueMs));
+      this.waiting.set(n, resolve);
+      this.send({ ...m, type: 'run', n });
+    });
+    return { n, result };
+  }
+
+  abort(n: number, canceled: boolean): void {
+    if (this.waiting.has(n)) this.send({ type: 'abort', n, canceled });
+  }
+
+  peer(id: string, busy: boolean): void {
+    this.send({ type: 'peer', id, busy });
+  }
+
+  /** The latest stats the process sent, and asks for fresh ones. */
+  stats(): UserStats | undefined {
+    this.send({ type: 'stats' });
+    return this.lastStats;
+  }
+
+  /** Stops the process (SIGKILL: it holds nothing the platform needs) and waits for it. */
+  async kill(): Promise<UserCodeExit> {
+    if (!this.exitInfo) this.child.kill('SIGKILL');
+    return this.exited;
+  }
+
+  private send(m: ToUserCode): void {
+    if (this.child.connected) this.child.send(m, (err) => err && this.o.log.debug({ err: err.message }, 'could not reach the user-code process'));
+  }
+
+  private receive(m: FromUserCode, booted: () => void): void {
+    switch (m?.type) {
+      case 'standby':
+        booted();
+        break;
+      case 'started':
+      case 'start_failed':
+        this.started?.resolve(m);
+        this.started = undefined;
+        break;
+      case 'result': {
+        const resolve = this.waiting.get(m.n);
+        if (!resolve) return;
+        this.waiting.delete(m.n);
+        resolve(checkResult(m, this.o.maxAnswerBytes));
+        break;
+      }
+      case 'announce':
+        this.onAnnounce(m.busy === true);
+        break;
+      case 'stuck':
+        this.onStuck(String(m.rid).slice(0, 200));
+        break;
+      case 'stats':
+        this.lastStats = m.stats;
+        break;
+    }
+  }
+
+  private exitMessage(e: UserCodeExit): string {
+    return e.oom ? `the user-code process went over its memory limit (${Math.round(this.o.limits.memoryBytes / 2 ** 20)} MiB) and was killed` : `the user-code process exited (${describeExit(e)})`;
+  }
+
+  private exitResult(e: UserCodeExit, queueMs: number): CheckedResult {
+    const status = e.oom ? 503 : 500;
+    const code = e.oom ? 'replica_oom' : 'replica_crashed';
+    return { status, body: JSON.stringify(errorBody(code, this.exitMessage(e))), timing: zeroTiming(queueMs) };
+  }
+
+  private cleanUp(): void {
+    for (const [n, resolve] of this.waiting) {
+      this.waiting.delete(n);
+      resolve(this.exitResult(this.exitInfo!, 0));
+    }
+    this.cgroup?.remove();
+    void rm(this.staging, { recursive: true, force: true }).catch(() => {});
+  }
+}
+
+export class StartFailure extends Error {
+  constructor(
+    readonly phase: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+async function place(from: string, to: string): Promise<void> {
+  await rm(to, { force: true });
+  await link(from, to).catch(() => copyFile(from, to));
+}
+
+function describeExit(e: UserCodeExit): string {
+  return e.signal ? `signal ${e.signal}` : `code ${e.code}`;
+}
+
+const zeroTiming = (queueMs: number): ReplyHeader['timing'] => ({ queueMs, handlerMs: 0, inferMs: 0, execMs: 0, batchMs: 0, inputMs: 0, outputMs: 0 });
+
+/** Content types a handler may answer with: a token/token, parameters without line breaks. */
+const CONTENT_TYPE = /^[\w!#$&^.+-]+\/[\w!#$&^.+-]+(?:\s*;[^\r\n]*)?$/;
+
+/**
+ * What the replica takes from an answer: a status a handler may give, a string body, bytes
+ * with a content type that cannot break a header, within the answer bound; anything else from
+ * the process is answered 500 invalid_answer.
+ */
+export function checkResult(m: Result, maxAnswerBytes: number): CheckedResult {
+  const invalid = (why: string): CheckedResult => ({ status: 500, body: JSON.stringify(errorBody('invalid_answer', `the function's process sent an answer the platform cannot use: ${why}`)), timing: zeroTiming(0) });
+  // A JSON body is measured in UTF-16 units here; the process bounds it in bytes.
+  const max = maxAnswerBytes;
+  if (!Number.isInteger(m.status) || m.status < 200 || m.status > 599) return invalid('status');
+  if (typeof m.body !== 'string') return invalid('body');
+  if (m.body.length > max) return invalid('body too large');
+  const t = m.timing as Record<string, unknown> | undefined;
+  const timing = zeroTiming(0);
+  for (const k of Object.keys(timing) as (keyof ReplyHeader['timing'])[]) {
+    const v = t?.[k];
+    if (typeof v === 'number' && Number.isFinite(v) && v >= 0) timing[k] = v;
+  }
+  let bytes: CheckedResult['bytes'];
+  if (m.bytes !== undefined) {
+    const { contentType, data } = m.bytes as { contentType?: unknown; data?: unknown };
+    if (typeof contentType !== 'string' || contentType.length > 200 || !CONTENT_TYPE.test(contentType)) return invalid('content type');
+    if (!(data instanceof Uint8Array) || data.length > max) return invalid('bytes');
+    bytes = { contentType, data };
+  }
+  return { status: m.status, body: m.body, bytes, timing, canceled: m.canceled === true || undefined };
+}

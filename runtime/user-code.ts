@@ -1,0 +1,405 @@
+// The tenant's code and models, in the user-code process: loads the bundle and models it is
+// handed as files, runs setup and warmup, then one handler call per request, batching model
+// calls across requests. It holds no platform credential (no Redis, S3 or API key) and reaches
+// only its replica, over IPC (user-code-messages.ts); the replica meters and answers.
+import { setMaxListeners } from 'node:events';
+import { PerformanceObserver } from 'node:perf_hooks';
+import { pathToFileURL } from 'node:url';
+import { z } from 'zod';
+import { errorBody, type ReplyHeader } from '../core/contracts.ts';
+import type { Logger } from '../core/log.ts';
+import { ModelSession } from '../native/session.ts';
+import type { Feeds } from '../native/tensor.ts';
+import { DynamicBatcher } from './batcher.ts';
+import { LiveFirst } from './live-first.ts';
+import { AnswerTooLargeError, resultBody, writeTypedArraysAsJson } from './result-body.ts';
+import { HandlerError, isFunctionDefinition, type FunctionDefinition, type HandlerContext, type ModelHandle } from './sdk.ts';
+import { heldMs, holdCall, newClock, splitTiming, type CallClock } from './timing.ts';
+import type { AssignMessage, FromUserCode, RunMessage, UserStats } from './user-code-messages.ts';
+
+interface LoadedModel {
+  session: ModelSession;
+  batcher: DynamicBatcher;
+}
+
+type Result = Extract<FromUserCode, { type: 'result' }>;
+
+export interface UserCodeOptions {
+  log: Logger;
+  /** Tells the node's other replicas this one runs live requests (busy) or none. */
+  announce: (busy: boolean) => void;
+  /** A handler will not stop after its timeout and grace: the replica should be replaced. */
+  onStuck: (rid: string) => void;
+}
+
+export class StartError extends Error {
+  constructor(
+    readonly phase: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export class UserCode {
+  private a!: AssignMessage;
+  private def!: FunctionDefinition;
+  private ready = false;
+  private closing = false;
+  private readyAt = 0;
+  private readonly models = new Map<string, LoadedModel>();
+  private gate!: LiveFirst;
+  /** Requests running now, by lane. */
+  private readonly lanes = { live: 0, batch: 0 };
+  /** Inferences under way: live requests' and batch lines'. */
+  private liveInferring = 0;
+  private batchInferring = 0;
+  /** Inferences started so far: tells whether another started while a lone one ran. */
+  private inferStarts = 0;
+  /** Whether the models' other instances were asked to load. */
+  private grown = false;
+  /** An inline session is loading (see maybeLoadWide). */
+  private loadingWide = false;
+  /** Running requests' abort controllers, by their number on the channel. */
+  private readonly running = new Map<number, AbortController>();
+
+  constructor(private readonly o: UserCodeOptions) {
+    observeGc();
+    writeTypedArraysAsJson();
+  }
+
+  /** Loads the bundle and models, runs setup and warmup; a failure says its phase (StartError). */
+  async start(a: AssignMessage): Promise<Extract<FromUserCode, { type: 'started' }>['phases']> {
+    this.a = a;
+    if (typeof a.env?.CUDA_VISIBLE_DEVICES === 'string') process.env.CUDA_VISIBLE_DEVICES = a.env.CUDA_VISIBLE_DEVICES;
+    const s = a.settings;
+    this.gate = new LiveFirst({ yieldMs: s.batchYieldMs, announce: this.o.announce });
+    this.gate.onOpen(() => {
+      for (const m of this.models.values()) m.batcher.poke();
+    });
+    let phase = 'bundle';
+    try {
+      const tBundle = performance.now();
+      const mod = (await import(pathToFileURL(a.bundlePath).href)) as { default?: unknown };
+      if (!isFunctionDefinition(mod.default)) throw new Error('bundle has no default export made with defineFunction()');
+      this.def = mod.default;
+      const bundleMs = performance.now() - tBundle;
+
+      phase = 'model_load';
+      const tLoad = performance.now();
+      const entries = Object.entries(a.models);
+      // Each session loads on its own thread: in parallel.
+      const sessions = await Promise.all(
+        entries.map(([name, file]) =>
+          ModelSession.create({
+            path: file.path,
+            providers: s.providers,
+            threads: s.threads,
+            instances: s.instances,
+            wideThreads: s.wideThreads,
+            bytes: file.bytes,
+            onBackgroundError: (err: Error) => this.o.log.warn({ model: name, err: err.message }, 'could not load an extra session of the model; running with those loaded'),
+          }),
+        ),
+      );
+      entries.forEach(([name], i) => {
+        const session = sessions[i];
+        if (session.fallback) this.o.log.warn({ model: name }, session.fallback);
+        const batcher = new DynamicBatcher({
+          ...a.fn.batching,
+          execute: (feeds, low) => this.infer(session, feeds, low),
+          instances: () => session.instances,
+          potentialCallers: (low) => (low ? this.lanes.batch : this.lanes.live),
+          lowMayRun: () => this.gate.open,
+          // On CPU, rows cost about the same alone or batched, and a live request may have to wait
+          // for a batch line's inference already running: keep those one call long there.
+          lowMaxCalls: session.provider === 'cpu' ? 1 : undefined,
+        });
+        this.models.set(name, { session, batcher });
+      });
+      const modelLoadMs = performance.now() - tLoad;
+
+      phase = 'setup';
+      const tSetup = performance.now();
+      await this.def.setup?.({ models: this.handles(), log: this.o.log, fn: { name: a.fn.name, version: a.fn.version } });
+      const setupMs = performance.now() - tSetup;
+
+      phase = 'warmup';
+      const tWarm = performance.now();
+      await this.warmup();
+      const warmupMs = performance.now() - tWarm;
+      this.ready = true;
+      this.readyAt = Date.now();
+      // The models' other instances load soon, off the cold start's path (see maybeGrow).
+      setTimeout(() => this.maybeGrow(), GROW_AFTER_MS).unref();
+      return { bundleMs, modelLoadMs, setupMs, warmupMs };
+    } catch (err) {
+      throw new StartError(phase, (err as Error)?.message ?? String(err));
+    }
+  }
+
+  stats(): UserStats {
+    const models: UserStats['models'] = {};
+    for (const [name, m] of this.models) models[name] = { provider: m.session.provider, fallback: m.session.fallback, instances: m.session.instances, lone: m.session.lone, ...m.batcher.stats };
+    const liveFirst = this.gate ? { ...this.gate.stats, heldMs: Math.round(this.gate.stats.heldMs) } : { yields: 0, heldMs: 0 };
+    return { liveFirst, gc: { count: gcStats.count, ms: Math.round(gcStats.ms) }, models };
+  }
+
+  peer(id: string, busy: boolean): void {
+    this.gate?.peer(id, busy);
+  }
+
+  /** Aborts a running request's signal: `canceled` for a job canceled by its caller, else the replica stopping it. */
+  abort(n: number, canceled: boolean): void {
+    this.running.get(n)?.abort(canceled ? new CanceledError('canceled') : new Error('stopped by the replica'));
+  }
+
+  /** Releases the models (a replica that drains). */
+  async close(): Promise<void> {
+    this.closing = true;
+    this.gate?.close();
+    await Promise.all([...this.models.values()].map((m) => m.session.close()));
+  }
+
+  /** Runs one request: checks its input against the function's schema, calls the handler, encodes its answer. */
+  async run(m: RunMessage): Promise<Result> {
+    const t0 = performance.now();
+    const clock = newClock();
+    const lane = m.batch ? 'batch' : 'live';
+    this.lanes[lane]++;
+    if (lane === 'live') this.gate.liveStarted();
+    const ctl = new AbortController();
+    this.running.set(m.n, ctl);
+    let status = 200;
+    let body = '';
+    let bytes: Result['bytes'];
+    // Made on first use: most requests never log.
+    let child: Logger | undefined;
+    const log = () => (child ??= this.o.log.child({ rid: m.rid }));
+    try {
+      const parsed = (this.def.input as z.ZodType).safeParse(m.input);
+      if (!parsed.success) {
+        status = 400;
+        body = JSON.stringify(errorBody('invalid_input', `input does not match the schema of ${this.a.fn.name}: ${z.prettifyError(parsed.error)}`, parsed.error.issues));
+      } else {
+        const result = await this.runHandler(parsed.data, m, ctl, clock, log);
+        const encoded = resultBody(result, this.a.settings.maxAnswerBytes);
+        if (encoded.binary) bytes = { contentType: encoded.binary.contentType, data: encoded.binary.bytes };
+        else body = encoded.json;
+      }
+    } catch (err) {
+      if (!ctl.signal.aborted || !(ctl.signal.reason instanceof CanceledError)) ({ status, body } = errorReply(err, this.a.fn, log()));
+      else log().info('handler stopped: the job was canceled');
+    } finally {
+      this.lanes[lane]--;
+      if (lane === 'live') this.gate.liveEnded();
+      this.running.delete(m.n);
+      this.maybeGrow();
+      this.maybeLoadWide();
+    }
+    const timing = splitTiming(m.queueMs, t0, performance.now(), clock);
+    // A handler that stopped because it was canceled ends "canceled", not "failed".
+    const canceled = ctl.signal.reason instanceof CanceledError && (status >= 400 || (body === '' && !bytes));
+    return { type: 'result', n: m.n, status, body, bytes, timing, canceled: canceled || undefined };
+  }
+
+  /** Runs the function's warmup input once through the handler, so the first caller pays no first-run costs. */
+  private async warmup(): Promise<void> {
+    const example = typeof this.def.warmup === 'function' ? await (this.def.warmup as () => unknown)() : this.def.warmup;
+    if (example === undefined) return;
+    const input = (this.def.input as z.ZodType).parse(example);
+    const ctl = new AbortController();
+    await this.def.handler(input, { models: this.handles(), log: this.o.log, requestId: 'warmup', signal: ctl.signal, fn: { name: this.a.fn.name, version: this.a.fn.version } });
+  }
+
+  /**
+   * Loads the models' other instances (ModelSession.grow) once ready for GROW_AFTER_MS and either
+   * idle or holding more than one request: loading takes the cores for a few hundred ms, which
+   * the request that waited for the cold start should not share.
+   */
+  private maybeGrow(): void {
+    if (this.grown || !this.ready || this.closing || Date.now() < this.readyAt + GROW_AFTER_MS) return;
+    if (this.lanes.live + this.lanes.batch === 1) return;
+    this.grown = true;
+    for (const m of this.models.values()) m.session.grow(() => m.batcher.poke());
+  }
+
+  /**
+   * Loads a model's inline session (ModelSession.loadWide) once a lone request asked for it. The
+   * load holds this process's thread, so it starts only when the process has just gone idle, one
+   * model at a time; a request arriving meanwhile waits for it, once per model.
+   */
+  private maybeLoadWide(): void {
+    if (this.loadingWide || !this.ready || this.closing || this.lanes.live + this.lanes.batch > 0) return;
+    let model: ModelSession | undefined;
+    for (const m of this.models.values()) if (m.session.wantsWide) model ??= m.session;
+    if (!model) return;
+    this.loadingWide = true;
+    setTimeout(() => {
+      const load = this.ready && !this.closing ? model.loadWide() : Promise.resolve();
+      void load.finally(() => {
+        this.loadingWide = false;
+        this.maybeLoadWide();
+      });
+    }, LOAD_WIDE_AFTER_MS).unref();
+  }
+
+  /**
+   * The handler's models; a batch line's (`low`) calls yield to live ones. `clock` times a
+   * request's calls. `signal` (read only once a model is called: an AbortSignal per request
+   * costs an echo replica measurable CPU) takes back its calls still waiting for their batch.
+   */
+  private handles(clock: CallClock = newClock(), low = false, signal?: () => AbortSignal): Record<string, ModelHandle> {
+    const out: Record<string, ModelHandle> = {};
+    for (const [name, m] of this.models) {
+      out[name] = {
+        inputNames: m.session.inputNames,
+        outputNames: m.session.outputNames,
+        run: async (feeds: Feeds) => {
+          clock.firstAt ??= performance.now();
+          clock.pending++;
+          const started = holdCall(clock);
+          try {
+            const r = await m.batcher.run(feeds, low, { signal: signal?.(), onStart: started });
+            clock.inferMs += r.inferMs;
+            clock.execMs += r.execMs;
+            clock.batchMs += r.waitMs;
+            return r.outputs;
+          } finally {
+            started();
+            clock.pending--;
+            clock.lastEndAt = performance.now();
+          }
+        },
+      };
+    }
+    return out;
+  }
+
+  /**
+   * One inference. It may run wide (every core, on this thread: ModelSession's inline session)
+   * when no other live inference runs, it serves the only live request here, and no other
+   * replica on the node announced live requests (live-first.ts). Batch lines never run inline:
+   * a live request arriving meanwhile would wait for the whole inference. With batch lines
+   * here, a lone live inference runs wide all the same: on this thread it holds off their pre-
+   * and post-processing, which would otherwise share the cores with it.
+   */
+  private async infer(session: ModelSession, feeds: Feeds, low: boolean): Promise<{ outputs: Feeds; inferMs: number; wide: boolean; lone: boolean }> {
+    // Not during setup and warmup: a replica that never sees a lone request never loads it.
+    const lone = !low && this.ready && this.liveInferring === 0 && this.lanes.live <= 1 && !this.gate.peersLive;
+    if (low) this.batchInferring++;
+    else this.liveInferring++;
+    const started = ++this.inferStarts;
+    try {
+      // (A batch line that timed out leaves its lane while its inference runs on: both counted.)
+      const batchBeside = () => this.lanes.batch > 0 || this.batchInferring > 0;
+      const r = await session.run(feeds, lone, batchBeside());
+      // A lone run that another inference or a batch line joined shared the cores: its time says
+      // nothing about wide against narrow.
+      if (r.timed && this.inferStarts === started && !batchBeside()) session.noteLone(r.timed);
+      return r;
+    } finally {
+      if (low) this.batchInferring--;
+      else this.liveInferring--;
+    }
+  }
+
+  private async runHandler(input: unknown, m: RunMessage, ctl: AbortController, clock: CallClock, log: () => Logger): Promise<unknown> {
+    if (m.deadline !== undefined && Date.now() > m.deadline) throw new TimeoutError(`request waited in the queue past its limit (EMBERS_QUEUE_TIMEOUT_MS) before a replica could run it`);
+    const { fn, settings } = this.a;
+    const budget = fn.timeoutMs;
+    const low = m.batch;
+    const ctx: HandlerContext = {
+      models: this.handles(clock, low, () => {
+        // One listener per waiting model call: a pipeline may have dozens waiting at once.
+        setMaxListeners(0, ctl.signal);
+        return ctl.signal;
+      }),
+      get log() {
+        return log();
+      },
+      requestId: m.rid,
+      get signal() {
+        return ctl.signal;
+      },
+      fn: { name: fn.name, version: fn.version },
+    };
+    let timer: NodeJS.Timeout | undefined;
+    let settled = false;
+    const running = Promise.resolve().then(() => this.def.handler(input, ctx));
+    void running.then(
+      () => (settled = true),
+      () => (settled = true),
+    );
+    // A batch line's budget leaves out the time its model calls waited for their batch: held back
+    // while live requests run (live-first.ts), it is not running. A live request's budget is its
+    // caller's wait, so all of it counts.
+    const began = performance.now();
+    const timeout = new Promise<never>((_, reject) => {
+      const expire = () => {
+        const used = performance.now() - began - (low ? heldMs(clock, performance.now()) : 0);
+        if (used < budget) {
+          timer = setTimeout(expire, Math.max(50, budget - used));
+          return;
+        }
+        // Its calls still waiting for their batch are taken back (they reject with this reason).
+        ctl.abort(new TimeoutError(`handler ran past ${budget} ms`));
+        reject(new TimeoutError(`${fn.name} did not finish within ${fn.timeoutMs} ms`));
+        // A handler that ignores its signal holds a slot (and maybe a core) forever: replace the replica.
+        setTimeout(() => {
+          if (!settled) this.o.onStuck(m.rid);
+        }, settings.handlerGraceMs).unref();
+      };
+      timer = setTimeout(expire, budget);
+    });
+    try {
+      return await Promise.race([running, timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
+
+/** Main-thread GC pauses since the process started. */
+const gcStats = { count: 0, ms: 0 };
+let gcObserver: PerformanceObserver | undefined;
+function observeGc(): void {
+  if (gcObserver) return;
+  gcObserver = new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) {
+      gcStats.count++;
+      gcStats.ms += e.duration;
+    }
+  });
+  gcObserver.observe({ entryTypes: ['gc'] });
+}
+
+/** How long after it is ready the process waits before loading its models' other instances. */
+const GROW_AFTER_MS = 1000;
+/** After the process goes idle, its inline sessions may load (maybeLoadWide). */
+const LOAD_WIDE_AFTER_MS = 5;
+
+export class TimeoutError extends Error {
+  override name = 'TimeoutError';
+}
+
+export class CanceledError extends Error {
+  override name = 'CanceledError';
+}
+
+function errorReply(err: unknown, fn: { name: string; version: string }, log: Logger): { status: number; body: string } {
+  if (err instanceof HandlerError || (err as Error)?.name === 'HandlerError') {
+    const e = err as HandlerError;
+    return { status: e.status, body: JSON.stringify(errorBody(e.code, e.message)) };
+  }
+  if (err instanceof TimeoutError) return { status: 504, body: JSON.stringify(errorBody('timeout', err.message)) };
+  if (err instanceof AnswerTooLargeError) {
+    log.error({ bytes: err.bytes, max: err.max }, 'answer too large: answered 500 instead');
+    return { status: 500, body: JSON.stringify(errorBody('answer_too_large', `${fn.name} ${err.message}`)) };
+  }
+  log.error({ err }, 'handler failed');
+  const message = err instanceof Error ? err.message : String(err);
+  return { status: 500, body: JSON.stringify(errorBody('handler_error', `${fn.name} ${fn.version} failed: ${message}`)) };
+}
+
+export type { ReplyHeader };
