@@ -54,3 +54,26 @@ if (needRedis && !hasRedis()) {
     );
   }
 }
+
+// 3. bubblewrap: the sandbox user code runs in (runtime/sandbox.ts). Installed with apt-get when
+// that is possible; without it, the platform still starts and says what it cannot enforce
+// (user code then runs unsandboxed, for the default tenant only), and the sandbox tests skip.
+const hasBwrap = () => spawnSync('bwrap', ['--version']).status === 0;
+if (process.platform === 'linux' && !hasBwrap()) {
+  const canApt = process.getuid?.() === 0 && spawnSync('apt-get', ['--version']).status === 0;
+  if (canApt) {
+    process.stderr.write('embers: bubblewrap (bwrap) not found; installing it with apt-get to sandbox user code…\n');
+    let r = spawnSync('apt-get', ['install', '-y', '-qq', 'bubblewrap'], { stdio: 'inherit', env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
+    if (r.status !== 0) {
+      spawnSync('apt-get', ['update', '-qq'], { stdio: 'inherit' });
+      r = spawnSync('apt-get', ['install', '-y', '-qq', 'bubblewrap'], { stdio: 'inherit', env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
+    }
+  }
+  if (!hasBwrap()) {
+    process.stderr.write(
+      'embers: bubblewrap is not installed, so user code cannot be sandboxed on this machine: only the\n' +
+        "  default tenant's functions will run (EMBERS_ALLOW_UNSANDBOXED=1 runs every tenant's).\n" +
+        '  Debian/Ubuntu: sudo apt-get install bubblewrap\n',
+    );
+  }
+}

@@ -10,6 +10,7 @@ interface ReplicaView {
   error?: { phase: string; message: string };
   jobs: { active: number; completed: number; failed: number };
   gc?: { count: number; ms: number };
+  memory?: { usedBytes?: number; limitBytes: number };
   models: Record<string, { provider: string; executions: number; inferences: number; maxCallsPerBatch: number; cap?: number; instances?: number; wide?: number; lone?: { choice: 'wide' | 'narrow'; wide: number | null; narrow: number | null } }>;
 }
 
@@ -56,6 +57,7 @@ export function functionsCommand(): Command {
         out.write(`replica ${r.id} [${r.state}] ${r.version}  jobs ok ${r.jobs.completed} failed ${r.jobs.failed} active ${r.jobs.active}\n`);
         if (r.error) out.write(`  failed in ${r.error.phase}: ${r.error.message}\n`);
         if (r.coldStart) out.write(`  cold start (ms): ${phaseLine(r.coldStart)}\n`);
+        if (r.memory) out.write(`  user code memory: ${r.memory.usedBytes === undefined ? '?' : mib(r.memory.usedBytes)} of ${mib(r.memory.limitBytes)} MiB\n`);
         if (r.gc) out.write(`  garbage collection: ${r.gc.count} pauses, ${r.gc.ms} ms in all\n`);
         for (const [m, s] of Object.entries(r.models)) {
           const avg = s.executions ? (s.inferences / s.executions).toFixed(2) : '-';
@@ -63,7 +65,10 @@ export function functionsCommand(): Command {
         }
       }
       if (fn.coldStarts.length) out.write('last cold starts (ms):\n');
-      for (const c of fn.coldStarts.slice(0, 5)) out.write(`  ${c.at} ${c.replica}: ${phaseLine(c)}\n`);
+      for (const c of fn.coldStarts.slice(0, 5)) {
+        const failed = c.error as unknown as { phase: string; message: string } | undefined;
+        out.write(`  ${c.at} ${c.replica}: ${failed ? `failed in ${failed.phase}: ${failed.message}` : phaseLine(c)}\n`);
+      }
     },
   );
 
@@ -87,3 +92,4 @@ function phaseLine(p: Record<string, unknown>): string {
 
 /** A median that may not be measured yet (null in JSON). */
 const ms = (v: number | null) => (v === null || Number.isNaN(v) ? '-' : v.toFixed(1));
+const mib = (bytes: number) => Math.round(bytes / 2 ** 20);
