@@ -30,13 +30,9 @@ const LEAVE_RETRY_MS = 5_000;
 /** Longest close() waits for each Redis-bound step (the scheduler's pass, a reconcile, the node record). */
 const CLOSE_WAIT_MS = 10_000;
 /**
- * V8 flags of replica processes. Tensors crossing from model threads are large and short-lived,
- * and with V8's default starting heap limit (a few MB above what is live) they set off a full
- * mark-compact every few requests: 2.5 ms of GC per ocr request at c = 1, against 0.3 in one
- * process running the same handler. A 64 MB starting limit let them die young at c = 1; at c = 32,
- * with 32 requests' tensors alive, 128 MB took GC from 1.3–2.1 to 1.0–1.5 ms per request (and
- * c = 1 from 0.16–0.23 to 0.10), in alternating runs. A replica's peak RSS, ~1 GB with its ORT
- * sessions, did not move measurably.
+ * V8 flags of replica processes: request and answer bodies (megabytes of image or tensor data)
+ * pass through them on their way to and from the user-code process, short-lived; a 128 MB
+ * starting heap lets them die young instead of setting off full collections every few requests.
  */
 const REPLICA_V8_FLAGS = ['--initial-heap-size=128'];
 
