@@ -241,6 +241,8 @@ export class UserCodeProcess {
       resolve(this.exitResult(this.exitInfo!, 0));
     }
     this.cgroup?.remove();
+    // The sandbox's processes die just after bwrap (--die-with-parent): try again once they have.
+    if (this.cgroup) setTimeout(() => this.cgroup!.remove(), 2_000).unref();
     void rm(this.staging, { recursive: true, force: true }).catch(() => {});
   }
 }
