@@ -1,6 +1,8 @@
 // The contracts between gateway, runtime and scheduler: names, records and messages.
 // Keep them stable; ARCHITECTURE.md documents them.
 import { z } from 'zod';
+import { checkS3Uri } from './s3-uri.ts';
+import { DEFAULT_TENANT } from './tenants.ts';
 
 /** Function names end up in URLs, Redis keys and S3 keys: keep them to a safe alphabet. */
 export const FUNCTION_NAME = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
@@ -8,7 +10,10 @@ export const FunctionName = z
   .string()
   .regex(FUNCTION_NAME, 'function names are 1-63 lower-case letters, digits or "-", starting and ending with a letter or digit');
 
-export const ModelUri = z.string().regex(/^s3:\/\/[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\/.+$/, 'model references must be s3://bucket/key after deploy');
+export const ModelUri = z.string().superRefine((uri, ctx) => {
+  const loc = checkS3Uri(uri);
+  if ('problem' in loc) ctx.addIssue({ code: 'custom', message: `model references must be s3://bucket/key after deploy: ${loc.problem}` });
+});
 
 export const BatchingSchema = z.object({
   maxBatchSize: z.number().int().min(1).max(4096).default(16),
@@ -210,6 +215,9 @@ export const keys = {
   /** Every batch by creation time, for listing. */
   batches: 'embers:batches',
 };
+  /** A Files API upload's record (hash), and a tenant's uploads by creation time. */
+  file: (id: string) => `embers:file:${id}`,
+  files: (tenant: string) => `embers:tenant:${tenant}:files`,
 
 /** Where a function's replicas should run: the leading scheduler's word to the node agents. */
 export interface PlacementRecord {
@@ -258,12 +266,21 @@ export const EXIT_REPLACE_ME = 75;
 export const QUEUE_PREFIX = 'embers';
 
 export const s3Keys = {
+/**
+ * Where a tenant's objects live in the platform bucket: below `tenants/<id>/`, except the
+ * default tenant's, which keep the keys they had before tenants (core/tenant-objects.ts judges
+ * which tenant a key belongs to).
+ */
+export const tenantPrefix = (tenant: string) => (tenant === DEFAULT_TENANT ? '' : `tenants/${tenant}/`);
+
   bundle: (name: string, version: string) => `functions/${name}/${version}/bundle.mjs`,
   manifest: (name: string, version: string) => `functions/${name}/${version}/manifest.json`,
-  model: (sha256: string) => `models/sha256/${sha256}.onnx`,
-  batchInput: (id: string) => `batches/${id}/input.jsonl`,
-  batchOutput: (id: string) => `batches/${id}/output.jsonl`,
-  batchErrors: (id: string) => `batches/${id}/errors.jsonl`,
+  model: (tenant: string, sha256: string) => `${tenantPrefix(tenant)}models/sha256/${sha256}.onnx`,
+  batchInput: (tenant: string, id: string) => `${tenantPrefix(tenant)}batches/${id}/input.jsonl`,
+  batchOutput: (tenant: string, id: string) => `${tenantPrefix(tenant)}batches/${id}/output.jsonl`,
+  batchErrors: (tenant: string, id: string) => `${tenantPrefix(tenant)}batches/${id}/errors.jsonl`,
+  /** An upload of the Files API (core/files.ts). */
+  file: (tenant: string, id: string) => `${tenantPrefix(tenant)}files/${id}.jsonl`,
 };
 
 /** Queue (under QUEUE_PREFIX) of webhook deliveries; "_" keeps it apart from function names. */

@@ -3,6 +3,7 @@ import { Hono } from 'hono';
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { BatchStore } from '../core/batches.ts';
+import type { FileStore } from '../core/files.ts';
 import type { JobStore } from '../core/jobs.ts';
 import type { Pricing } from '../core/usage.ts';
 import type { QueueDepth, RedisMemory } from './quotas.ts';
@@ -23,6 +24,7 @@ import { runRoutes } from './routes/run.ts';
 import type { LiveQueue } from '../core/live-queue.ts';
 import { jobRoutes } from './routes/jobs.ts';
 import { batchRoutes } from './routes/batches.ts';
+import { fileRoutes } from './routes/files.ts';
 import { webhookRoutes } from './webhooks.ts';
 import { tenantRoutes } from './routes/tenants.ts';
 import { usageRoutes } from './routes/usage.ts';
@@ -59,6 +61,8 @@ export interface GatewayDeps {
   maxBatchBytes: number;
   queueDepth: QueueDepth;
   /** Refuses runs once Redis's memory nears its budget. */
+  /** Files API uploads (batch inputs). */
+  files: FileStore;
   redisMemory: RedisMemory;
   /** Prices for usage reports of functions that set none. */
   defaultPricing: Pricing;
@@ -109,3 +113,4 @@ export function createApp(deps: GatewayDeps) {
   app.route('/v1/usage', usageRoutes(deps));
   return app;
 }
+  app.route('/v1/files', fileRoutes(deps));

@@ -7,6 +7,7 @@ import type { AddressInfo } from 'node:net';
 import { serve, type ServerType } from '@hono/node-server';
 import { Queue } from 'bullmq';
 import { BatchStore } from '../core/batches.ts';
+import { FileStore } from '../core/files.ts';
 import { keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type PlatformEvent } from '../core/contracts.ts';
 import { LiveQueue } from '../core/live-queue.ts';
 import { JobStore } from '../core/jobs.ts';
@@ -139,6 +140,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
       // At most one wake per function per second from this gateway: cheap, and enough to cut
       // the scheduler's tick out of a cold start.
       const now = performance.now();
+    files: new FileStore(redis),
       if (now - (lastWake.get(name) ?? -Infinity) < 1_000) return;
       lastWake.set(name, now);
       redis.publish(keys.registryChannel, JSON.stringify({ type: 'wake', name } satisfies PlatformEvent)).catch(() => {});

@@ -369,6 +369,10 @@ export class Replica {
   }
 
   private async beat(): Promise<void> {
+    // A handler that holds the user code's thread (a loop that never yields) lets no timer run
+    // there, its timeout included: judged from here, by how long the process has been silent.
+    const silent = this.user.silentMs();
+    if (this.state === 'ready' && this.lanes.live + this.lanes.batch > 0 && silent > this.o.manifest.timeoutMs + this.o.handlerGraceMs + this.o.heartbeatMs) this.stuck(`(the user code has not answered for ${Math.round(silent)} ms)`);
     const ttl = this.o.heartbeatMs * 3;
     await this.o.redis
       .multi()
@@ -454,7 +458,7 @@ export class Replica {
         body = JSON.stringify(errorBody('unsupported_media_type', `${this.o.manifest.name} version ${this.o.manifest.version} takes ${this.o.manifest.binaryInput ? `bytes as its "${this.o.manifest.binaryInput}"` : 'JSON bodies only'}, and the bytes were sent for "${data.raw}" (a new version became active meanwhile); send the request again`));
       } else {
         // The user code checks the input against the function's schema and runs the handler.
-        const { n, result } = this.user.run({ rid, input, deadline: data.deadline, batch: lane === 'batch', queueMs: queued });
+        const { n, result } = this.user.run({ rid, input, raw: data.raw, deadline: data.deadline, batch: lane === 'batch', queueMs: queued });
         const stop = (canceledByCaller: boolean) => () => this.user.abort(n, canceledByCaller);
         cancel?.signal.addEventListener('abort', stop(true), { once: true });
         jobSignal?.addEventListener('abort', stop(false), { once: true });

@@ -33,6 +33,8 @@ export interface RunMessage {
   n: number;
   rid: string;
   input: unknown;
+  /** The input field that holds a binary request body (the function's binaryInput). */
+  raw?: string;
   /** Latest start (ms since epoch) of a synchronous run. */
   deadline?: number;
   /** A batch line: its model calls yield to live requests. */

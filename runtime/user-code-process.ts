@@ -64,6 +64,8 @@ export class UserCodeProcess {
   private readonly booted: Promise<void>;
   private started?: { resolve: (m: FromUserCode) => void };
   private lastStats?: UserStats;
+  /** When the process last sent anything (it answers stats requests unless its thread is held). */
+  private heardAt = Date.now();
   private exitInfo?: UserCodeExit;
   readonly exited: Promise<UserCodeExit>;
   /** Set by the replica: the process asks to be replaced, or announces live requests. */
@@ -128,6 +130,11 @@ export class UserCodeProcess {
 
   get pid(): number | undefined {
     return this.child.pid;
+  }
+
+  /** How long since the process last sent anything (ms). */
+  silentMs(): number {
+    return Date.now() - this.heardAt;
   }
 
   /** Bytes its cgroup uses now (undefined without one). */
@@ -197,6 +204,7 @@ export class UserCodeProcess {
   }
 
   private receive(m: FromUserCode, booted: () => void): void {
+    this.heardAt = Date.now();
     switch (m?.type) {
       case 'standby':
         booted();

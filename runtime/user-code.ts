@@ -176,6 +176,9 @@ export class UserCode {
     // Made on first use: most requests never log.
     let child: Logger | undefined;
     const log = () => (child ??= this.o.log.child({ rid: m.rid }));
+    // A binary body crosses the channel as a Uint8Array: handlers get the Buffer they always have.
+    const sent = m.raw !== undefined ? (m.input as Record<string, unknown> | null)?.[m.raw] : undefined;
+    if (sent instanceof Uint8Array && !Buffer.isBuffer(sent)) (m.input as Record<string, unknown>)[m.raw!] = Buffer.from(sent.buffer, sent.byteOffset, sent.byteLength);
     try {
       const parsed = (this.def.input as z.ZodType).safeParse(m.input);
       if (!parsed.success) {

@@ -9,7 +9,8 @@ import { BATCH_TERMINAL, BatchStore, chunkJob, chunkOf, errorLine, lineJob, type
 import { keys, s3Keys, type BatchChunkData, type BatchChunkLine, type RunJobData } from '../core/contracts.ts';
 import type { Logger } from '../core/log.ts';
 import type { Registry } from '../core/registry.ts';
-import type { ObjectStore } from '../core/s3.ts';
+import { DEFAULT_TENANT } from '../core/tenants.ts';
+import { statusOf, type ObjectStore } from '../core/s3.ts';
 import { compileInputSchema, describeErrors } from '../core/validate.ts';
 
 export interface BatchFeederOptions {
@@ -134,7 +135,9 @@ export class BatchFeeder {
           else if (rec.status === 'cancelling') await this.stop(rec, 'cancelled');
           else if (rec.status === 'finalizing') await this.finalize(rec, 'completed');
         } catch (err) {
-          if (!(err instanceof Interrupted)) throw err;
+          // An input deleted under the batch (its file, DELETE /v1/files/:id) never comes back.
+          if (statusOf(err) === 404 && (rec.status === 'validating' || rec.status === 'in_progress')) await this.fail(rec, `its input ${rec.inputUri} no longer exists`);
+          else if (!(err instanceof Interrupted)) throw err;
         }
       }
     } catch (err) {
@@ -308,8 +311,9 @@ export class BatchFeeder {
   /** Writes the output and error files from the recorded outcomes, then closes the batch. */
   private async finalize(rec: BatchRecord, final: BatchStatus & ('completed' | 'cancelled' | 'failed')): Promise<void> {
     const { output, errors } = await this.batches.results(rec.id);
-    const outputKey = s3Keys.batchOutput(rec.id);
-    const errorsKey = s3Keys.batchErrors(rec.id);
+    // Beside its input, in its tenant's space (a record from before tenants counts as the default's).
+    const outputKey = s3Keys.batchOutput(rec.tenant || DEFAULT_TENANT, rec.id);
+    const errorsKey = s3Keys.batchErrors(rec.tenant || DEFAULT_TENANT, rec.id);
     await this.o.store.put(outputKey, output, 'application/x-ndjson');
     await this.o.store.put(errorsKey, errors, 'application/x-ndjson');
     const at = new Date().toISOString();

@@ -19,8 +19,8 @@ let p: TestPlatform;
 
 before(async () => {
   if (skip) return;
-  p = await startTestPlatform({ EMBERS_REPLICA_MEMORY_BYTES: String(MEMORY), EMBERS_REPLICA_TMP_BYTES: String(TMP), EMBERS_REPLICA_PIDS: String(PIDS) });
-  for (const f of [shipped('echo.ts'), fixture('hostile.ts')]) await p.deploy(f);
+  p = await startTestPlatform({ EMBERS_REPLICA_MEMORY_BYTES: String(MEMORY), EMBERS_REPLICA_TMP_BYTES: String(TMP), EMBERS_REPLICA_PIDS: String(PIDS), EMBERS_HANDLER_GRACE_MS: '500' });
+  for (const f of [shipped('echo.ts'), fixture('hostile.ts'), fixture('spinner.ts')]) await p.deploy(f);
 });
 after(() => p?.close());
 
@@ -74,5 +74,15 @@ describe('sandboxed user code', { skip }, () => {
     assert.match(shown.error!.message, /256 MiB/);
     // A fresh replica serves the function again.
     await eventually(async () => (await run('hostile', { attempt: 'tmp' })).status === 200, 'a replacement replica', 60_000);
+  });
+
+  it('a handler that never yields its thread is answered, its replica replaced, and the neighbour serves meanwhile', async () => {
+    assert.equal((await run('spinner', { spin: false })).status, 200);
+    const spinning = run('spinner', { spin: true });
+    await new Promise((r) => setTimeout(r, 500));
+    assert.equal((await run('echo', { beside: 'a spinning handler' })).status, 200);
+    const res = await spinning;
+    assert.ok([500, 504].includes(res.status), `answered ${res.status}`);
+    await eventually(async () => (await run('spinner', { spin: false })).status === 200, 'a fresh spinner replica', 60_000);
   });
 });
