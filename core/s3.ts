@@ -15,19 +15,17 @@ import { mkdir, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { Readable } from 'node:stream';
+import { checkS3Uri, type S3Location } from './s3-uri.ts';
+
+export { checkS3Uri, type S3Location };
 
 // Node 20 is supported by the SDK versions we pin; its notice is not actionable for users.
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
 
-export interface S3Location {
-  bucket: string;
-  key: string;
-}
-
 export function parseS3Uri(uri: string): S3Location {
-  const m = /^s3:\/\/([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])\/(.+)$/.exec(uri);
-  if (!m) throw new TypeError(`not an s3://bucket/key URI: ${uri}`);
-  return { bucket: m[1], key: m[2] };
+  const loc = checkS3Uri(uri);
+  if ('problem' in loc) throw new TypeError(loc.problem);
+  return loc;
 }
 
 export interface ObjectStoreOptions {

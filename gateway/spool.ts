@@ -1,13 +1,14 @@
 // A request body of unknown or large size goes to a temporary file as it streams, counted on the
 // way, so the gateway never holds it whole in memory (a model, a JSONL batch sent chunked); S3
 // then gets it from the file with its length known.
-import { createWriteStream } from 'node:fs';
+import { createReadStream, createWriteStream } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
+import type { ObjectStore } from '../core/s3.ts';
 import { ApiError } from './errors.ts';
 
 export interface Spooled {
@@ -44,4 +45,26 @@ export async function spoolBody(body: ReadableStream<Uint8Array>, o: { maxBytes:
     throw err;
   }
   return { file, bytes, dispose };
+}
+
+/**
+ * Stores a request body at `key`: straight to S3 when it declares its length (`declared`; NaN
+ * when it does not), else through a temporary file, so S3 gets it with its length known. An
+ * empty body is refused with `empty()`. Resolves with its size.
+ */
+export async function storeBody(store: ObjectStore, key: string, body: ReadableStream<Uint8Array> | null, declared: number, o: { maxBytes: number; tooLarge: () => ApiError; empty: () => ApiError; what: string; contentType: string }): Promise<number> {
+  if (declared > o.maxBytes) throw o.tooLarge();
+  if (declared === 0 || !body) throw o.empty();
+  if (Number.isFinite(declared)) {
+    await store.put(key, Readable.fromWeb(body as WebReadableStream), o.contentType, declared);
+    return declared;
+  }
+  const spooled = await spoolBody(body, o);
+  try {
+    if (spooled.bytes === 0) throw o.empty();
+    await store.put(key, createReadStream(spooled.file), o.contentType, spooled.bytes);
+    return spooled.bytes;
+  } finally {
+    await spooled.dispose();
+  }
 }

@@ -1,12 +1,13 @@
 // Model uploads by content hash: PUT /v1/models/sha256/:hex streams the file to S3 once;
-// HEAD tells the CLI it is already there.
+// HEAD tells the CLI it is already there. Each tenant has its own: a file is stored under the
+// tenant's prefix (s3Keys.model), so HEAD never tells one tenant what another uploaded.
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import { Hono } from 'hono';
+import { Hono, type Context } from 'hono';
 import { s3Keys } from '../../core/contracts.ts';
 import { ApiError } from '../errors.ts';
 import type { GatewayDeps, GatewayEnv } from '../app.ts';
-import { requireScope } from '../middleware/auth.ts';
+import { actingTenant, requireScope } from '../middleware/auth.ts';
 import { spoolBody } from '../spool.ts';
 
 const SHA256 = /^[0-9a-f]{64}$/;
@@ -21,18 +22,19 @@ export function modelRoutes(deps: GatewayDeps) {
     await next();
   });
 
-  const keyOf = (hex: string) => {
+  const keyOf = (c: Context<GatewayEnv>) => {
+    const hex = c.req.param('hex') ?? '';
     if (!SHA256.test(hex)) throw new ApiError(400, 'invalid_hash', 'model ids are the lower-case hex sha256 of the file (64 characters)');
-    return s3Keys.model(hex);
+    return s3Keys.model(actingTenant(c), hex);
   };
 
   app.on('HEAD', '/sha256/:hex', async (c) => {
-    const head = await store.head(keyOf(c.req.param('hex')));
+    const head = await store.head(keyOf(c));
     return c.body(null, head ? 200 : 404);
   });
 
   app.get('/sha256/:hex', async (c) => {
-    const key = keyOf(c.req.param('hex'));
+    const key = keyOf(c);
     const head = await store.head(key);
     if (!head) throw new ApiError(404, 'model_not_found', 'no model with that sha256');
     return c.json({ uri: store.uri(key), bytes: head.size });
@@ -40,7 +42,7 @@ export function modelRoutes(deps: GatewayDeps) {
 
   app.put('/sha256/:hex', async (c) => {
     const hex = c.req.param('hex');
-    const key = keyOf(hex);
+    const key = keyOf(c);
     const declared = Number(c.req.header('content-length') ?? NaN);
     // Judged by the header when there is one, before anything is written to disk.
     if (declared > MAX_MODEL_BYTES) throw new ApiError(413, 'too_large', `model is ${declared} bytes, over ${MAX_MODEL_BYTES}`);

@@ -125,8 +125,9 @@ describe('bulk batches', () => {
 
   test('input from S3 by URI; bad requests are 4xx with a message', async () => {
     const store = (await import('../../core/s3.ts')).storeFromConfig({ EMBERS_S3_ENDPOINT: p.s3Endpoint, EMBERS_S3_BUCKET: 'embers' });
-    await store.put('uploads/few.jsonl', ['a', 'b', 'c'].map((c) => JSON.stringify({ custom_id: c, input: c })).join('\n'));
-    const res = await p.fetch('/v1/batches', { method: 'POST', body: JSON.stringify({ function: 'echo', input_uri: 's3://embers/uploads/few.jsonl' }) });
+    // Objects a tenant puts in the bucket itself go under tenants/<its id>/ (test/integration/storage.test.ts).
+    await store.put('tenants/default/uploads/few.jsonl', ['a', 'b', 'c'].map((c) => JSON.stringify({ custom_id: c, input: c })).join('\n'));
+    const res = await p.fetch('/v1/batches', { method: 'POST', body: JSON.stringify({ function: 'echo', input_uri: 's3://embers/tenants/default/uploads/few.jsonl' }) });
     assert.equal(res.status, 201);
     const done = await settled(((await res.json()) as Batch).id);
     assert.deepEqual(done.request_counts, { total: 3, completed: 3, failed: 0 });
@@ -140,7 +141,10 @@ describe('bulk batches', () => {
     assert.deepEqual((await settled(((await sent.json()) as Batch).id)).request_counts, { total: 2, completed: 2, failed: 0 });
 
     const cases: [string, RequestInit, number, RegExp][] = [
-      ['/v1/batches', { method: 'POST', body: JSON.stringify({ function: 'echo', input_uri: 's3://embers/uploads/missing.jsonl' }) }, 400, /does not exist/],
+      ['/v1/batches', { method: 'POST', body: JSON.stringify({ function: 'echo', input_uri: 's3://embers/tenants/default/missing.jsonl' }) }, 400, /does not exist/],
+      // Checked by S3's bucket naming rules before any lookup (these were 500s).
+      ['/v1/batches', { method: 'POST', body: JSON.stringify({ function: 'echo', input_uri: 's3://EMBERS/x.jsonl' }) }, 400, /bucket names hold only lower-case letters/],
+      ['/v1/batches', { method: 'POST', body: JSON.stringify({ function: 'echo', input_uri: 's3://a/b' }) }, 400, /bucket names are 3 to 63 characters/],
       ['/v1/batches', { method: 'POST', body: JSON.stringify({ function: 'echo' }) }, 400, /input_uri/],
       ['/v1/batches', { method: 'POST', body: 'not json' }, 400, /JSON/],
       ['/v1/batches?function=nope', { method: 'POST', body: '{}' }, 404, /no function/],

@@ -1,0 +1,99 @@
+// /v1/files — a tenant's batch inputs (anchor: OpenAI's Files API). The body is the JSONL itself,
+// or a multipart form with `file` and `purpose=batch` as OpenAI's clients send it; either streams
+// to S3 under the tenant's prefix, bounded by EMBERS_MAX_BATCH_BYTES.
+import { createReadStream } from 'node:fs';
+import { Readable } from 'node:stream';
+import { Hono, type Context } from 'hono';
+import { s3Keys } from '../../core/contracts.ts';
+import { DEFAULT_TENANT } from '../../core/tenants.ts';
+import { FILE_PURPOSES, FileStore, fileView, type FileRecord } from '../../core/files.ts';
+import { ApiError } from '../errors.ts';
+import { actingTenant, requireScope } from '../middleware/auth.ts';
+import { spoolMultipart } from '../multipart.ts';
+import { storeBody } from '../spool.ts';
+import type { GatewayDeps, GatewayEnv } from '../app.ts';
+
+const CONTENT_TYPE = 'application/x-ndjson';
+
+export function fileRoutes(deps: GatewayDeps) {
+  const app = new Hono<GatewayEnv>();
+  const { files, store } = deps;
+
+  const tooLarge = () => new ApiError(413, 'too_large', `the file is over ${deps.maxBatchBytes} bytes (EMBERS_MAX_BATCH_BYTES)`);
+  const empty = () => new ApiError(400, 'empty_file', 'the file is empty; send JSONL, one {"custom_id": "…", "input": {…}} per line');
+  const checkPurpose = (purpose: string | undefined) => {
+    if (purpose !== undefined && !(FILE_PURPOSES as readonly string[]).includes(purpose)) {
+      throw new ApiError(400, 'invalid_request', `purpose must be "batch" (files hold batch inputs), got "${purpose.slice(0, 100)}"`);
+    }
+  };
+
+  app.post('/', async (c) => {
+    requireScope(c, 'run');
+    const tenant = actingTenant(c);
+    if (tenant !== DEFAULT_TENANT && !(await deps.tenants.getTenant(tenant))) throw new ApiError(404, 'tenant_not_found', `no tenant with id "${tenant}"`);
+    const id = FileStore.newId();
+    const key = s3Keys.file(tenant, id);
+    const contentType = c.req.header('content-type') ?? '';
+    let bytes: number;
+    let filename = c.req.query('filename');
+    let purpose = c.req.query('purpose');
+    checkPurpose(purpose);
+    if (/^multipart\/form-data\b/i.test(contentType)) {
+      if (!c.req.raw.body) throw empty();
+      const form = await spoolMultipart(c.req.raw.body, contentType, { fileField: 'file', maxBytes: deps.maxBatchBytes, tooLarge });
+      try {
+        purpose = form.fields.purpose ?? purpose;
+        checkPurpose(purpose);
+        filename = form.filename ?? filename;
+        bytes = form.file.bytes;
+        if (bytes === 0) throw empty();
+        await store.put(key, createReadStream(form.file.file), CONTENT_TYPE, bytes);
+      } finally {
+        await form.file.dispose();
+      }
+    } else {
+      bytes = await storeBody(store, key, c.req.raw.body, Number(c.req.header('content-length') ?? NaN), { maxBytes: deps.maxBatchBytes, tooLarge, empty, what: 'file', contentType: CONTENT_TYPE });
+    }
+    const record: FileRecord = { id, tenant, uri: store.uri(key), bytes, filename: (filename ?? `${id}.jsonl`).replace(/[\u0000-\u001f\u007f]/g, '').slice(0, 255), purpose: 'batch', createdAt: new Date().toISOString() };
+    await files.create(record);
+    c.header('location', `${deps.publicUrl}/v1/files/${id}`);
+    return c.json(fileView(record), 201);
+  });
+
+  app.get('/', async (c) => {
+    requireScope(c, 'run');
+    const given = c.req.query('limit');
+    const limit = given === undefined ? 100 : Number(given);
+    if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new ApiError(400, 'invalid_request', `limit must be a whole number from 1 to 1000, got "${given}"`);
+    return c.json({ object: 'list', data: (await files.list(actingTenant(c), limit)).map(fileView) });
+  });
+
+  /** The acting tenant's file :id; a malformed id, a missing file and another tenant's answer alike. */
+  const find = async (c: Context<GatewayEnv>): Promise<FileRecord> => {
+    requireScope(c, 'run');
+    const id = c.req.param('id') ?? '';
+    const file = await files.get(id);
+    if (!file || file.tenant !== actingTenant(c)) throw new ApiError(404, 'file_not_found', `no file ${id.slice(0, 100)}; \`embers files list\` shows yours`);
+    return file;
+  };
+
+  app.get('/:id', async (c) => c.json(fileView(await find(c))));
+
+  app.get('/:id/content', async (c) => {
+    const file = await find(c);
+    const stream = await store.stream(file.uri);
+    c.header('content-type', CONTENT_TYPE);
+    c.header('content-length', String(file.bytes));
+    return c.body(Readable.toWeb(stream) as ReadableStream);
+  });
+
+  app.delete('/:id', async (c) => {
+    const file = await find(c);
+    // The record goes first: once it is gone no new batch can name the file.
+    if (!(await files.delete(file))) throw new ApiError(404, 'file_not_found', `no file ${file.id}; \`embers files list\` shows yours`);
+    await store.delete(file.uri);
+    return c.json({ id: file.id, object: 'file', deleted: true });
+  });
+
+  return app;
+}
