@@ -78,15 +78,8 @@ export function agentOptions(config: Config, o: { redisUrl: string; store: Objec
     lockMs: config.EMBERS_JOB_LOCK_MS,
     jobRetentionS: config.EMBERS_JOB_RETENTION_S,
     allowUnsandboxed: config.EMBERS_ALLOW_UNSANDBOXED,
-    scheduler: {
-      tickMs: config.EMBERS_SCHEDULER_TICK_MS,
-      batchMaxOutstanding: config.EMBERS_BATCH_MAX_OUTSTANDING,
-      settings: {
-        stableWindowMs: config.EMBERS_SCALE_STABLE_WINDOW_S * 1000,
-        panicWindowMs: config.EMBERS_SCALE_PANIC_WINDOW_S * 1000,
-        panicThreshold: 2,
-      },
-    },
+    sandbox: config.EMBERS_SANDBOX,
+    scheduler: schedulerOptions(config),
     replicaEnv: {
       ...(o.s3Endpoint ? { EMBERS_S3_ENDPOINT: o.s3Endpoint } : {}),
       EMBERS_S3_BUCKET: config.EMBERS_S3_BUCKET,

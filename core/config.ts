@@ -119,6 +119,8 @@ export const ConfigSchema = z.object({
   /** Pretty logs (default when stdout is a terminal). */
   EMBERS_LOG_PRETTY: bool.optional(),
 });
+  /** `auto`: sandbox user code where the host allows; `off`: never (the node then counts as one that cannot isolate). @default auto */
+  EMBERS_SANDBOX: z.enum(['auto', 'off']).default('auto'),
 
 export type Config = z.infer<typeof ConfigSchema> & { dataDir: string };
 

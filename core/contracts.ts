@@ -246,6 +246,8 @@ export interface NodeRecord {
   replicas: number;
   startedAt: string;
 }
+  /** What the node can enforce on user code (runtime/sandbox.ts); `missing` says what it cannot, for a person. */
+  sandbox?: { isolates: boolean; ownUid: boolean; cgroup: 'v1' | 'v2' | null; rlimits: boolean; missing: string[]; unsandboxedAllowed: boolean };
 
 /** Events on the registry channel besides deploy/delete. */
 export type PlatformEvent =

@@ -79,7 +79,7 @@ const limits = {
   openFiles: config.EMBERS_REPLICA_OPEN_FILES,
   tmpBytes: config.EMBERS_REPLICA_TMP_BYTES,
 };
-const support = probeSandbox();
+const support = probeSandbox(config.EMBERS_SANDBOX);
 /** GPU device nodes, bound into the sandbox when models may run on CUDA. */
 const devices = config.EMBERS_EXECUTION_PROVIDERS.some((p) => p !== 'cpu') ? (await readdir('/dev').catch(() => [] as string[])).filter((d) => /^nvidia/.test(d)).map((d) => `/dev/${d}`) : [];
 // Booted with the replica (in standby too): the user code's process and sandbox are ready when
@@ -88,7 +88,7 @@ const userCode = new UserCodeProcess({
   id: `uc-${process.pid}-${Date.now().toString(36)}`,
   cacheDir: required('EMBERS_CACHE_DIR'),
   log,
-  sandbox: support.isolates || support.cgroup ? support : null,
+  sandbox: support.isolates || support.cgroup || support.rlimits ? support : null,
   limits,
   execArgv: USER_CODE_V8_FLAGS,
   devices,

@@ -16,6 +16,8 @@ export interface SandboxSupport {
   /** The user-code process gets a uid of its own (the agent runs as root). */
   ownUid: boolean;
   cgroup: 'v2' | 'v1' | null;
+  /** prlimit(1) is there to set rlimits. */
+  rlimits: boolean;
   missing: string[];
 }
 
@@ -47,6 +49,8 @@ export interface SandboxSpec {
   cgroupProcs: string[];
   /** Whether to wrap in bwrap at all (false: limits only, on a host that cannot isolate). */
   isolate: boolean;
+  /** Whether to set rlimits with prlimit(1). @default true */
+  rlimits?: boolean;
 }
 
 /** The command line that starts the user-code process as `spec` says. Pure: tested as such. */
@@ -72,7 +76,7 @@ export function sandboxCommand(spec: SandboxSpec): SandboxCommand {
     '--',
   ];
   const asUser = spec.uid !== undefined ? ['setpriv', `--reuid=${spec.uid}`, `--regid=${spec.uid}`, '--clear-groups', '--inh-caps=-all', '--'] : [];
-  const limits = ['prlimit', `--nofile=${spec.limits.openFiles}`, `--nproc=${spec.limits.pids}`, '--core=0', '--'];
+  const limits = spec.rlimits === false ? [] : ['prlimit', `--nofile=${spec.limits.openFiles}`, `--nproc=${spec.limits.pids}`, '--core=0', '--'];
   // The shell joins the cgroups first, so that everything it then execs is inside them.
   const join = 'while [ "$1" != "--" ]; do echo $$ > "$1" || exit 97; shift; done; shift; exec "$@"';
   return { command: 'sh', args: ['-c', join, 'sh', ...spec.cgroupProcs, '--', ...limits, ...asUser, ...(spec.isolate ? bwrap : []), ...spec.node] };
@@ -83,16 +87,19 @@ const V1_CONTROLLERS = ['memory', 'pids', 'cpu'] as const;
 
 let probed: SandboxSupport | undefined;
 
-/** Probes once what this host can enforce (bwrap with user and network namespaces, cgroups, a uid switch). */
-export function probeSandbox(): SandboxSupport {
+/** Probes once what this host can enforce (bwrap with user and network namespaces, cgroups, a uid switch); `off`: nothing. */
+export function probeSandbox(mode: 'auto' | 'off' = 'auto'): SandboxSupport {
+  if (mode === 'off') return { isolates: false, ownUid: false, cgroup: null, rlimits: false, missing: ['sandboxing is turned off (EMBERS_SANDBOX=off)'] };
   if (probed) return probed;
   const missing: string[] = [];
   const root = process.getuid?.() === 0;
+  const rlimits = spawnSync('prlimit', ['--version']).status === 0;
+  if (!rlimits) missing.push('prlimit (util-linux) is not installed: no limits on open files and processes');
   const bwrapThere = spawnSync('bwrap', ['--version']).status === 0;
   let isolates = false;
   if (!bwrapThere) missing.push('bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)');
   else {
-    const probe = sandboxCommand({ node: ['/bin/true'], readOnly: [], mounts: [], devices: [], limits: { memoryBytes: 0, pids: 64, openFiles: 64, tmpBytes: 1 << 20 }, uid: root ? SANDBOX_UID_BASE : undefined, cgroupProcs: [], isolate: true });
+    const probe = sandboxCommand({ node: ['/bin/true'], readOnly: [], mounts: [], devices: [], limits: { memoryBytes: 0, pids: 64, openFiles: 64, tmpBytes: 1 << 20 }, uid: root ? SANDBOX_UID_BASE : undefined, cgroupProcs: [], isolate: true, rlimits });
     const r = spawnSync(probe.command, probe.args, { encoding: 'utf8', timeout: 10_000 });
     isolates = r.status === 0;
     if (!isolates) missing.push(`bwrap cannot create user and network namespaces here (${(r.stderr || r.error?.message || `exit ${r.status}`).trim().split('\n')[0]}); inside a container, allow user namespaces (e.g. --security-opt seccomp=unconfined, kernel.unprivileged_userns_clone=1)`);
@@ -100,7 +107,7 @@ export function probeSandbox(): SandboxSupport {
   if (!root) missing.push('not running as root: user code runs as the agent\'s own uid (namespaces still hide the host\'s files and network)');
   const cgroup = probeCgroup();
   if (!cgroup) missing.push(`cgroups are not writable under ${CGROUP_ROOT}: memory, pids and CPU share are bounded by rlimits only (no memory limit)`);
-  probed = { isolates, ownUid: root && isolates, cgroup, missing };
+  probed = { isolates, ownUid: root && isolates, cgroup, rlimits, missing };
   return probed;
 }
 

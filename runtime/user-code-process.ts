@@ -103,6 +103,7 @@ export class UserCodeProcess {
       uid: sandbox?.ownUid ? SANDBOX_UID_BASE + process.pid : undefined,
       cgroupProcs: this.cgroup?.procs ?? [],
       isolate: !!sandbox?.isolates,
+      rlimits: sandbox?.rlimits ?? false,
     });
     // The staging folder must exist before bwrap binds it.
     mkdirSync(path.join(this.staging, 'models'), { recursive: true });

@@ -60,6 +60,8 @@ export interface AgentOptions {
   jobRetentionS?: number;
   /** EMBERS_ALLOW_UNSANDBOXED: run every tenant's code on a node that cannot sandbox it. @default false */
   allowUnsandboxed?: boolean;
+  /** EMBERS_SANDBOX. @default auto */
+  sandbox?: 'auto' | 'off';
 }
 
 interface ReplicaProcess {
@@ -114,7 +116,7 @@ export class NodeAgent {
     } catch (err) {
       this.log.warn({ err: (err as Error).message }, 'could not prebuild the replica runtime; replicas run from TypeScript source');
     }
-    this.sandbox = probeSandbox();
+    this.sandbox = probeSandbox(this.o.sandbox);
     if (!this.sandbox.isolates) this.log.warn({ missing: this.sandbox.missing }, this.o.allowUnsandboxed ? 'user code runs WITHOUT a sandbox on this node (EMBERS_ALLOW_UNSANDBOXED=1)' : 'this node cannot sandbox user code: it runs only the default tenant\'s functions (EMBERS_ALLOW_UNSANDBOXED=1 runs every tenant\'s)');
     else if (this.sandbox.missing.length) this.log.warn({ missing: this.sandbox.missing }, 'user code is sandboxed, with limits missing');
     this.gpus = await discoverGpus();
