@@ -10,6 +10,7 @@ import { startGateway, type GatewayOptions, type RunningGateway } from '../gatew
 import { startLocalRedis, type LocalRedis } from '../infra/local/redis.ts';
 import { startLocalS3, type LocalS3 } from '../infra/local/s3.ts';
 import { NodeAgent, type AgentOptions } from '../scheduler/agent.ts';
+import type { SchedulerOptions } from '../scheduler/scheduler.ts';
 
 export interface Platform {
   url: string;
@@ -59,6 +60,8 @@ export function gatewayOptions(config: Config, o: { redisUrl: string; store: Obj
     host: config.EMBERS_HOST,
     maxBodyBytes: config.EMBERS_MAX_BODY_BYTES,
     maxBundleBytes: config.EMBERS_MAX_BUNDLE_BYTES,
+    maxJsonDepth: config.EMBERS_MAX_JSON_DEPTH,
+    publicUrl: config.EMBERS_PUBLIC_URL,
     queueTimeoutMs: config.EMBERS_QUEUE_TIMEOUT_MS,
   };
 }
@@ -84,6 +87,20 @@ export function agentOptions(config: Config, o: { redisUrl: string; store: Objec
       ...(o.s3Endpoint ? { EMBERS_S3_ENDPOINT: o.s3Endpoint } : {}),
       EMBERS_S3_BUCKET: config.EMBERS_S3_BUCKET,
       EMBERS_DATA_DIR: config.dataDir,
+    },
+  };
+}
+
+/** The scheduler's settings from config, typed as its own options: the agent hands them on as they are. */
+function schedulerOptions(config: Config): Pick<SchedulerOptions, 'tickMs' | 'settings' | 'batchMaxOutstanding' | 'maxJsonDepth'> {
+  return {
+    tickMs: config.EMBERS_SCHEDULER_TICK_MS,
+    batchMaxOutstanding: config.EMBERS_BATCH_MAX_OUTSTANDING,
+    maxJsonDepth: config.EMBERS_MAX_JSON_DEPTH,
+    settings: {
+      stableWindowMs: config.EMBERS_SCALE_STABLE_WINDOW_S * 1000,
+      panicWindowMs: config.EMBERS_SCALE_PANIC_WINDOW_S * 1000,
+      panicThreshold: 2,
     },
   };
 }

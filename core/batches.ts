@@ -111,6 +111,9 @@ if not ok then return s end
 for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 return 'ok'`;
 
+/** The ids BatchStore.newId makes (12 random bytes, base64url): routes check an id by it before any lookup. */
+export const BATCH_ID = /^batch_[A-Za-z0-9_-]{16}$/;
+
 export class BatchStore {
   constructor(private readonly redis: Redis) {}
 

@@ -2,6 +2,7 @@
 import os from 'node:os';
 import { z } from 'zod';
 import path from 'node:path';
+import { DEFAULT_MAX_JSON_DEPTH } from './json-depth.ts';
 
 const bool = z.enum(['1', '0', 'true', 'false']).transform((v) => v === '1' || v === 'true');
 const int = (min: number, max = Number.MAX_SAFE_INTEGER) => z.coerce.number().int().min(min).max(max);
@@ -44,6 +45,22 @@ export const ConfigSchema = z.object({
   EMBERS_REDIS_MEMORY_LIMIT_MB: int(1).optional(),
   /** Largest deploy body (bundle + manifest), in bytes. @default 50 MiB */
   EMBERS_MAX_BUNDLE_BYTES: int(1024).default(50 * 1024 * 1024),
+  /**
+   * Most arrays and objects a caller's JSON may nest (run bodies, deploys, batch lines); deeper is
+   * refused 400 `too_deep`. At most 1000: past a few thousand, JSON.stringify in a replica runs
+   * out of stack. @default 128
+   */
+  EMBERS_MAX_JSON_DEPTH: int(16, 1000).default(DEFAULT_MAX_JSON_DEPTH),
+  /**
+   * Base of the absolute URLs the gateway answers with (an async run's `url` and `Location`, job
+   * and batch urls, function endpoints): how callers reach it, e.g. through a proxy. Never taken
+   * from a request's Host header. @default the gateway's listen address (http://127.0.0.1:8787)
+   */
+  EMBERS_PUBLIC_URL: z
+    .string()
+    .refine(isBaseUrl, 'must be an http or https URL with no query or fragment, e.g. https://embers.example.com')
+    .transform((s) => s.replace(/\/+$/, ''))
+    .optional(),
   /** pino level. @default info */
   EMBERS_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   /** Execution providers in order of preference: `cuda,cpu` uses the GPU when present. @default cpu */
@@ -121,6 +138,13 @@ export const ConfigSchema = z.object({
 });
   /** `auto`: sandbox user code where the host allows; `off`: never (the node then counts as one that cannot isolate). @default auto */
   EMBERS_SANDBOX: z.enum(['auto', 'off']).default('auto'),
+
+/** An absolute http(s) URL that other paths can be appended to. */
+function isBaseUrl(s: string): boolean {
+  if (!URL.canParse(s)) return false;
+  const u = new URL(s);
+  return (u.protocol === 'http:' || u.protocol === 'https:') && u.search === '' && u.hash === '' && !s.includes('?') && !s.includes('#');
+}
 
 export type Config = z.infer<typeof ConfigSchema> & { dataDir: string };
 

@@ -69,6 +69,9 @@ redis.call('EXPIRE', KEYS[1], ARGV[7])
 redis.call('SET', KEYS[2], redis.call('HGET', KEYS[1], 'tenant') or '', 'EX', ARGV[8])
 return 1`;
 
+/** The ids JobStore.newId makes (12 random bytes, base64url): routes check an id by it before any lookup. */
+export const JOB_ID = /^job_[A-Za-z0-9_-]{16}$/;
+
 export class JobStore {
   constructor(
     private readonly redis: Redis,

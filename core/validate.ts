@@ -48,12 +48,54 @@ const ajv = new Ajv2020({ allErrors: true, strict: false, addUsedSchema: false, 
 
 export type InputValidator = ValidateFunction;
 
+/**
+ * Bounds of an input schema a deploy may bring. ajv's compile time grows faster than the schema
+ * (2,000 properties with patterns took 3–4 s here), and it runs in every gateway's event loop;
+ * real input schemas have tens of parts, not thousands.
+ */
+export const MAX_SCHEMA_PARTS = 1_000;
+export const MAX_SCHEMA_BYTES = 256 * 1024;
+
+/** Why a schema is past those bounds (to follow "spec.inputSchema "), or undefined. */
+export function schemaTooLarge(schema: unknown): string | undefined {
+  // Counted as they are found, without recursion: the schema is a caller's JSON.
+  let parts = 0;
+  const stack: object[] = [];
+  const visit = (v: unknown): boolean => {
+    if (typeof v !== 'object' || v === null) return true;
+    stack.push(v);
+    return ++parts <= MAX_SCHEMA_PARTS;
+  };
+  let within = visit(schema);
+  while (within && stack.length > 0) {
+    const v = stack.pop()!;
+    for (const child of Array.isArray(v) ? v : Object.values(v)) if (!(within = visit(child))) break;
+  }
+  if (!within) return `has more than ${MAX_SCHEMA_PARTS} objects and arrays; an input schema this large would stall every gateway while it compiles`;
+  const bytes = Buffer.byteLength(JSON.stringify(schema));
+  if (bytes > MAX_SCHEMA_BYTES) return `is ${bytes} bytes as JSON, over ${MAX_SCHEMA_BYTES}`;
+  return undefined;
+}
+
 /** Throws (ajv's message) when the schema is not a valid JSON Schema. */
 export function compileInputSchema(schema: Record<string, unknown>): InputValidator {
   const validate = ajv.compile(schema);
   // ajv keeps every compiled schema in a cache keyed by the object; callers keep what they need.
   ajv.removeSchema(schema);
   return validate;
+}
+
+/**
+ * Runs a validator on input. A recursive schema (a `$ref` to itself) follows the input down, so
+ * input nested past the stack throws RangeError: the input's fault ('too_deep'), not a crash.
+ */
+export function checkInput(v: InputValidator, input: unknown): 'valid' | 'invalid' | 'too_deep' {
+  try {
+    return v(input) ? 'valid' : 'invalid';
+  } catch (err) {
+    if (err instanceof RangeError) return 'too_deep';
+    throw err;
+  }
 }
 
 /** `/image must be string; (body) must have required property 'x'` */

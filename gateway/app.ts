@@ -50,6 +50,13 @@ export interface GatewayDeps {
   log: Logger;
   maxBodyBytes: number;
   maxBundleBytes: number;
+  /** Most arrays and objects a JSON body may nest (EMBERS_MAX_JSON_DEPTH); deeper is a 400. */
+  maxJsonDepth: number;
+  /**
+   * Base of every absolute URL the gateway answers with (EMBERS_PUBLIC_URL, else its listen
+   * address), never built from the request's Host header, which is the caller's to write.
+   */
+  readonly publicUrl: string;
   /** Longest a request waits in its queue before it is answered 504. */
   queueTimeoutMs: number;
   jobs: JobStore;

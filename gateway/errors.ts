@@ -3,6 +3,7 @@ import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import type { IncomingMessage } from 'node:http';
 import type { Context } from 'hono';
 import { errorBody } from '../core/contracts.ts';
+import { nestsDeeperThan, tooDeepMessage } from '../core/json-depth.ts';
 import type { Logger } from '../core/log.ts';
 
 /** An error whose status says whose fault it was (4xx caller, 503 overloaded, 500 us). */
@@ -31,6 +32,8 @@ export function onError(log: Logger) {
       const code = err.status === 413 ? 'too_large' : err.status === 401 ? 'unauthorized' : 'bad_request';
       return c.json(errorBody(code, err.message || 'bad request'), err.status);
     }
+    // The caller closed its connection before its body was all there: its mistake, not a crash of ours.
+    if (isAbortedBody(err)) return c.json(errorBody('incomplete_body', 'the request body ended before it was complete: the connection closed'), 400);
     if (isRedisDown(err)) {
       log.warn({ err: err.message, rid: c.get('rid') }, 'redis unavailable');
       return c.json(errorBody('unavailable', 'the queue (Redis) is unreachable right now; retry shortly'), 503);
@@ -48,6 +51,12 @@ export function isRedisDown(err: unknown): boolean {
     e?.code === 'ECONNREFUSED' ||
     /Stream isn't writeable|Connection is closed|enableOfflineQueue/.test(e?.message ?? '')
   );
+}
+
+/** Node's error for a request whose connection closed before its body ended (as read by Hono or by us). */
+function isAbortedBody(err: unknown): boolean {
+  const e = err as { code?: string; message?: string };
+  return e?.code === 'ECONNRESET' && e.message === 'aborted';
 }
 
 export function notFound(c: Context) {
@@ -125,18 +134,25 @@ export async function readBytes(c: Context): Promise<Buffer> {
   return chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, at);
 }
 
-/** Parses a JSON body, answering 400 with the parser's reason instead of a 500. */
-export async function readJson(c: Context): Promise<unknown> {
-  return (await readJsonText(c)).value;
+/**
+ * Parses a JSON body, answering 400 with the parser's reason instead of a 500, and 400 `too_deep`
+ * when it nests more than `maxDepth` arrays and objects (EMBERS_MAX_JSON_DEPTH).
+ */
+export async function readJson(c: Context, maxDepth: number): Promise<unknown> {
+  return (await readJsonText(c, maxDepth)).value;
 }
 
 /** readJson, with the text it parsed (a run queues that text as it is: LiveQueue.add). */
-export async function readJsonText(c: Context): Promise<{ value: unknown; text: string }> {
+export async function readJsonText(c: Context, maxDepth: number): Promise<{ value: unknown; text: string }> {
   const text = bufferedBody(c) ?? (await c.req.text());
   if (text.trim() === '') throw new ApiError(400, 'invalid_json', 'request body is empty; send a JSON object');
+  let value: unknown;
   try {
-    return { value: JSON.parse(text), text };
+    value = JSON.parse(text);
   } catch (err) {
     throw new ApiError(400, 'invalid_json', `request body is not valid JSON: ${(err as Error).message}`);
   }
+  // V8 parses any depth without recursion; what walks the value later may not.
+  if (nestsDeeperThan(value, maxDepth)) throw new ApiError(400, 'too_deep', tooDeepMessage('request body', maxDepth));
+  return { value, text };
 }

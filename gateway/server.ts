@@ -9,6 +9,7 @@ import { Queue } from 'bullmq';
 import { BatchStore } from '../core/batches.ts';
 import { FileStore } from '../core/files.ts';
 import { keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type PlatformEvent } from '../core/contracts.ts';
+import { DEFAULT_MAX_JSON_DEPTH } from '../core/json-depth.ts';
 import { LiveQueue } from '../core/live-queue.ts';
 import { JobStore } from '../core/jobs.ts';
 import type { Logger } from '../core/log.ts';
@@ -49,6 +50,10 @@ export interface GatewayOptions {
   webhookSecret?: string;
   /** @default 1 GiB */
   maxBatchBytes?: number;
+  /** Most arrays and objects a JSON body may nest (EMBERS_MAX_JSON_DEPTH). @default 128 */
+  maxJsonDepth?: number;
+  /** Base of the absolute URLs the gateway answers with (EMBERS_PUBLIC_URL). @default its listen address */
+  publicUrl?: string;
   /** Redis memory past which runs are refused (RedisMemory); unset: from Redis's maxmemory or machine. */
   redisMemoryLimitBytes?: number;
   /** @default free */
@@ -109,7 +114,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
   const webhookQueue = new Queue(WEBHOOK_QUEUE, { connection: redis, prefix: QUEUE_PREFIX });
   webhookQueue.on('error', (err) => log.warn({ err: err.message }, 'webhook queue error'));
   let url = '';
-  const webhooks = startWebhookWorker({ redisUrl: o.redisUrl, jobs, secret: webhookSecret, baseUrl: () => url, log });
+  const webhooks = startWebhookWorker({ redisUrl: o.redisUrl, jobs, secret: webhookSecret, baseUrl: () => o.publicUrl ?? url, log });
 
   const lastWake = new Map<string, number>();
   const app = createApp({
@@ -127,6 +132,11 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     log,
     maxBodyBytes: o.maxBodyBytes,
     maxBundleBytes: o.maxBundleBytes,
+    maxJsonDepth: o.maxJsonDepth ?? DEFAULT_MAX_JSON_DEPTH,
+    // Read when a request needs it: the listen address is known once the server listens, below.
+    get publicUrl() {
+      return o.publicUrl ?? url;
+    },
     queueTimeoutMs: o.queueTimeoutMs,
     jobs,
     batches: new BatchStore(redis),

@@ -12,6 +12,7 @@ import type { Registry } from '../core/registry.ts';
 import { DEFAULT_TENANT } from '../core/tenants.ts';
 import { statusOf, type ObjectStore } from '../core/s3.ts';
 import { compileInputSchema, describeErrors } from '../core/validate.ts';
+import { nestsDeeperThan, tooDeepMessage } from '../core/json-depth.ts';
 
 export interface BatchFeederOptions {
   redis: Redis;
@@ -20,6 +21,8 @@ export interface BatchFeederOptions {
   log: Logger;
   /** Lines of one batch in its function's queue at once. */
   maxOutstanding: number;
+  /** Most arrays and objects a line's input may nest (EMBERS_MAX_JSON_DEPTH); a deeper line fails alone. */
+  maxJsonDepth: number;
   /** Work was queued for a function: decide its scale now. */
   wake(fn: string): void;
   /** The function's queue (the scheduler's, shared). */
@@ -158,11 +161,13 @@ export class BatchFeeder {
     for await (const { line, text } of await this.lines(rec)) {
       if (line % 1000 === 0) await this.check(rec.id, ['validating']);
       total++;
-      const item = parseLine(text);
+      const item = parseLine(text, this.o.maxJsonDepth);
       let error: { code: string; message: string } | undefined;
       let cid: string | null = null;
-      if ('error' in item) error = item.error;
-      else {
+      if ('error' in item) {
+        error = item.error;
+        cid = item.cid ?? null;
+      } else {
         cid = item.cid;
         if (seen.has(cid)) error = { code: 'duplicate_custom_id', message: `custom_id "${cid}" appears on an earlier line; each must be unique` };
         else if (!valid(item.input)) error = { code: 'invalid_input', message: `input does not match the schema of ${rec.function}: ${describeErrors(valid)}` };
@@ -186,7 +191,7 @@ export class BatchFeeder {
     const queue = this.o.queue(rec.function);
     const done = await this.batches.doneLines(rec.id);
     const meta = { enq: 0, t: rec.tenant, k: rec.key };
-    let jobs: (ReturnType<typeof lineJob> | ReturnType<typeof chunkJob>)[] = [];
+    let jobs: FeedJob[] = [];
     let lines = 0;
     // The chunk being filled: queued once a line beyond it comes, so it is never split across two addBulks.
     let open: { first: number; lines: BatchChunkLine[] } | undefined;
@@ -206,8 +211,8 @@ export class BatchFeeder {
       const perMs = pace.perMs(DECIDE_SPAN_MS);
       const enq = Date.now();
       for (const j of jobs) j.data.enq = enq;
-      await queue.addBulk(jobs);
-      const tx = this.o.redis.multi().hset(keys.batch(rec.id), 'cursor', cursor).hincrby(keys.batch(rec.id), 'fed', lines);
+      const unqueued = await this.addOrFailAlone(rec.id, queue, jobs);
+      const tx = this.o.redis.multi().hset(keys.batch(rec.id), 'cursor', cursor).hincrby(keys.batch(rec.id), 'fed', lines - unqueued);
       const size = perMs ? chunkLines(perMs, this.o.maxOutstanding) : 0;
       // Only up, and by a factor of 2 or more, so the size does not follow the rate's noise (a
       // chunk's lines are each held back by live traffic on their own; a big chunk of a batch
@@ -227,7 +232,7 @@ export class BatchFeeder {
     };
     for await (const { line, text } of await this.lines(rec)) {
       if (line <= rec.cursor || done.has(line)) continue;
-      const item = parseLine(text);
+      const item = parseLine(text, this.o.maxJsonDepth);
       if ('error' in item) continue; // recorded while validating
       let first = chunkOf(line, rec);
       if (open && open.first !== first) {
@@ -257,6 +262,28 @@ export class BatchFeeder {
       await sleep(POLL_MS * 2);
     }
     await this.batches.transition(rec.id, ['in_progress'], { status: 'finalizing', finalizingAt: new Date().toISOString() });
+  }
+
+  /**
+   * Queues the jobs. When BullMQ refuses them and some lines' inputs cannot be written as JSON,
+   * those lines fail alone (errors file, with their line numbers; never queued, so never fed) and
+   * the rest are queued; any other failure (Redis) is thrown, and the feed resumes from the cursor.
+   * Returns how many lines failed here.
+   */
+  private async addOrFailAlone(batch: string, queue: Queue, jobs: FeedJob[]): Promise<number> {
+    try {
+      await queue.addBulk(jobs);
+      return 0;
+    } catch (err) {
+      const { queueable, unwritable } = splitUnwritable(jobs);
+      if (unwritable.length === 0) throw err;
+      for (const { line, cid, reason } of unwritable) {
+        const error = { code: 'not_queued', message: `line could not be queued: its input cannot be written as JSON (${reason})` };
+        await this.batches.lineDone(batch, line, false, errorLine(cid, line, error), true);
+      }
+      if (queueable.length > 0) await queue.addBulk(queueable);
+      return unwritable.length;
+    }
   }
 
   /** Waits until `n` more lines fit in the batch's window, or none is out (a window smaller than one addBulk still moves). */
@@ -359,8 +386,39 @@ export class BatchFeeder {
   }
 }
 
-/** One input line: `{ "custom_id": "…", "input": … }`, or why it is not one. */
-export function parseLine(text: string): { cid: string; input: unknown } | { error: { code: string; message: string } } {
+type FeedJob = ReturnType<typeof lineJob> | ReturnType<typeof chunkJob>;
+
+/**
+ * The lines among `jobs` whose input JSON.stringify cannot write (so BullMQ cannot queue them),
+ * and the jobs without them: a chunk keeps its id (its first line's) with the lines left.
+ */
+export function splitUnwritable(jobs: FeedJob[]): { queueable: FeedJob[]; unwritable: { line: number; cid: string; reason: string }[] } {
+  const unwritable: { line: number; cid: string; reason: string }[] = [];
+  const writable = (l: Pick<BatchChunkLine, 'line' | 'cid' | 'input'>): boolean => {
+    try {
+      JSON.stringify(l.input);
+      return true;
+    } catch (err) {
+      unwritable.push({ line: l.line, cid: l.cid, reason: (err as Error).message });
+      return false;
+    }
+  };
+  const queueable: FeedJob[] = [];
+  for (const job of jobs) {
+    if ('chunk' in job.data) {
+      const kept = job.data.chunk.lines.filter(writable);
+      if (kept.length === job.data.chunk.lines.length) queueable.push(job);
+      else if (kept.length > 0) queueable.push({ ...job, data: { ...job.data, chunk: { ...job.data.chunk, lines: kept } } });
+    } else if (writable({ line: job.data.batch!.line, cid: job.data.batch!.cid, input: job.data.input })) queueable.push(job);
+  }
+  return { queueable, unwritable };
+}
+
+/**
+ * One input line: `{ "custom_id": "…", "input": … }`, or why it is not one. An input nesting
+ * more than `maxDepth` arrays and objects is refused before anything walks it.
+ */
+export function parseLine(text: string, maxDepth: number): { cid: string; input: unknown } | { error: { code: string; message: string }; cid?: string } {
   let v: unknown;
   try {
     v = JSON.parse(text);
@@ -370,6 +428,8 @@ export function parseLine(text: string): { cid: string; input: unknown } | { err
   if (typeof v !== 'object' || v === null || Array.isArray(v)) return { error: { code: 'invalid_line', message: 'each line must be a JSON object {"custom_id": "…", "input": {…}}' } };
   const { custom_id: cid, input } = v as { custom_id?: unknown; input?: unknown };
   if (typeof cid !== 'string' || cid === '') return { error: { code: 'missing_custom_id', message: 'line has no "custom_id" (a non-empty string)' } };
+  // The input, as a run's body would be: it is what BullMQ and the replica walk.
+  if (nestsDeeperThan(input, maxDepth)) return { error: { code: 'too_deep', message: tooDeepMessage('input', maxDepth) }, cid };
   return { cid, input };
 }
 

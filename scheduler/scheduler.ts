@@ -9,6 +9,7 @@ import type { Logger } from '../core/log.ts';
 import { Registry } from '../core/registry.ts';
 import type { ObjectStore } from '../core/s3.ts';
 import { BatchStore } from '../core/batches.ts';
+import { DEFAULT_MAX_JSON_DEPTH } from '../core/json-depth.ts';
 import { BatchFeeder } from './batch-feeder.ts';
 import { LeaderLease } from './leader.ts';
 import { place, type Placement } from './placement.ts';
@@ -23,6 +24,8 @@ export interface SchedulerOptions {
   settings: ScalerSettings;
   /** Lines of one batch kept in its function's queue at once. @default 256 */
   batchMaxOutstanding?: number;
+  /** Most arrays and objects a batch line's input may nest (EMBERS_MAX_JSON_DEPTH). @default 128 */
+  maxJsonDepth?: number;
 }
 
 export class Scheduler {
@@ -49,6 +52,7 @@ export class Scheduler {
       registry: this.registry,
       log: o.log,
       maxOutstanding: o.batchMaxOutstanding ?? 256,
+      maxJsonDepth: o.maxJsonDepth ?? DEFAULT_MAX_JSON_DEPTH,
       // Batch lines count as load like any other queued job: decide at once rather than at the next tick.
       wake: () => void this.tick(),
       queue: (fn) => this.queue(batchQueueName(fn)),

@@ -7,7 +7,7 @@ import { Hono, type Context } from 'hono';
 import { canAccess } from '../../core/tenants.ts';
 import { requireScope } from '../middleware/auth.ts';
 import { z } from 'zod';
-import { BatchStore, type BatchView } from '../../core/batches.ts';
+import { BATCH_ID, BatchStore, type BatchView } from '../../core/batches.ts';
 import { FUNCTION_NAME, keys, s3Keys, type PlatformEvent } from '../../core/contracts.ts';
 import { parseS3Uri, statusOf } from '../../core/s3.ts';
 import { ApiError, readJson } from '../errors.ts';
@@ -22,7 +22,6 @@ const FromUri = z.object({
 
 export function batchRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
-  const origin = (url: string) => new URL(url).origin;
   const announce = (id: string) => deps.redis.publish(keys.registryChannel, JSON.stringify({ type: 'batch', id } satisfies PlatformEvent));
 
   /** The function's owner, if the caller may use it. */
@@ -65,7 +64,7 @@ export function batchRoutes(deps: GatewayDeps) {
       }
       inputUri = deps.store.uri(key);
     } else {
-      const parsed = FromUri.safeParse(await readJson(c));
+      const parsed = FromUri.safeParse(await readJson(c, deps.maxJsonDepth));
       if (!parsed.success) throw new ApiError(400, 'invalid_request', `${z.prettifyError(parsed.error)} — send JSONL with ?function=NAME, or JSON {"function": "NAME", "input_uri": "s3://bucket/input.jsonl"}`);
       fn = parsed.data.function;
       inputUri = parsed.data.input_uri;
@@ -78,7 +77,7 @@ export function batchRoutes(deps: GatewayDeps) {
     }
     await deps.batches.create({ id, fn, tenant: owner, key: c.get('auth').keyId, inputUri });
     await announce(id);
-    const created = await deps.batches.view(id, origin(c.req.url));
+    const created = await deps.batches.view(id, deps.publicUrl);
     c.header('location', created!.view.urls.self);
     return c.json(created!.view, 201);
   });
@@ -89,13 +88,14 @@ export function batchRoutes(deps: GatewayDeps) {
     const limit = given === undefined ? 20 : Number(given);
     if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw new ApiError(400, 'invalid_request', `limit must be a whole number from 1 to 100, got "${given}"`);
     const auth = c.get('auth');
-    const all = await deps.batches.list(origin(c.req.url), auth.admin ? limit : 1000);
+    const all = await deps.batches.list(deps.publicUrl, auth.admin ? limit : 1000);
     return c.json({ data: all.filter((b) => canAccess(auth, b.tenant)).slice(0, limit).map((b) => b.view) });
   });
 
   const find = async (c: Context<GatewayEnv>, id: string): Promise<BatchView> => {
     requireScope(c, 'run');
-    const found = await deps.batches.view(id, origin(c.req.url));
+    // A malformed id is as unknown as a missing one, and never becomes a Redis key.
+    const found = BATCH_ID.test(id) ? await deps.batches.view(id, deps.publicUrl) : null;
     if (!found || !canAccess(c.get('auth'), found.tenant)) throw new ApiError(404, 'batch_not_found', `no batch ${id}; \`embers batch list\` shows recent ones`);
     return found.view;
   };

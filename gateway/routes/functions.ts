@@ -7,7 +7,7 @@ import { liveStream, takeUnstarted } from '../../core/live-queue.ts';
 import { answerUnrun } from '../../core/jobs.ts';
 import { canAccess } from '../../core/tenants.ts';
 import { ApiError, readJson } from '../errors.ts';
-import { compileInputSchema } from '../../core/validate.ts';
+import { compileInputSchema, schemaTooLarge } from '../../core/validate.ts';
 import { requireScope } from '../middleware/auth.ts';
 import type { GatewayDeps, GatewayEnv } from '../app.ts';
 
@@ -20,7 +20,7 @@ export function functionRoutes(deps: GatewayDeps) {
     limitBody(deps.maxBundleBytes, `deploy body is over ${deps.maxBundleBytes} bytes (EMBERS_MAX_BUNDLE_BYTES)`),
     async (c) => {
       requireScope(c, 'deploy');
-      const parsed = DeployRequestSchema.safeParse(await readJson(c));
+      const parsed = DeployRequestSchema.safeParse(await readJson(c, deps.maxJsonDepth));
       if (!parsed.success) throw new ApiError(400, 'invalid_deploy', `deploy request is invalid: ${z.prettifyError(parsed.error)}`, parsed.error.issues);
       const { spec } = parsed.data;
       const bundle = Buffer.from(parsed.data.bundle, 'base64');
@@ -28,6 +28,8 @@ export function functionRoutes(deps: GatewayDeps) {
       if (bundle.length === 0 || bundle.toString('base64').replace(/=+$/, '') !== parsed.data.bundle.replace(/\s+/g, '').replace(/=+$/, '').replace(/-/g, '+').replace(/_/g, '/')) {
         throw new ApiError(400, 'invalid_deploy', 'bundle must be the function\'s JavaScript bundle as base64 (`embers deploy` builds and encodes it)');
       }
+      const oversized = schemaTooLarge(spec.inputSchema);
+      if (oversized) throw new ApiError(400, 'invalid_deploy', `spec.inputSchema ${oversized}`);
       try {
         compileInputSchema(spec.inputSchema);
       } catch (err) {
@@ -46,7 +48,7 @@ export function functionRoutes(deps: GatewayDeps) {
       }
       const manifest = await registry.deploy(spec, bundle);
       deps.functions.invalidate(spec.name);
-      const origin = new URL(c.req.url).origin;
+      const origin = deps.publicUrl;
       const unchanged = manifest.unchanged === true;
       return c.json({ ...describeVersion(manifest), tenant: owner, unchanged, endpoint: `${origin}/v1/run/${manifest.name}` }, unchanged ? 200 : 201);
     },
@@ -68,7 +70,7 @@ export function functionRoutes(deps: GatewayDeps) {
       name,
       tenant: owner,
       active: active.version,
-      endpoint: `${new URL(c.req.url).origin}/v1/run/${name}`,
+      endpoint: `${deps.publicUrl}/v1/run/${name}`,
       manifest: describeVersion(active),
       versions: versions.map((v) => ({ version: v.version, createdAt: v.createdAt, bundleBytes: v.bundle.bytes })),
       replicas: await replicasOf(redis, name),

@@ -4,17 +4,17 @@ import { canAccess } from '../../core/tenants.ts';
 import { recordUsage } from '../../core/usage.ts';
 import { requireScope } from '../middleware/auth.ts';
 import { keys } from '../../core/contracts.ts';
-import { CANCELED_BODY, enqueueWebhook } from '../../core/jobs.ts';
+import { CANCELED_BODY, enqueueWebhook, JOB_ID } from '../../core/jobs.ts';
 import { ApiError } from '../errors.ts';
 import type { GatewayDeps, GatewayEnv } from '../app.ts';
 
 export function jobRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
-  const origin = (url: string) => new URL(url).origin;
 
   const find = async (c: Context<GatewayEnv>, id: string) => {
     requireScope(c, 'run');
-    const found = await deps.jobs.get(id, origin(c.req.url));
+    // A malformed id (`<id>:gone` names the tombstone's key) is as unknown as a missing one.
+    const found = JOB_ID.test(id) ? await deps.jobs.get(id, deps.publicUrl) : null;
     // Another tenant's job is as unknown as a missing one.
     if (!found || !canAccess(c.get('auth'), found.tenant)) throw new ApiError(404, 'job_not_found', `no job ${id}; async runs answer 202 with their id (POST /v1/run/:name with "Prefer: respond-async")`);
     if ('expired' in found) throw new ApiError(404, 'job_expired', `job ${id} finished more than ${deps.jobs.retentionS} s ago and its result has expired (EMBERS_JOB_RETENTION_S)`);

@@ -5,7 +5,7 @@ import { limitBody } from '../middleware/body-limit.ts';
 import { FUNCTION_NAME, isJsonType, keys, type ColdStartPhases, type RunJobData } from '../../core/contracts.ts';
 import { JobStore } from '../../core/jobs.ts';
 import { enqueueStamp } from '../../core/clock.ts';
-import { describeErrors } from '../../core/validate.ts';
+import { checkInput, describeErrors } from '../../core/validate.ts';
 import { ApiError, readBytes, readJsonText } from '../errors.ts';
 import { acquireSlot, checkRate } from '../quotas.ts';
 import type { GatewayEnv, GatewayDeps } from '../app.ts';
@@ -42,8 +42,10 @@ export function runRoutes(deps: GatewayDeps) {
       requireScope(c, 'run');
       const failure = functions.startFailure(name);
       if (failure) throw new ApiError(503, 'replica_start_failed', `${name} cannot start right now: ${failure.phase} failed: ${failure.message}`);
-      const { input, inputJson, body: bytes, raw } = await readInput(c, name, fn.manifest.binaryInput);
-      if (raw === undefined && !fn.validate(input)) {
+      const { input, inputJson, body: bytes, raw } = await readInput(c, name, fn.manifest.binaryInput, deps.maxJsonDepth);
+      const verdict = raw === undefined ? checkInput(fn.validate, input) : 'valid';
+      if (verdict === 'too_deep') throw new ApiError(400, 'too_deep', `input nests too deeply for the recursive schema of ${name} to be checked; send flatter JSON`);
+      if (verdict === 'invalid') {
         const binary = fn.manifest.binaryInput;
         const hint = binary ? ` (to send "${binary}" as bytes, make them the body, with their own Content-Type)` : '';
         throw new ApiError(400, 'invalid_input', `input does not match the schema of ${name}: ${describeErrors(fn.validate)}${hint}`, fn.validate.errors);
@@ -62,7 +64,8 @@ export function runRoutes(deps: GatewayDeps) {
       });
       if (async) {
         const job = await enqueueAsync(deps, name, { rid, input, raw, ...stamp, ...bill }, { inputJson, body: bytes }, auth, webhook);
-        const url = `${new URL(c.req.url).origin}/v1/jobs/${job}`;
+        // From EMBERS_PUBLIC_URL: the request's Host header is the caller's to write.
+        const url = `${deps.publicUrl}/v1/jobs/${job}`;
         c.header('location', url);
         c.header('preference-applied', 'respond-async');
         return c.json({ id: job, status: 'queued', url }, 202);
@@ -122,7 +125,7 @@ export function runRoutes(deps: GatewayDeps) {
  * `binaryInput` takes any other Content-Type as bytes, queued beside an input of `{}` that the
  * replica completes with them (`raw` names the field).
  */
-async function readInput(c: Context<GatewayEnv>, name: string, binaryInput: string | undefined): Promise<{ input: unknown; inputJson: string; body?: Buffer; raw?: string }> {
+async function readInput(c: Context<GatewayEnv>, name: string, binaryInput: string | undefined, maxDepth: number): Promise<{ input: unknown; inputJson: string; body?: Buffer; raw?: string }> {
   const type = c.req.header('content-type');
   if (binaryInput !== undefined && !isJsonType(type)) {
     if (/^\s*multipart\//i.test(type!)) {
@@ -133,7 +136,7 @@ async function readInput(c: Context<GatewayEnv>, name: string, binaryInput: stri
     return { input: {}, inputJson: '{}', body, raw: binaryInput };
   }
   try {
-    const { value, text } = await readJsonText(c);
+    const { value, text } = await readJsonText(c, maxDepth);
     return { input: value, inputJson: text };
   } catch (err) {
     if (!(err instanceof ApiError) || err.code !== 'invalid_json') throw err;

@@ -22,7 +22,7 @@ export function tenantRoutes(deps: GatewayDeps) {
   app.use('*', limitBody(MAX_BODY_BYTES, `tenant and key requests are at most ${MAX_BODY_BYTES / 1024} KiB`));
 
   app.post('/', async (c) => {
-    const { name } = parse(CreateTenantSchema, await readJson(c), 'tenant');
+    const { name } = parse(CreateTenantSchema, await readJson(c, deps.maxJsonDepth), 'tenant');
     return c.json(await tenants.createTenant(name), 201);
   });
 
@@ -38,7 +38,7 @@ export function tenantRoutes(deps: GatewayDeps) {
 
   app.post('/:id/keys', async (c) => {
     const id = (await existing(c)).id;
-    const body = parse(CreateKeySchema, await readJson(c), 'key');
+    const body = parse(CreateKeySchema, await readJson(c, deps.maxJsonDepth), 'key');
     const created = await tenants.createKey(id, body);
     // The tenant was deleted between the two steps.
     if (!created) throw tenantNotFound(id);

@@ -1,0 +1,164 @@
+// Issue 28, "no 5xx for a caller's mistake": what an attacker sent that was answered 500 (or that
+// stalled a batch) is now a 4xx that says what to change. Real Redis, S3, gateway and replicas.
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import { after, before, describe, it } from 'node:test';
+import { bundleFunction } from '../../cli/deploy.ts';
+import { eventually, fixture, shipped, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
+
+const PUBLIC = 'https://embers.example.com/base';
+let p: TestPlatform;
+
+before(async () => {
+  p = await startTestPlatform({ EMBERS_PUBLIC_URL: `${PUBLIC}/`, EMBERS_SCHEDULER_TICK_MS: '100' });
+  await p.deploy(shipped('echo.ts'));
+  await p.deploy(fixture('tree.ts'));
+});
+after(() => p?.close());
+
+interface ErrorBody {
+  error: { code: string; message: string };
+}
+const nested = (n: number) => `${'['.repeat(n)}${']'.repeat(n)}`;
+const post = (route: string, body: string, headers: Record<string, string> = {}) => p.fetch(route, { method: 'POST', body, headers: { 'content-type': 'application/json', ...headers } });
+const errorOf = async (res: Response, status: number): Promise<ErrorBody['error']> => {
+  const text = await res.text();
+  assert.equal(res.status, status, text);
+  return (JSON.parse(text) as ErrorBody).error;
+};
+
+/** A request through node:http, which sends the Host header it is given (fetch will not). */
+function rawRequest(method: string, route: string, body: string, headers: Record<string, string>): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }> {
+  const u = new URL(p.url);
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: u.hostname, port: u.port, method, path: route, headers: { authorization: `Bearer ${p.apiKey}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), ...headers } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks).toString() }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+describe('JSON nested past EMBERS_MAX_JSON_DEPTH (128)', () => {
+  it('is a 400 too_deep on every route that reads JSON, naming the limit', async () => {
+    const deep = nested(5000);
+    const answers = [
+      await post('/v1/run/echo', deep),
+      await post('/v1/run/echo', deep, { prefer: 'respond-async' }),
+      await post('/v1/functions', `{"spec":${deep}}`),
+      await post('/v1/batches', `{"function":"echo","input_uri":${deep}}`),
+      await post('/v1/tenants', deep, { authorization: `Bearer ${p.adminKey}` }),
+    ];
+    for (const res of answers) {
+      const error = await errorOf(res, 400);
+      assert.equal(error.code, 'too_deep');
+      assert.match(error.message, /more than 128 levels deep.*\(EMBERS_MAX_JSON_DEPTH\)/);
+    }
+  });
+
+  it('leaves JSON at the limit alone: echo answers it as it came', async () => {
+    const res = await post('/v1/run/echo', nested(128));
+    assert.equal(res.status, 200);
+    assert.equal(await res.text(), nested(128));
+  });
+
+  it('keeps input for a recursive schema within what its validator can walk', async () => {
+    const ok = await post('/v1/run/tree', `{"tree":${nested(100)}}`);
+    assert.equal(ok.status, 200);
+    assert.deepEqual(await ok.json(), { depth: 100 });
+    assert.equal((await errorOf(await post('/v1/run/tree', `{"tree":${nested(20_000)}}`), 400)).code, 'too_deep');
+  });
+});
+
+describe('deploying a pathological input schema', () => {
+  const deploy = async (inputSchema: unknown) => {
+    const bundle = (await bundleFunction(shipped('echo.ts'))).toString('base64');
+    return post('/v1/functions', JSON.stringify({ spec: { name: 'pathological', inputSchema }, bundle }));
+  };
+
+  it('is a 400 when it is huge, before any compile stalls the gateway', async () => {
+    const properties = Object.fromEntries(Array.from({ length: 5000 }, (_, i) => [`p${i}`, { type: 'string', pattern: `^a${i}$` }]));
+    const error = await errorOf(await deploy({ type: 'object', properties }), 400);
+    assert.equal(error.code, 'invalid_deploy');
+    assert.match(error.message, /spec\.inputSchema has more than 1000 objects and arrays/);
+    assert.match((await errorOf(await deploy({ enum: ['x'.repeat(300 * 1024)] }), 400)).message, /bytes as JSON, over 262144/);
+  });
+
+  it('is a 400 when it nests past the limit', async () => {
+    let schema: unknown = { type: 'string' };
+    for (let i = 0; i < 200; i++) schema = { type: 'object', properties: { a: schema } };
+    assert.equal((await errorOf(await deploy(schema), 400)).code, 'too_deep');
+    assert.equal((await post('/v1/run/echo', '{"still":"serving"}')).status, 200);
+  });
+});
+
+describe('ids checked by format', () => {
+  const unknownJob = (id: string) => `no job ${id}; async runs answer 202 with their id (POST /v1/run/:name with "Prefer: respond-async")`;
+
+  it('a finished job\'s tombstone key (<id>:gone) and other malformed ids are answered as unknown jobs', async () => {
+    const { id } = (await (await post('/v1/run/echo', '{"a":1}', { prefer: 'respond-async' })).json()) as { id: string };
+    await eventually(async () => ((await (await p.fetch(`/v1/jobs/${id}`)).json()) as { status: string }).status === 'succeeded', 'the job to succeed');
+    for (const bad of [`${id}:gone`, `${id}x`, 'job_%E0%A4%A', 'x'.repeat(500)]) {
+      for (const [method, route] of [['GET', `/v1/jobs/${bad}`], ['GET', `/v1/jobs/${bad}/output`], ['DELETE', `/v1/jobs/${bad}`]]) {
+        const error = await errorOf(await p.fetch(route, { method }), 404);
+        assert.deepEqual(error, { code: 'job_not_found', message: unknownJob(decodeURIComponent(bad.replace('%E0%A4%A', '%25E0%25A4%25A'))) });
+      }
+    }
+    // A well-formed id that was never made gets the same answer.
+    assert.deepEqual(await errorOf(await p.fetch('/v1/jobs/job_AAAAAAAAAAAAAAAA'), 404), { code: 'job_not_found', message: unknownJob('job_AAAAAAAAAAAAAAAA') });
+  });
+
+  it('a batch id that names its results hash, or any malformed one, is answered as an unknown batch', async () => {
+    const created = await post('/v1/batches?function=echo', '{"custom_id":"a","input":1}\n', { 'content-type': 'application/jsonl' });
+    const { id } = (await created.json()) as { id: string };
+    for (const [method, route] of [['GET', `/v1/batches/${id}:results`], ['GET', `/v1/batches/${id}:results/output`], ['POST', `/v1/batches/${id}.1/cancel`]]) {
+      const error = await errorOf(await p.fetch(route, { method }), 404);
+      assert.equal(error.code, 'batch_not_found');
+    }
+  });
+});
+
+describe('a batch line that cannot be queued', () => {
+  it('fails alone with its line number, and the rest of the batch runs', async () => {
+    const lines = [`{"custom_id":"deep","input":${nested(5000)}}`, ...[1, 2, 3].map((i) => JSON.stringify({ custom_id: `ok${i}`, input: { i } }))];
+    const created = await post('/v1/batches?function=echo', `${lines.join('\n')}\n`, { 'content-type': 'application/jsonl' });
+    assert.equal(created.status, 201);
+    const { id } = (await created.json()) as { id: string };
+    const done = await eventually(async () => {
+      const b = (await (await p.fetch(`/v1/batches/${id}`)).json()) as { status: string; request_counts: { total: number; completed: number; failed: number } };
+      return ['completed', 'failed', 'cancelled'].includes(b.status) ? b : null;
+    }, `batch ${id} to finish`, 60_000);
+    assert.equal(done.status, 'completed');
+    assert.deepEqual(done.request_counts, { total: 4, completed: 3, failed: 1 });
+    const errors = (await (await p.fetch(`/v1/batches/${id}/errors`)).text()).trim().split('\n').map((l) => JSON.parse(l));
+    assert.equal(errors.length, 1);
+    assert.equal(errors[0].custom_id, 'deep');
+    assert.equal(errors[0].line, 1);
+    assert.equal(errors[0].error.code, 'too_deep');
+    const output = (await (await p.fetch(`/v1/batches/${id}/output`)).text()).trim().split('\n').map((l) => JSON.parse(l));
+    assert.deepEqual(output.map((o) => o.custom_id).sort(), ['ok1', 'ok2', 'ok3']);
+  });
+});
+
+describe('absolute URLs', () => {
+  it('come from EMBERS_PUBLIC_URL, never from the Host header the caller sent', async () => {
+    const res = await rawRequest('POST', '/v1/run/echo', '{"a":1}', { prefer: 'respond-async', host: 'evil.example' });
+    assert.equal(res.status, 202, res.body);
+    const { id, url } = JSON.parse(res.body) as { id: string; url: string };
+    assert.equal(url, `${PUBLIC}/v1/jobs/${id}`);
+    assert.equal(res.headers.location, url);
+    const job = await rawRequest('GET', `/v1/jobs/${id}`, '', { host: 'evil.example' });
+    assert.equal((JSON.parse(job.body) as { url: string }).url, url);
+
+    const batch = await rawRequest('POST', '/v1/batches?function=echo', '{"custom_id":"a","input":1}\n', { host: 'evil.example', 'content-type': 'application/jsonl' });
+    assert.equal(batch.status, 201, batch.body);
+    const b = JSON.parse(batch.body) as { id: string; urls: { self: string; output: string; errors: string } };
+    assert.deepEqual(b.urls, { self: `${PUBLIC}/v1/batches/${b.id}`, output: `${PUBLIC}/v1/batches/${b.id}/output`, errors: `${PUBLIC}/v1/batches/${b.id}/errors` });
+    assert.equal(batch.headers.location, b.urls.self);
+
+    const fn = await rawRequest('GET', '/v1/functions/echo', '', { host: 'evil.example' });
+    assert.equal((JSON.parse(fn.body) as { endpoint: string }).endpoint, `${PUBLIC}/v1/run/echo`);
+  });
+});
