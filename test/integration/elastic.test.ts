@@ -105,13 +105,13 @@ describe('faults', () => {
   });
 
   it('a handler that will not stop after its timeout gets its replica replaced', async () => {
-    const { pid: before } = (await (await run('stubborn', { hang: false })).json()) as { pid: number };
+    const { instance: before } = (await (await run('stubborn', { hang: false })).json()) as { instance: string };
     const hung = await run('stubborn', { hang: true });
     assert.equal(hung.status, 504);
     const replaced = await eventually(async () => {
       const r = await run('stubborn', { hang: false });
-      const body = (await r.json()) as { pid?: number };
-      return r.status === 200 && body.pid !== before ? body.pid : null;
+      const body = (await r.json()) as { instance?: string };
+      return r.status === 200 && body.instance !== before ? body.instance : null;
     }, 'a fresh stubborn replica');
     assert.notEqual(replaced, before);
   });
