@@ -119,6 +119,8 @@ export const ConfigSchema = z.object({
   EMBERS_REPLICA_TMP_BYTES: int(1024 ** 2).default(64 * 1024 ** 2),
   /** Run every tenant's code where this host cannot sandbox it (no bwrap, no user namespaces); otherwise only the default tenant's functions run there. @default false */
   EMBERS_ALLOW_UNSANDBOXED: bool.default(false),
+  /** `auto`: sandbox user code where the host allows; `off`: never (the node then counts as one that cannot isolate). @default auto */
+  EMBERS_SANDBOX: z.enum(['auto', 'off']).default('auto'),
   /** Node model cache bound (LRU beyond it). @default 20 GiB */
   EMBERS_MODEL_CACHE_BYTES: int(1).default(20 * 1024 ** 3),
   /** How long an async job's result is kept after it finishes; later it answers 404 "expired". @default 86400 (1 day) */
@@ -136,8 +138,6 @@ export const ConfigSchema = z.object({
   /** Pretty logs (default when stdout is a terminal). */
   EMBERS_LOG_PRETTY: bool.optional(),
 });
-  /** `auto`: sandbox user code where the host allows; `off`: never (the node then counts as one that cannot isolate). @default auto */
-  EMBERS_SANDBOX: z.enum(['auto', 'off']).default('auto'),
 
 /** An absolute http(s) URL that other paths can be appended to. */
 function isBaseUrl(s: string): boolean {

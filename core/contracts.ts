@@ -214,10 +214,10 @@ export const keys = {
   webhookSecret: 'embers:webhook-secret',
   /** Every batch by creation time, for listing. */
   batches: 'embers:batches',
-};
   /** A Files API upload's record (hash), and a tenant's uploads by creation time. */
   file: (id: string) => `embers:file:${id}`,
   files: (tenant: string) => `embers:tenant:${tenant}:files`,
+};
 
 /** Where a function's replicas should run: the leading scheduler's word to the node agents. */
 export interface PlacementRecord {
@@ -245,9 +245,9 @@ export interface NodeRecord {
   gpus: { index: number; name: string; memoryMiB: number }[];
   replicas: number;
   startedAt: string;
-}
   /** What the node can enforce on user code (runtime/sandbox.ts); `missing` says what it cannot, for a person. */
   sandbox?: { isolates: boolean; ownUid: boolean; cgroup: 'v1' | 'v2' | null; rlimits: boolean; missing: string[]; unsandboxedAllowed: boolean };
+}
 
 /** Events on the registry channel besides deploy/delete. */
 export type PlatformEvent =
@@ -256,8 +256,6 @@ export type PlatformEvent =
   /** A gateway queued work for the function: the scheduler decides now rather than at its next tick. */
   | { type: 'wake'; name: string }
   /** A batch was created or asked to cancel: the feeder looks now. */
-  /** What the node can enforce on user code (runtime/sandbox.ts); `missing` says what it cannot, for a person. */
-  sandbox?: { isolates: boolean; ownUid: boolean; cgroup: 'v1' | 'v2' | null; missing: string[]; unsandboxedAllowed: boolean };
   | { type: 'batch'; id: string }
   | { type: 'replica'; name: string; replica: string; state: 'ready' | 'failed'; coldStart?: ColdStartPhases; error?: { phase: string; message: string } };
 
@@ -267,7 +265,6 @@ export const EXIT_REPLACE_ME = 75;
 /** BullMQ queues (a function's batch lines, webhook deliveries) live under this prefix. */
 export const QUEUE_PREFIX = 'embers';
 
-export const s3Keys = {
 /**
  * Where a tenant's objects live in the platform bucket: below `tenants/<id>/`, except the
  * default tenant's, which keep the keys they had before tenants (core/tenant-objects.ts judges
@@ -275,6 +272,7 @@ export const s3Keys = {
  */
 export const tenantPrefix = (tenant: string) => (tenant === DEFAULT_TENANT ? '' : `tenants/${tenant}/`);
 
+export const s3Keys = {
   bundle: (name: string, version: string) => `functions/${name}/${version}/bundle.mjs`,
   manifest: (name: string, version: string) => `functions/${name}/${version}/manifest.json`,
   model: (tenant: string, sha256: string) => `${tenantPrefix(tenant)}models/sha256/${sha256}.onnx`,

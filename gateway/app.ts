@@ -28,9 +28,9 @@ import { fileRoutes } from './routes/files.ts';
 import { webhookRoutes } from './webhooks.ts';
 import { tenantRoutes } from './routes/tenants.ts';
 import { usageRoutes } from './routes/usage.ts';
+import { sandboxReport } from './sandbox-report.ts';
 
 export type GatewayEnv = { Variables: { rid: string; auth: AuthContext } };
-import { sandboxReport } from './sandbox-report.ts';
 
 export interface GatewayDeps {
   gatewayId: string;
@@ -61,6 +61,8 @@ export interface GatewayDeps {
   queueTimeoutMs: number;
   jobs: JobStore;
   batches: BatchStore;
+  /** Files API uploads (batch inputs). */
+  files: FileStore;
   /** Where finished async jobs with a webhook are queued for delivery. */
   webhookQueue: Queue;
   /** Root of the per-tenant webhook signing secrets. */
@@ -68,8 +70,6 @@ export interface GatewayDeps {
   maxBatchBytes: number;
   queueDepth: QueueDepth;
   /** Refuses runs once Redis's memory nears its budget. */
-  /** Files API uploads (batch inputs). */
-  files: FileStore;
   redisMemory: RedisMemory;
   /** Prices for usage reports of functions that set none. */
   defaultPricing: Pricing;
@@ -115,9 +115,9 @@ export function createApp(deps: GatewayDeps) {
   app.route('/v1/run', runRoutes(deps));
   app.route('/v1/jobs', jobRoutes(deps));
   app.route('/v1/batches', batchRoutes(deps));
+  app.route('/v1/files', fileRoutes(deps));
   app.route('/v1/webhooks', webhookRoutes(deps));
   app.route('/v1/tenants', tenantRoutes(deps));
   app.route('/v1/usage', usageRoutes(deps));
   return app;
 }
-  app.route('/v1/files', fileRoutes(deps));

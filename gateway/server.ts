@@ -140,6 +140,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     queueTimeoutMs: o.queueTimeoutMs,
     jobs,
     batches: new BatchStore(redis),
+    files: new FileStore(redis),
     webhookQueue,
     webhookSecret,
     maxBatchBytes: o.maxBatchBytes ?? 1024 ** 3,
@@ -150,7 +151,6 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
       // At most one wake per function per second from this gateway: cheap, and enough to cut
       // the scheduler's tick out of a cold start.
       const now = performance.now();
-    files: new FileStore(redis),
       if (now - (lastWake.get(name) ?? -Infinity) < 1_000) return;
       lastWake.set(name, now);
       redis.publish(keys.registryChannel, JSON.stringify({ type: 'wake', name } satisfies PlatformEvent)).catch(() => {});
