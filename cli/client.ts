@@ -9,13 +9,15 @@ export interface ClientOptions {
   apiKey: string;
   /** An extra CA certificate (PEM) to trust, for a gateway with a self-signed certificate. */
   ca?: string;
+  /** With the admin key: the tenant whose functions the requests name (sent as ?tenant=). */
+  tenant?: string;
 }
 
 /** URL and key from flags, then EMBERS_URL / EMBERS_API_KEY, then what `embers dev` keeps in .embers/. */
-export function clientOptions(flags: { url?: string; key?: string }): ClientOptions {
+export function clientOptions(flags: { url?: string; key?: string; tenant?: string }): ClientOptions {
   const url = flags.url ?? process.env.EMBERS_URL ?? `http://127.0.0.1:${process.env.EMBERS_PORT ?? 8787}`;
   const apiKey = keyFrom(flags.key, 'EMBERS_API_KEY', 'api-key', 'API key', '--key');
-  return { url: url.replace(/\/$/, ''), apiKey, ca: caCert() };
+  return { url: url.replace(/\/$/, ''), apiKey, ca: caCert(), ...(flags.tenant ? { tenant: flags.tenant } : {}) };
 }
 
 /** Like clientOptions, for the admin routes: --admin-key, then EMBERS_ADMIN_KEY, then .embers/admin-key. */
@@ -63,8 +65,9 @@ export class EmbersClient {
   async send(method: string, route: string, body?: BodyInit | object, headers: Record<string, string> = {}): Promise<Response> {
     const isRaw = body instanceof Uint8Array || typeof body === 'string' || (body !== undefined && typeof (body as ReadableStream).getReader === 'function');
     let res: Response;
+    const target = this.o.tenant ? `${route}${route.includes('?') ? '&' : '?'}tenant=${encodeURIComponent(this.o.tenant)}` : route;
     try {
-      res = await this.fetch(`${this.o.url}${route}`, {
+      res = await this.fetch(`${this.o.url}${target}`, {
         method,
         headers: { authorization: `Bearer ${this.o.apiKey}`, ...(body !== undefined && !isRaw ? { 'content-type': 'application/json' } : {}), ...headers },
         body: body === undefined ? undefined : isRaw ? (body as BodyInit) : JSON.stringify(body),

@@ -6,6 +6,7 @@ import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { keys, type BatchChunkData, type BatchChunkLine, type RunJobData } from './contracts.ts';
 import { evalScript } from './redis.ts';
+import { plainName } from './names.ts';
 
 export type BatchStatus = 'validating' | 'in_progress' | 'finalizing' | 'completed' | 'failed' | 'cancelling' | 'cancelled';
 export const BATCH_TERMINAL: BatchStatus[] = ['completed', 'failed', 'cancelled'];
@@ -13,6 +14,7 @@ export const BATCH_TERMINAL: BatchStatus[] = ['completed', 'failed', 'cancelled'
 export interface BatchView {
   id: string;
   object: 'batch';
+  /** The name its tenant knows the function by (the record keeps its key: core/names.ts). */
   function: string;
   status: BatchStatus;
   inputUri: string;
@@ -264,7 +266,7 @@ function toView(h: Record<string, string>, baseUrl: string): BatchView {
   const v: BatchView = {
     id: h.id,
     object: 'batch',
-    function: h.function,
+    function: plainName(h.function),
     status: h.status as BatchStatus,
     inputUri: h.inputUri,
     request_counts: { total: Number(h.total), completed: Number(h.completed), failed: Number(h.failed) },

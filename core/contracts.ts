@@ -128,7 +128,8 @@ export interface BatchChunkData {
 /**
  * The BullMQ queue of a function's batch lines. Live requests (sync and async) ride the
  * function's Redis stream instead (core/live-queue.ts); a replica serves both with separate
- * slots, live first ("." never appears in a function name, so no queue collides with another).
+ * slots, live first. `fn` is the function's key (core/names.ts): no two functions share one, and
+ * no other queue name ends in ".batch".
  */
 export const batchQueueName = (fn: string) => `${fn}.batch`;
 

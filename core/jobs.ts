@@ -6,6 +6,7 @@ import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { encodeReply, keys, type ReplyHeader, type RunJobData } from './contracts.ts';
 import { evalScript } from './redis.ts';
+import { plainName } from './names.ts';
 
 export type JobStatus = 'queued' | 'running' | 'succeeded' | 'failed' | 'canceled';
 const TERMINAL: JobStatus[] = ['succeeded', 'failed', 'canceled'];
@@ -18,6 +19,7 @@ const TOMBSTONE_S = 30 * 24 * 3600;
 
 export interface JobView {
   id: string;
+  /** The name its tenant knows the function by (the record keeps its key: core/names.ts). */
   function: string;
   version?: string;
   status: JobStatus;
@@ -130,16 +132,16 @@ export class JobStore {
     return true;
   }
 
-  /** The job, 'expired' when its result is gone, or null when it never existed. */
-  async get(id: string, baseUrl: string): Promise<{ view: JobView; tenant: string; key: string } | { expired: true; tenant: string } | null> {
+  /** The job (`fn`: its function's key), 'expired' when its result is gone, or null when it never existed. */
+  async get(id: string, baseUrl: string): Promise<{ view: JobView; tenant: string; key: string; fn: string } | { expired: true; tenant: string } | null> {
     const [[, h], [, gone]] = (await this.redis.multi().hgetall(keys.job(id)).get(keys.jobGone(id)).exec()) as [[null, Record<string, string>], [null, string | null]];
     if (!h.status) return gone !== null ? { expired: true, tenant: gone } : null;
-    return { view: toView(h, baseUrl), tenant: h.tenant ?? '', key: h.key ?? '' };
+    return { view: toView(h, baseUrl), tenant: h.tenant ?? '', key: h.key ?? '', fn: h.function };
   }
 }
 
 function toView(h: Record<string, string>, baseUrl: string): JobView {
-  const v: JobView = { id: h.id, function: h.function, status: h.status as JobStatus, createdAt: h.createdAt, url: `${baseUrl}/v1/jobs/${h.id}` };
+  const v: JobView = { id: h.id, function: plainName(h.function), status: h.status as JobStatus, createdAt: h.createdAt, url: `${baseUrl}/v1/jobs/${h.id}` };
   if (h.version) v.version = h.version;
   if (h.startedAt) v.startedAt = h.startedAt;
   if (h.finishedAt) v.finishedAt = h.finishedAt;

@@ -5,9 +5,11 @@ import type { Redis } from 'ioredis';
 import type { ObjectStore } from './s3.ts';
 import { keys, s3Keys, type DeploySpec, type Manifest, type PlatformEvent } from './contracts.ts';
 import { DEFAULT_TENANT } from './tenants.ts';
+import { findOwned } from './names.ts';
 import { evalScript } from './redis.ts';
 
 export interface FunctionSummary {
+  /** Its key (core/names.ts): the gateway shows a tenant the plain name. */
   name: string;
   active: string;
   versions: number;
@@ -16,9 +18,9 @@ export interface FunctionSummary {
   tenant: string;
 }
 
-// The first tenant to deploy a name owns it (until the function is deleted); a function registered
-// before tenants existed belongs to the default tenant. Atomic, so two tenants deploying a new
-// name at once cannot both own it.
+// A key is owned by the tenant whose name it qualifies (core/names.ts); only one deployed while
+// names were global can be another's. A function registered before tenants existed belongs to
+// the default tenant. Atomic, so two deploys of a new key at once cannot disagree on its owner.
 const CLAIM = `
 local owner = redis.call('HGET', KEYS[1], 'tenant')
 if owner then return owner end
@@ -69,6 +71,15 @@ export class Registry {
   /** Makes `tenant` the owner of `name` unless someone owns it already; returns the owner. */
   async claim(name: string, tenant: string): Promise<string> {
     return (await evalScript(this.redis, CLAIM, 1, keys.function(name), tenant, DEFAULT_TENANT)) as string;
+  }
+
+  /** The key of `tenant`'s function `name` (findOwned), or null when that tenant has none. */
+  async find(tenant: string, name: string): Promise<string | null> {
+    const found = await findOwned(tenant, name, async (key) => {
+      const owner = await this.owner(key);
+      return owner === null ? null : { tenant: owner };
+    });
+    return found?.key ?? null;
   }
 
   /** The tenant that owns a deployed function, or null when there is no such function. */

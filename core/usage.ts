@@ -9,6 +9,7 @@
 // call, in Redis (append-only).
 import type { Redis } from 'ioredis';
 import { evalScript } from './redis.ts';
+import { plainName } from './names.ts';
 
 export interface UsageRecord {
   /** The queue job's id: one record per accepted request. */
@@ -168,6 +169,7 @@ async function flush(redis: Redis, batch: Waiting[]): Promise<void> {
 
 export interface UsageRow {
   tenant: string;
+  /** The name the tenant knows it by (records carry its key: core/names.ts). */
   function: string;
   /** Start of the hour or day (ISO). */
   period: string;
@@ -189,10 +191,13 @@ export interface Pricing {
 
 const MAX_HOURS = 24 * 93;
 
-/** Usage per tenant × function × hour or day between from (inclusive) and to (exclusive). */
+/**
+ * Usage per tenant × function × hour or day between from (inclusive) and to (exclusive). `fn` is
+ * a plain name (each tenant's own function by it); `pricing` is asked by key.
+ */
 export async function usageReport(
   redis: Redis,
-  q: { tenants: string[]; from: Date; to: Date; fn?: string; granularity: 'hour' | 'day'; pricing: (fn: string) => Pricing },
+  q: { tenants: string[]; from: Date; to: Date; fn?: string; granularity: 'hour' | 'day'; pricing: (key: string) => Pricing },
 ): Promise<UsageRow[]> {
   const hours: Date[] = [];
   for (let t = Math.floor(q.from.getTime() / 3_600_000) * 3_600_000; t < q.to.getTime() && hours.length < MAX_HOURS; t += 3_600_000) hours.push(new Date(t));
@@ -207,7 +212,7 @@ export async function usageReport(
       const period = q.granularity === 'day' ? `${h.toISOString().slice(0, 10)}T00:00:00.000Z` : h.toISOString();
       for (const [field, value] of Object.entries(fields)) {
         const [fn, metric] = field.split('|');
-        if (q.fn && fn !== q.fn) continue;
+        if (q.fn && plainName(fn) !== q.fn) continue;
         const id = `${tenant}|${fn}|${period}`;
         let row = rows.get(id);
         if (!row) {
@@ -226,10 +231,11 @@ export async function usageReport(
       }
     }
   }
-  const out = [...rows.values()].sort((a, b) => a.period.localeCompare(b.period) || a.tenant.localeCompare(b.tenant) || a.function.localeCompare(b.function));
+  const out = [...rows.values()];
   for (const r of out) {
     const p = q.pricing(r.function);
     r.cost = Math.round((r.requests * p.perRequest + r.computeSeconds * p.perComputeSecond) * 1e6) / 1e6;
+    r.function = plainName(r.function);
   }
-  return out;
+  return out.sort((a, b) => a.period.localeCompare(b.period) || a.tenant.localeCompare(b.tenant) || a.function.localeCompare(b.function));
 }

@@ -2,6 +2,7 @@
 // every registry event (with a short TTL as a backstop), so a run costs no registry reads.
 import type { Manifest } from '../core/contracts.ts';
 import type { Registry } from '../core/registry.ts';
+import { findOwned, plainName } from '../core/names.ts';
 import { compileInputSchema, type InputValidator } from '../core/validate.ts';
 import { ApiError } from './errors.ts';
 
@@ -20,6 +21,12 @@ export class FunctionsCache {
 
   constructor(private readonly registry: Registry) {}
 
+  /** `tenant`'s function `name` and its key: another tenant's is as missing as one that does not exist. */
+  find(tenant: string, name: string): Promise<{ key: string; fn: ActiveFunction } | null> {
+    return findOwned(tenant, name, (key) => this.get(key));
+  }
+
+  /** The function under a key (core/names.ts), whoever owns it. */
   async get(name: string): Promise<ActiveFunction | null> {
     const hit = this.entries.get(name);
     if (hit && performance.now() - hit.at < TTL_MS) return hit.value;
@@ -40,7 +47,7 @@ export class FunctionsCache {
       validate = compileInputSchema(m.inputSchema);
     } catch (err) {
       // Deploys check their schema since this was possible; an older one may still be active.
-      throw new ApiError(500, 'invalid_schema', `${m.name} version ${m.version} has an input schema that cannot be compiled (${(err as Error).message}); deploy it again`);
+      throw new ApiError(500, 'invalid_schema', `${plainName(m.name)} version ${m.version} has an input schema that cannot be compiled (${(err as Error).message}); deploy it again`);
     }
     this.validators.set(m.name, { version: m.version, validate });
     return validate;

@@ -9,6 +9,7 @@ import { BATCH_TERMINAL, BatchStore, chunkJob, chunkOf, errorLine, lineJob, type
 import { keys, s3Keys, type BatchChunkData, type BatchChunkLine, type RunJobData } from '../core/contracts.ts';
 import type { Logger } from '../core/log.ts';
 import type { Registry } from '../core/registry.ts';
+import { plainName } from '../core/names.ts';
 import { DEFAULT_TENANT } from '../core/tenants.ts';
 import { statusOf, type ObjectStore } from '../core/s3.ts';
 import { compileInputSchema, describeErrors } from '../core/validate.ts';
@@ -153,7 +154,7 @@ export class BatchFeeder {
   /** Counts the lines and records each bad one (bad JSON, no custom_id, input the schema refuses). */
   private async validate(rec: BatchRecord, log: Logger): Promise<void> {
     const manifest = await this.o.registry.active(rec.function);
-    if (!manifest) return this.fail(rec, `function ${rec.function} no longer exists`);
+    if (!manifest) return this.fail(rec, `function ${plainName(rec.function)} no longer exists`);
     const valid = compileInputSchema(manifest.inputSchema);
     const seen = new Set<string>();
     let total = 0;
@@ -170,7 +171,7 @@ export class BatchFeeder {
       } else {
         cid = item.cid;
         if (seen.has(cid)) error = { code: 'duplicate_custom_id', message: `custom_id "${cid}" appears on an earlier line; each must be unique` };
-        else if (!valid(item.input)) error = { code: 'invalid_input', message: `input does not match the schema of ${rec.function}: ${describeErrors(valid)}` };
+        else if (!valid(item.input)) error = { code: 'invalid_input', message: `input does not match the schema of ${plainName(rec.function)}: ${describeErrors(valid)}` };
         seen.add(cid);
       }
       if (error) {
@@ -258,7 +259,7 @@ export class BatchFeeder {
     for (let i = 0; ; i++) {
       const r = await this.check(rec.id, ['in_progress']);
       if (r.completed + r.failed >= r.total) break;
-      if (i % 50 === 49 && !(await this.o.registry.active(rec.function))) return this.fail(r, `function ${rec.function} was deleted while the batch ran`);
+      if (i % 50 === 49 && !(await this.o.registry.active(rec.function))) return this.fail(r, `function ${plainName(rec.function)} was deleted while the batch ran`);
       await sleep(POLL_MS * 2);
     }
     await this.batches.transition(rec.id, ['in_progress'], { status: 'finalizing', finalizingAt: new Date().toISOString() });

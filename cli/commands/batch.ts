@@ -8,14 +8,14 @@ import { BATCH_TERMINAL, type BatchView } from '../../core/batches.ts';
 import { errorMessage, type EmbersClient } from '../client.ts';
 import { CliError } from '../errors.ts';
 import { ProgressBar } from '../progress.ts';
-import { clientFrom, printJson, table, withConnection } from './common.ts';
+import { clientFrom, printJson, table, withConnection, withTenant } from './common.ts';
 
-type Conn = { url?: string; key?: string };
+type Conn = { url?: string; key?: string; tenant?: string };
 
 export function batchCommand(): Command {
   const cmd = new Command('batch').description('bulk batch jobs: run a function over a JSONL file, below live traffic');
 
-  withConnection(
+  withTenant(withConnection(
     cmd
       .command('submit')
       .description('upload a JSONL file (one {"custom_id": "…", "input": {…}} per line) and start a batch')
@@ -23,7 +23,7 @@ export function batchCommand(): Command {
       .argument('<file>', 'JSONL input file')
       .option('-w, --wait', 'follow the batch with a progress bar until it finishes')
       .option('--json', 'print the batch as JSON'),
-  ).action(async (fn: string, file: string, opts: Conn & { wait?: boolean; json?: boolean }) => {
+  )).action(async (fn: string, file: string, opts: Conn & { wait?: boolean; json?: boolean }) => {
     const info = await stat(file).catch(() => null);
     if (!info?.isFile()) throw new CliError(`cannot read ${file}: no such file`, 2);
     if (info.size === 0) throw new CliError(`${file} is empty; each line must be {"custom_id": "…", "input": {…}}`, 2);
@@ -48,17 +48,23 @@ export function batchCommand(): Command {
       throw new CliError(`batch not created → ${res.status}: ${errorMessage(res.data)}`);
     }
     bar.done('uploaded');
-    const batch = res.data;
-    if (!opts.wait) {
-      if (opts.json) return printJson(batch);
-      process.stdout.write(`${batch.id}\n`);
-      process.stderr.write(`follow it with \`embers batch status ${batch.id}\`; fetch results with \`embers batch output ${batch.id}\`\n`);
-      return;
-    }
-    const final = await follow(client, batch.id);
-    if (opts.json) printJson(final);
-    else summary(final);
-    if (final.status === 'failed') process.exitCode = 1;
+    await started(client, res.data, opts);
+  });
+
+  withTenant(withConnection(
+    cmd
+      .command('create')
+      .description('start a batch from an uploaded file (`embers files upload`) or an s3:// object of yours')
+      .argument('<function>', 'function to run on every line')
+      .option('--file <file_id>', 'a file_… from `embers files upload`')
+      .option('--input-uri <uri>', 'an s3://bucket/key.jsonl object in your tenant\'s space')
+      .option('-w, --wait', 'follow the batch with a progress bar until it finishes')
+      .option('--json', 'print the batch as JSON'),
+  )).action(async (fn: string, opts: Conn & { file?: string; inputUri?: string; wait?: boolean; json?: boolean }) => {
+    if ((opts.file === undefined) === (opts.inputUri === undefined)) throw new CliError('give one of --file <file_id> and --input-uri <s3://…>', 2);
+    const client = clientFrom(opts);
+    const body = opts.file !== undefined ? { function: fn, input_file_id: opts.file } : { function: fn, input_uri: opts.inputUri };
+    await started(client, await client.call<BatchView>('POST', '/v1/batches', body), opts);
   });
 
   withConnection(cmd.command('status').description('show a batch: status, counts, timestamps').argument('<id>').option('-w, --wait', 'follow it until it finishes').option('--json', 'print JSON')).action(
@@ -106,6 +112,20 @@ export function batchCommand(): Command {
     });
   });
   return cmd;
+}
+
+/** A batch just created: its id (or JSON), or, with --wait, followed to its end. */
+async function started(client: EmbersClient, batch: BatchView, opts: { wait?: boolean; json?: boolean }): Promise<void> {
+  if (!opts.wait) {
+    if (opts.json) return printJson(batch);
+    process.stdout.write(`${batch.id}\n`);
+    process.stderr.write(`follow it with \`embers batch status ${batch.id}\`; fetch results with \`embers batch output ${batch.id}\`\n`);
+    return;
+  }
+  const final = await follow(client, batch.id);
+  if (opts.json) printJson(final);
+  else summary(final);
+  if (final.status === 'failed') process.exitCode = 1;
 }
 
 /** Polls the batch with a progress bar of lines done until it finishes. */

@@ -10,7 +10,12 @@ export function withConnection(cmd: Command): Command {
     .option('--key <key>', 'API key (env EMBERS_API_KEY; default: the one `npm start` keeps in .embers/api-key)');
 }
 
-export function clientFrom(opts: { url?: string; key?: string }): EmbersClient {
+/** --tenant on the commands that name functions: which tenant's, for the admin key. */
+export function withTenant(cmd: Command): Command {
+  return cmd.option('--tenant <id>', "with the admin key: the tenant whose functions these are (default: the default tenant's)");
+}
+
+export function clientFrom(opts: { url?: string; key?: string; tenant?: string }): EmbersClient {
   return new EmbersClient(clientOptions(opts));
 }
 

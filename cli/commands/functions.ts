@@ -1,5 +1,5 @@
 import { Command } from 'commander';
-import { clientFrom, notACommand, printJson, table, withConnection } from './common.ts';
+import { clientFrom, notACommand, printJson, table, withConnection, withTenant } from './common.ts';
 
 interface Summary { name: string; active: string; versions: number; updatedAt: string; tenant: string }
 interface ReplicaView {
@@ -17,8 +17,8 @@ interface ReplicaView {
 export function functionsCommand(): Command {
   const cmd = new Command('functions').description('list, show and delete deployed functions');
 
-  withConnection(cmd.command('list', { isDefault: true }).description('list functions and their active versions').argument('[unknown...]').option('--json', 'print JSON')).action(
-    async (unknown: string[], opts: { url?: string; key?: string; json?: boolean }) => {
+  withTenant(withConnection(cmd.command('list', { isDefault: true }).description('list functions and their active versions').argument('[unknown...]').option('--json', 'print JSON'))).action(
+    async (unknown: string[], opts: { url?: string; key?: string; tenant?: string; json?: boolean }) => {
       notACommand(cmd, unknown);
       const { functions } = await clientFrom(opts).call<{ functions: Summary[] }>('GET', '/v1/functions');
       if (opts.json) return printJson(functions);
@@ -28,8 +28,8 @@ export function functionsCommand(): Command {
     },
   );
 
-  withConnection(cmd.command('show').description('show a function: versions, replicas, cold starts, batching counters').argument('<name>').option('--json', 'print JSON')).action(
-    async (name: string, opts: { url?: string; key?: string; json?: boolean }) => {
+  withTenant(withConnection(cmd.command('show').description('show a function: versions, replicas, cold starts, batching counters').argument('<name>').option('--json', 'print JSON'))).action(
+    async (name: string, opts: { url?: string; key?: string; tenant?: string; json?: boolean }) => {
       const fn = await clientFrom(opts).call<{
         name: string;
         active: string;
@@ -72,13 +72,13 @@ export function functionsCommand(): Command {
     },
   );
 
-  withConnection(
+  withTenant(withConnection(
     cmd
       .command('delete')
       .description('delete a function (its versions stay in S3); refused while requests are queued for it')
       .argument('<name>')
       .option('--force', 'delete even with requests queued: those not started yet are answered 410 (async jobs end failed)'),
-  ).action(async (name: string, opts: { url?: string; key?: string; force?: boolean }) => {
+  )).action(async (name: string, opts: { url?: string; key?: string; tenant?: string; force?: boolean }) => {
     const res = (await clientFrom(opts).call('DELETE', `/v1/functions/${encodeURIComponent(name)}${opts.force ? '?force=true' : ''}`)) as { dropped?: number };
     process.stdout.write(`deleted ${name}${res.dropped ? ` (${res.dropped} queued request(s) answered 410)` : ''}\n`);
   });

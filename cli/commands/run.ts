@@ -3,10 +3,10 @@ import { Command } from 'commander';
 import { errorMessage, jsonOrText } from '../client.ts';
 import { CliError } from '../errors.ts';
 import { isJsonType } from '../../core/contracts.ts';
-import { clientFrom, withConnection } from './common.ts';
+import { clientFrom, withConnection, withTenant } from './common.ts';
 
 export function runCommand(): Command {
-  return withConnection(
+  return withTenant(withConnection(
     new Command('run')
       .description('call a function and print its JSON result (or save the bytes it answers with: --out)')
       .argument('<name>', 'function name')
@@ -18,7 +18,7 @@ export function runCommand(): Command {
       .option('-v, --verbose', 'print the request id and Server-Timing to stderr')
       .option('--async', 'queue it and print the job id at once (follow with `embers jobs show <id> --wait`)')
       .option('--webhook <url>', 'with --async: POST the finished job here (signed; see GET /v1/webhooks/secret)'),
-  ).action(async (name: string, opts: RunOptions) => {
+  )).action(async (name: string, opts: RunOptions) => {
     if (opts.webhook && !opts.async) throw new CliError('--webhook needs --async', 2);
     if ([opts.data, opts.file, opts.binary].filter((x) => x !== undefined).length !== 1) {
       throw new CliError('give the input with one of --data \'{"…":…}\', --file input.json or --binary photo.png', 2);
@@ -59,6 +59,7 @@ export async function saveResult(file: string, bytes: Buffer, type: string): Pro
 interface RunOptions {
   url?: string;
   key?: string;
+  tenant?: string;
   data?: string;
   file?: string;
   binary?: string;

@@ -15,7 +15,8 @@ export function usageCommand(): Command {
       .option('--json', 'print JSON'),
   ).action(async (opts: { url?: string; key?: string; from?: string; to?: string; function?: string; tenant?: string; granularity: string; json?: boolean }) => {
     const q = new URLSearchParams({ granularity: opts.granularity });
-    for (const k of ['from', 'to', 'function', 'tenant'] as const) if (opts[k]) q.set(k, opts[k]!);
+    // --tenant goes as ?tenant= with every request (clientFrom).
+    for (const k of ['from', 'to', 'function'] as const) if (opts[k]) q.set(k, opts[k]!);
     const res = await clientFrom(opts).call<{ data: UsageRow[] }>('GET', `/v1/usage?${q}`);
     if (opts.json) return printJson(res);
     if (res.data.length === 0) return void process.stdout.write('no usage in that period\n');

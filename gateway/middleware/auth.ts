@@ -1,6 +1,6 @@
 import * as crypto from 'node:crypto';
 import type { Context, MiddlewareHandler } from 'hono';
-import { ADMIN_AUTH, type Scope, type TenantStore } from '../../core/tenants.ts';
+import { ADMIN_AUTH, DEFAULT_TENANT, TENANT_ID, type Scope, type TenantStore } from '../../core/tenants.ts';
 import { ApiError } from '../errors.ts';
 import type { GatewayEnv } from '../app.ts';
 import type { KeyCache } from '../key-cache.ts';
@@ -55,6 +55,22 @@ export function requireScope(c: Context<GatewayEnv>, scope: Scope): void {
   if (!scopes.includes(scope)) {
     throw new ApiError(403, 'forbidden', `this key lacks the "${scope}" scope (it has: ${scopes.join(', ')}); ask your Embers admin for a key with "${scope}"`);
   }
+}
+
+/**
+ * The tenant whose functions a request names: its key's, or for the admin key the one `?tenant=`
+ * gives (the default tenant when left out). A tenant key may name only its own.
+ */
+export function actingTenant(c: Context<GatewayEnv>): string {
+  const auth = c.get('auth');
+  const asked = c.req.query('tenant');
+  if (!auth.admin) {
+    if (asked !== undefined && asked !== auth.tenant) throw new ApiError(403, 'forbidden', 'a tenant key acts for its own tenant; ?tenant= names another one only with the admin key');
+    return auth.tenant;
+  }
+  if (asked === undefined) return DEFAULT_TENANT;
+  if (!TENANT_ID.test(asked)) throw new ApiError(400, 'invalid_request', `tenant must be a tenant id (\`embers tenants\` lists them), got "${asked.slice(0, 100)}"`);
+  return asked;
 }
 
 /** 403 unless the caller used the admin key. */

@@ -1,34 +1,42 @@
 // /v1/batches — bulk batch jobs (anchor: the OpenAI Batch API). The gateway stores the input
 // in S3 and the record in Redis; the feeder in the leading scheduler does the rest.
-import { createReadStream } from 'node:fs';
 import { Readable } from 'node:stream';
-import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { Hono, type Context } from 'hono';
 import { canAccess } from '../../core/tenants.ts';
-import { requireScope } from '../middleware/auth.ts';
+import { actingTenant, requireScope } from '../middleware/auth.ts';
 import { z } from 'zod';
 import { BATCH_ID, BatchStore, type BatchView } from '../../core/batches.ts';
 import { FUNCTION_NAME, keys, s3Keys, type PlatformEvent } from '../../core/contracts.ts';
-import { parseS3Uri, statusOf } from '../../core/s3.ts';
+import { checkS3Uri, statusOf } from '../../core/s3.ts';
 import { ApiError, readJson } from '../errors.ts';
 import { limitBody } from '../middleware/body-limit.ts';
-import { spoolBody } from '../spool.ts';
+import { headOwned } from '../owned-objects.ts';
+import { storeBody } from '../spool.ts';
 import type { GatewayDeps, GatewayEnv } from '../app.ts';
 
-const FromUri = z.object({
-  function: z.string().regex(FUNCTION_NAME, 'function must be a deployed function name'),
-  input_uri: z.string().regex(/^s3:\/\/[^/]+\/.+$/, 'input_uri must look like s3://bucket/key.jsonl'),
-});
+const FromInput = z
+  .object({
+    function: z.string().regex(FUNCTION_NAME, 'function must be a deployed function name'),
+    input_uri: z
+      .string()
+      .superRefine((uri, ctx) => {
+        const loc = checkS3Uri(uri);
+        if ('problem' in loc) ctx.addIssue({ code: 'custom', message: loc.problem });
+      })
+      .optional(),
+    input_file_id: z.string().optional(),
+  })
+  .refine((b) => (b.input_uri === undefined) !== (b.input_file_id === undefined), { message: 'give one of input_uri (s3://bucket/key.jsonl) and input_file_id (a file_… from POST /v1/files)', path: ['input_uri'] });
 
 export function batchRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
   const announce = (id: string) => deps.redis.publish(keys.registryChannel, JSON.stringify({ type: 'batch', id } satisfies PlatformEvent));
 
-  /** The function's owner, if the caller may use it. */
-  const mustExist = async (c: Context<GatewayEnv>, name: string): Promise<string> => {
-    const fn = FUNCTION_NAME.test(name) ? await deps.functions.get(name) : null;
-    if (!fn || !canAccess(c.get('auth'), fn.tenant)) throw new ApiError(404, 'function_not_found', `no function named "${name}"; deploy it first (\`embers functions\` lists them)`);
-    return fn.tenant;
+  /** The acting tenant's function `name`: its key (what the batch records) and owner. */
+  const mustExist = async (c: Context<GatewayEnv>, name: string): Promise<{ key: string; owner: string }> => {
+    const found = FUNCTION_NAME.test(name) ? await deps.functions.find(actingTenant(c), name) : null;
+    if (!found) throw new ApiError(404, 'function_not_found', `no function named "${name}"; deploy it first (\`embers functions\` lists them)`);
+    return { key: found.key, owner: found.fn.tenant };
   };
 
   // JSONL in the body (?function=) up to EMBERS_MAX_BATCH_BYTES, judged by the handler as it
@@ -45,35 +53,29 @@ export function batchRoutes(deps: GatewayDeps) {
     let inputUri: string;
     if (fnParam !== undefined) {
       // JSONL in the body, streamed to S3.
-      fn = fnParam;
-      owner = await mustExist(c, fn);
-      const length = Number(c.req.header('content-length') ?? NaN);
-      if (length > deps.maxBatchBytes) throw new ApiError(413, 'too_large', `batch input is ${length} bytes, over ${deps.maxBatchBytes} (EMBERS_MAX_BATCH_BYTES); put it in S3 and send {"function", "input_uri"}`);
-      if (length === 0 || !c.req.raw.body) throw new ApiError(400, 'empty_batch', 'the body is empty; send JSONL, one {"custom_id": "…", "input": {…}} per line');
-      const key = s3Keys.batchInput(id);
-      if (Number.isFinite(length)) {
-        await deps.store.put(key, Readable.fromWeb(c.req.raw.body as WebReadableStream), 'application/x-ndjson', length);
-      } else {
-        const spooled = await spoolBody(c.req.raw.body, { maxBytes: deps.maxBatchBytes, tooLarge, what: 'batch' });
-        try {
-          if (spooled.bytes === 0) throw new ApiError(400, 'empty_batch', 'the body is empty; send JSONL, one {"custom_id": "…", "input": {…}} per line');
-          await deps.store.put(key, createReadStream(spooled.file), 'application/x-ndjson', spooled.bytes);
-        } finally {
-          await spooled.dispose();
-        }
-      }
+      ({ key: fn, owner } = await mustExist(c, fnParam));
+      const key = s3Keys.batchInput(owner, id);
+      const empty = () => new ApiError(400, 'empty_batch', 'the body is empty; send JSONL, one {"custom_id": "…", "input": {…}} per line');
+      await storeBody(deps.store, key, c.req.raw.body, Number(c.req.header('content-length') ?? NaN), { maxBytes: deps.maxBatchBytes, tooLarge, empty, what: 'batch', contentType: 'application/x-ndjson' });
       inputUri = deps.store.uri(key);
     } else {
-      const parsed = FromUri.safeParse(await readJson(c, deps.maxJsonDepth));
-      if (!parsed.success) throw new ApiError(400, 'invalid_request', `${z.prettifyError(parsed.error)} — send JSONL with ?function=NAME, or JSON {"function": "NAME", "input_uri": "s3://bucket/input.jsonl"}`);
-      fn = parsed.data.function;
-      inputUri = parsed.data.input_uri;
-      owner = await mustExist(c, fn);
-      const { bucket } = parseS3Uri(inputUri);
-      const head = await deps.store.head(inputUri).catch((err: unknown) => {
-        throw new ApiError(400, 'input_unreadable', `cannot read ${inputUri} (${statusOf(err) ?? (err as Error).message}); is bucket "${bucket}" reachable with the platform's S3 credentials?`);
-      });
-      if (!head) throw new ApiError(400, 'input_not_found', `${inputUri} does not exist`);
+      const parsed = FromInput.safeParse(await readJson(c, deps.maxJsonDepth));
+      if (!parsed.success) throw new ApiError(400, 'invalid_request', `${z.prettifyError(parsed.error)} — send JSONL with ?function=NAME, or JSON {"function": "NAME", "input_file_id": "file_…"} or {"function": "NAME", "input_uri": "s3://bucket/input.jsonl"}`);
+      ({ key: fn, owner } = await mustExist(c, parsed.data.function));
+      const { input_uri: uri, input_file_id: fileId } = parsed.data;
+      if (fileId !== undefined) {
+        // Another tenant's file is as unknown as a missing one.
+        const file = await deps.files.get(fileId);
+        if (!file || file.tenant !== owner) throw new ApiError(400, 'input_not_found', `no file ${fileId.slice(0, 100)}; \`embers files list\` shows yours`);
+        inputUri = file.uri;
+      } else {
+        inputUri = uri!;
+        const head = await headOwned(deps, owner, inputUri, 'input_uri').catch((err: unknown) => {
+          if (err instanceof ApiError) throw err;
+          throw new ApiError(400, 'input_unreadable', `cannot read ${inputUri} (${statusOf(err) ?? (err as Error).message}); is the platform's S3 reachable?`);
+        });
+        if (!head) throw new ApiError(400, 'input_not_found', `${inputUri} does not exist`);
+      }
     }
     await deps.batches.create({ id, fn, tenant: owner, key: c.get('auth').keyId, inputUri });
     await announce(id);

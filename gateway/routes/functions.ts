@@ -5,15 +5,17 @@ import { z } from 'zod';
 import { DeployRequestSchema, errorBody, FUNCTION_NAME, keys, type Manifest } from '../../core/contracts.ts';
 import { liveStream, takeUnstarted } from '../../core/live-queue.ts';
 import { answerUnrun } from '../../core/jobs.ts';
-import { canAccess } from '../../core/tenants.ts';
+import { DEFAULT_TENANT } from '../../core/tenants.ts';
+import { plainName, qualifiedName } from '../../core/names.ts';
 import { ApiError, readJson } from '../errors.ts';
+import { headOwned } from '../owned-objects.ts';
 import { compileInputSchema, schemaTooLarge } from '../../core/validate.ts';
-import { requireScope } from '../middleware/auth.ts';
+import { actingTenant, requireScope } from '../middleware/auth.ts';
 import type { GatewayDeps, GatewayEnv } from '../app.ts';
 
 export function functionRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
-  const { registry, store, redis } = deps;
+  const { registry, redis } = deps;
 
   app.post(
     '/',
@@ -23,6 +25,8 @@ export function functionRoutes(deps: GatewayDeps) {
       const parsed = DeployRequestSchema.safeParse(await readJson(c, deps.maxJsonDepth));
       if (!parsed.success) throw new ApiError(400, 'invalid_deploy', `deploy request is invalid: ${z.prettifyError(parsed.error)}`, parsed.error.issues);
       const { spec } = parsed.data;
+      const tenant = actingTenant(c);
+      if (tenant !== DEFAULT_TENANT && !(await deps.tenants.getTenant(tenant))) throw new ApiError(404, 'tenant_not_found', `no tenant with id "${tenant}"`);
       const bundle = Buffer.from(parsed.data.bundle, 'base64');
       // Node skips what is not base64 as it decodes: JavaScript sent as it is would decode to bytes.
       if (bundle.length === 0 || bundle.toString('base64').replace(/=+$/, '') !== parsed.data.bundle.replace(/\s+/g, '').replace(/=+$/, '').replace(/-/g, '+').replace(/_/g, '/')) {
@@ -35,80 +39,83 @@ export function functionRoutes(deps: GatewayDeps) {
       } catch (err) {
         throw new ApiError(400, 'invalid_deploy', `spec.inputSchema is not a valid JSON Schema (2020-12): ${(err as Error).message}`);
       }
+      // Only the tenant's own models: another's, or any object not its own, is "does not exist".
       for (const [handle, uri] of Object.entries(spec.models)) {
-        const found = await store.head(uri).catch((err) => {
+        const found = await headOwned(deps, tenant, uri, `spec.models.${handle}`).catch((err) => {
+          if (err instanceof ApiError) throw err;
           throw new ApiError(400, 'model_unreachable', `model ${handle} (${uri}) cannot be read: ${(err as Error).message}`);
         });
         if (!found) throw new ApiError(400, 'model_not_found', `model ${handle}: ${uri} does not exist; upload it with \`embers models upload\` or reference a local file`);
       }
-      const auth = c.get('auth');
-      const owner = await registry.claim(spec.name, auth.tenant);
-      if (!canAccess(auth, owner)) {
-        throw new ApiError(409, 'name_taken', `function names are global and "${spec.name}" belongs to another tenant; pick another name`);
+      const key = (await registry.find(tenant, spec.name)) ?? qualifiedName(tenant, spec.name);
+      // Only a default-tenant name another tenant deployed while names were global is taken.
+      if ((await registry.claim(key, tenant)) !== tenant) {
+        throw new ApiError(409, 'name_taken', `"${spec.name}" is held by a function deployed before function names were per tenant; pick another name`);
       }
-      const manifest = await registry.deploy(spec, bundle);
-      deps.functions.invalidate(spec.name);
+      const manifest = await registry.deploy({ ...spec, name: key }, bundle);
+      deps.functions.invalidate(key);
       const origin = deps.publicUrl;
       const unchanged = manifest.unchanged === true;
-      return c.json({ ...describeVersion(manifest), tenant: owner, unchanged, endpoint: `${origin}/v1/run/${manifest.name}` }, unchanged ? 200 : 201);
+      return c.json({ ...describeVersion(manifest), tenant, unchanged, endpoint: `${origin}/v1/run/${spec.name}` }, unchanged ? 200 : 201);
     },
   );
 
   app.get('/', async (c) => {
     requireScope(c, 'read');
-    const auth = c.get('auth');
-    return c.json({ functions: (await registry.list()).filter((f) => canAccess(auth, f.tenant)) });
+    const tenant = actingTenant(c);
+    return c.json({ functions: (await registry.list()).filter((f) => f.tenant === tenant).map((f) => ({ ...f, name: plainName(f.name) })) });
   });
 
   app.get('/:name', async (c) => {
     requireScope(c, 'read');
-    const { name, owner } = await visible(c);
-    const versions = await registry.versions(name);
-    const active = await registry.active(name);
+    const { name, key, tenant } = await visible(c);
+    const versions = await registry.versions(key);
+    const active = await registry.active(key);
     if (!active) throw notFound(name);
     return c.json({
       name,
-      tenant: owner,
+      tenant,
       active: active.version,
       endpoint: `${deps.publicUrl}/v1/run/${name}`,
       manifest: describeVersion(active),
       versions: versions.map((v) => ({ version: v.version, createdAt: v.createdAt, bundleBytes: v.bundle.bytes })),
-      replicas: await replicasOf(redis, name),
-      scale: await redis.hget(keys.desired, name).then((r) => (r ? JSON.parse(r) : null)),
-      coldStarts: (await redis.lrange(keys.coldStarts(name), 0, 19)).map((r) => JSON.parse(r)),
+      replicas: await replicasOf(redis, key),
+      scale: await redis.hget(keys.desired, key).then((r) => (r ? JSON.parse(r) : null)),
+      coldStarts: (await redis.lrange(keys.coldStarts(key), 0, 19)).map((r) => JSON.parse(r)),
     });
   });
 
   app.delete('/:name', async (c) => {
     requireScope(c, 'deploy');
-    const { name } = await visible(c);
+    const { name, key } = await visible(c);
     const force = c.req.query('force');
     if (force !== undefined && force !== 'true' && force !== 'false') throw new ApiError(400, 'invalid_request', `force must be true or false, got "${force}"`);
     // Requests still queued would never be answered once the function is gone: refused unless forced.
     let dropped = 0;
     const answer = async () => {
       try {
-        dropped = await answerUnstarted(deps, name);
+        dropped = await answerUnstarted(deps, key);
       } catch (err) {
         throw new ApiError(503, 'unavailable', `${name} no longer takes requests, but answering the requests still queued for it failed (${(err as Error).message}); run the same delete again to finish`);
       }
     };
-    const removed = await registry.remove(name, force === 'true' ? { beforeDelete: answer } : { unlessQueuedIn: liveStream(name) });
+    const removed = await registry.remove(key, force === 'true' ? { beforeDelete: answer } : { unlessQueuedIn: liveStream(key) });
     if (removed === 'not_found') throw notFound(name);
     if (removed === 'redeployed') throw new ApiError(409, 'function_redeployed', `${name} was deployed again while it was being deleted; the new deployment stays (delete it again to remove it)`);
     if (removed !== 'removed') {
       throw new ApiError(409, 'function_busy', `${name} has ${removed.queued} request(s) queued or running; wait for them to finish, or delete with ?force=true (\`embers functions delete ${name} --force\`), which answers the ones not yet started 410`);
     }
-    deps.functions.forget(name);
+    deps.functions.forget(key);
     return c.json({ deleted: name, ...(force === 'true' ? { dropped } : {}) });
   });
 
-  /** The :name function, if the caller may see it: another tenant's function is as unknown as a missing one. */
-  async function visible(c: Context<GatewayEnv>): Promise<{ name: string; owner: string }> {
+  /** The acting tenant's :name function and its key: another tenant's function is as unknown as a missing one. */
+  async function visible(c: Context<GatewayEnv>): Promise<{ name: string; key: string; tenant: string }> {
     const name = checkName(c.req.param('name') ?? '');
-    const owner = await registry.owner(name);
-    if (!owner || !canAccess(c.get('auth'), owner)) throw notFound(name);
-    return { name, owner };
+    const tenant = actingTenant(c);
+    const key = await registry.find(tenant, name);
+    if (!key) throw notFound(name);
+    return { name, key, tenant };
   }
 
   return app;
@@ -122,17 +129,17 @@ export function functionRoutes(deps: GatewayDeps) {
  * holds when it stops, its node agent answers (500 function_deleted). Answering one may fail
  * (Redis gone) without stopping the rest. Resolves with how many were taken out.
  */
-async function answerUnstarted(deps: GatewayDeps, name: string): Promise<number> {
-  const body = JSON.stringify(errorBody('function_deleted', `${name} was deleted before this request ran`));
+async function answerUnstarted(deps: GatewayDeps, key: string): Promise<number> {
+  const body = JSON.stringify(errorBody('function_deleted', `${plainName(key)} was deleted before this request ran`));
   const answerer = { redis: deps.redis, jobs: deps.jobs, webhooks: deps.webhookQueue, by: 'gateway' };
   let dropped = 0;
-  for await (const data of takeUnstarted(deps.redis, name)) {
+  for await (const data of takeUnstarted(deps.redis, key)) {
     dropped++;
     if (!data) continue;
     try {
       await answerUnrun(answerer, data, 410, body, true);
     } catch (err) {
-      deps.log.warn({ fn: name, job: data.job, rid: data.rid, err: (err as Error).message }, 'could not answer a request of a deleted function');
+      deps.log.warn({ fn: key, job: data.job, rid: data.rid, err: (err as Error).message }, 'could not answer a request of a deleted function');
     }
   }
   return dropped;
@@ -147,7 +154,7 @@ const notFound = (name: string) => new ApiError(404, 'function_not_found', `no f
 
 function describeVersion(m: Manifest) {
   return {
-    name: m.name,
+    name: plainName(m.name),
     version: m.version,
     createdAt: m.createdAt,
     models: m.models,

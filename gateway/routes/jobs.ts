@@ -49,15 +49,15 @@ export function jobRoutes(deps: GatewayDeps) {
     if (job.status === 'queued') {
       const done = await deps.jobs.finish(id, { httpStatus: 499, body: CANCELED_BODY, canceled: true, timing: undefined, version: '' }, true);
       if (done.finished) {
-        const fn = await deps.functions.get(job.function);
-        await recordUsage(deps.redis, { id, tenant: found.tenant, key: found.key, fn: job.function, version: fn?.manifest.version ?? '', kind: 'async', status: 499, queueMs: Date.now() - Date.parse(job.createdAt), computeMs: 0, inferMs: 0, coldMs: 0, bytesIn: 0, bytesOut: CANCELED_BODY.length, at: new Date().toISOString() });
+        const fn = await deps.functions.get(found.fn);
+        await recordUsage(deps.redis, { id, tenant: found.tenant, key: found.key, fn: found.fn, version: fn?.manifest.version ?? '', kind: 'async', status: 499, queueMs: Date.now() - Date.parse(job.createdAt), computeMs: 0, inferMs: 0, coldMs: 0, bytesIn: 0, bytesOut: CANCELED_BODY.length, at: new Date().toISOString() });
         if (done.webhook) await enqueueWebhook(deps.webhookQueue, { job: id, url: done.webhook });
         return c.json((await find(c, id)).view);
       }
     }
     // A replica holds it: ask it to abort the handler's signal. It ends canceled if the handler stops.
     if (!(await deps.jobs.requestCancel(id))) throw new ApiError(409, 'job_finished', `job ${id} finished while being canceled`);
-    await deps.redis.publish(keys.cancelChannel, `${job.function} ${id}`);
+    await deps.redis.publish(keys.cancelChannel, `${found.fn} ${id}`);
     // The job as it was when the cancel was recorded: the replica may finish it before a re-read.
     return c.json({ ...job, status: 'running', cancelRequested: true }, 202);
   });

@@ -9,9 +9,10 @@ import { checkInput, describeErrors } from '../../core/validate.ts';
 import { ApiError, readBytes, readJsonText } from '../errors.ts';
 import { acquireSlot, checkRate } from '../quotas.ts';
 import type { GatewayEnv, GatewayDeps } from '../app.ts';
-import { canAccess, type AuthContext } from '../../core/tenants.ts';
+import type { AuthContext } from '../../core/tenants.ts';
+import { plainName } from '../../core/names.ts';
 import { FunctionGoneError, KeyRejectedError } from '../../core/live-queue.ts';
-import { invalidKey, requireScope, revokedKey } from '../middleware/auth.ts';
+import { actingTenant, invalidKey, requireScope, revokedKey } from '../middleware/auth.ts';
 
 /** Waiting past the deadline by this much lets a reply that is on its way arrive. */
 const REPLY_GRACE_MS = 2_000;
@@ -37,10 +38,12 @@ export function runRoutes(deps: GatewayDeps) {
       const name = c.req.param('name');
       const rid = c.get('rid');
       if (!FUNCTION_NAME.test(name)) throw new ApiError(404, 'function_not_found', `no function named "${name}" (names are lower-case letters, digits and "-")`);
-      const fn = await functions.get(name);
-      if (!fn || !canAccess(c.get('auth'), fn.tenant)) throw new ApiError(404, 'function_not_found', `no function named "${name}"; deploy it with \`embers deploy\` or list them with \`embers functions\``);
+      const found = await functions.find(actingTenant(c), name);
+      if (!found) throw new ApiError(404, 'function_not_found', `no function named "${name}"; deploy it with \`embers deploy\` or list them with \`embers functions\``);
+      // Below the gateway the function goes by its key: its queue, metrics, replicas.
+      const { key, fn } = found;
       requireScope(c, 'run');
-      const failure = functions.startFailure(name);
+      const failure = functions.startFailure(key);
       if (failure) throw new ApiError(503, 'replica_start_failed', `${name} cannot start right now: ${failure.phase} failed: ${failure.message}`);
       const { input, inputJson, body: bytes, raw } = await readInput(c, name, fn.manifest.binaryInput, deps.maxJsonDepth);
       const verdict = raw === undefined ? checkInput(fn.validate, input) : 'valid';
@@ -57,13 +60,13 @@ export function runRoutes(deps: GatewayDeps) {
       const stamp = enqueueStamp();
       const auth = c.get('auth');
       const bill = { t: fn.tenant, k: auth.keyId, bin: bytes?.length ?? (Number(c.req.header('content-length')) || Buffer.byteLength(inputJson)) };
-      await counted(name, async () => {
+      await counted(key, async () => {
         await checkRate(deps.redis, auth);
-        await deps.queueDepth.check(name, fn.manifest.maxQueueLength ?? 10_000);
+        await deps.queueDepth.check(key, fn.manifest.maxQueueLength ?? 10_000);
         await deps.redisMemory.check(bill.bin);
       });
       if (async) {
-        const job = await enqueueAsync(deps, name, { rid, input, raw, ...stamp, ...bill }, { inputJson, body: bytes }, auth, webhook);
+        const job = await enqueueAsync(deps, key, { rid, input, raw, ...stamp, ...bill }, { inputJson, body: bytes }, auth, webhook);
         // From EMBERS_PUBLIC_URL: the request's Host header is the caller's to write.
         const url = `${deps.publicUrl}/v1/jobs/${job}`;
         c.header('location', url);
@@ -76,33 +79,33 @@ export function runRoutes(deps: GatewayDeps) {
       // the caller's (x-request-id), and two callers, of two tenants even, may send the same one.
       const id = randomUUID();
       const data: RunJobData = { rid, id, gw: gatewayId, input, raw, ...stamp, deadline: stamp.enq + deps.queueTimeoutMs, ...bill };
-      const release = await counted(name, () => acquireSlot(deps.redis, auth, id, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS));
+      const release = await counted(key, () => acquireSlot(deps.redis, auth, id, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS));
       const wait = replies.expect(id, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS, rid);
       metrics.inflight.inc();
       let entry: string | undefined;
       let reply;
       try {
-        entry = await live.add(name, data, { keyHash: auth.verifyHash, inputJson, body: bytes, mustBeDeployed: true });
-        deps.wake(name);
+        entry = await live.add(key, data, { keyHash: auth.verifyHash, inputJson, body: bytes, mustBeDeployed: true });
+        deps.wake(key);
         reply = await wait;
       } catch (err) {
         replies.cancel(id);
-        throw notQueued(deps, err, name, auth.keyId);
+        throw notQueued(deps, err, key, auth.keyId);
       } finally {
         metrics.inflight.dec();
         release();
       }
       const totalMs = performance.now() - t0;
-      metrics.duration.observe({ function: name }, totalMs / 1000);
+      metrics.duration.observe({ function: key }, totalMs / 1000);
       if (!reply) {
         // Nobody answered in time: take the job back if no replica has started it.
-        if (entry) await live.remove(name, entry).catch(() => 0);
-        metrics.requests.inc({ function: name, status: '504' });
+        if (entry) await live.remove(key, entry).catch(() => 0);
+        metrics.requests.inc({ function: key, status: '504' });
         throw new ApiError(504, 'timeout', `${name} did not answer in time (queue limit ${deps.queueTimeoutMs} ms + run limit ${fn.manifest.timeoutMs} ms); see \`embers functions show ${name}\``);
       }
       const { header, body } = reply;
-      metrics.requests.inc({ function: name, status: String(header.status) });
-      metrics.queue.observe({ function: name }, header.timing.queueMs / 1000);
+      metrics.requests.inc({ function: key, status: String(header.status) });
+      metrics.queue.observe({ function: key }, header.timing.queueMs / 1000);
       const t = header.timing;
       const cold = header.cold ? `cold;dur=${round(header.cold.waitedMs)}, ` : '';
       // infer: how long the inferences it rode in ran, summed over its calls (usage meters its share). Replicas older than
@@ -151,17 +154,17 @@ async function readInput(c: Context<GatewayEnv>, name: string, binaryInput: stri
   }
 }
 
-/** Queues an async run: its record first (so GET never misses it), then the job itself. */
-async function enqueueAsync(deps: GatewayDeps, name: string, data: RunJobData, payload: { inputJson: string; body?: Buffer }, auth: AuthContext, webhook: string | undefined): Promise<string> {
+/** Queues an async run of the function under `key`: its record first (so GET never misses it), then the job itself. */
+async function enqueueAsync(deps: GatewayDeps, key: string, data: RunJobData, payload: { inputJson: string; body?: Buffer }, auth: AuthContext, webhook: string | undefined): Promise<string> {
   const id = JobStore.newId();
   try {
-    await deps.jobs.create({ id, fn: name, tenant: data.t!, key: auth.keyId, webhook });
-    await deps.live.add(name, { ...data, job: id }, { keyHash: auth.verifyHash, mustBeDeployed: true, ...payload });
+    await deps.jobs.create({ id, fn: key, tenant: data.t!, key: auth.keyId, webhook });
+    await deps.live.add(key, { ...data, job: id }, { keyHash: auth.verifyHash, mustBeDeployed: true, ...payload });
   } catch (err) {
     await deps.redis.del(keys.job(id)).catch(() => 0);
-    throw notQueued(deps, err, name, auth.keyId);
+    throw notQueued(deps, err, key, auth.keyId);
   }
-  deps.wake(name);
+  deps.wake(key);
   return id;
 }
 
@@ -170,14 +173,14 @@ async function enqueueAsync(deps: GatewayDeps, name: string, data: RunJobData, p
  * revoked or removed since (401), or the function was deleted after this gateway looked it up
  * (404); either is forgotten here. Anything else is Redis out of reach (503).
  */
-function notQueued(deps: GatewayDeps, err: unknown, name: string, keyId: string): ApiError {
+function notQueued(deps: GatewayDeps, err: unknown, key: string, keyId: string): ApiError {
   if (err instanceof KeyRejectedError) {
     deps.keys.forget(err.keyHash);
     return err.reason === 'revoked' ? revokedKey(keyId) : invalidKey();
   }
   if (err instanceof FunctionGoneError) {
-    deps.functions.forget(name);
-    return new ApiError(404, 'function_not_found', `no function named "${name}": it was deleted`);
+    deps.functions.forget(key);
+    return new ApiError(404, 'function_not_found', `no function named "${plainName(key)}": it was deleted`);
   }
   return new ApiError(503, 'unavailable', `could not queue the request (Redis unreachable?): ${(err as Error).message}; retry shortly`);
 }

@@ -14,6 +14,7 @@ import { createLogger } from '../../core/log.ts';
 import { storeFromConfig } from '../../core/s3.ts';
 import { liveStream } from '../../core/live-queue.ts';
 import { hashSecret } from '../../core/tenants.ts';
+import { qualifiedName } from '../../core/names.ts';
 import { startGateway, type RunningGateway } from '../../gateway/server.ts';
 import { ROOT, eventually, fixture, shipped, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
 
@@ -56,6 +57,29 @@ async function createKey(tenant: string, body: object = {}): Promise<Created> {
   return json<Created>(admin(`/v1/tenants/${tenant}/keys`, post(body)), 201);
 }
 
+/** Every route that names a function, as `f` asks them about `name`. */
+const probes = (name: string): [string, RequestInit][] => [
+  ['/v1/functions', {}],
+  [`/v1/functions/${name}`, {}],
+  [`/v1/run/${name}`, post({ x: 1 })],
+  [`/v1/run/${name}`, { method: 'POST', body: '{}', headers: { prefer: 'respond-async' } }],
+  [`/v1/batches?function=${name}`, { method: 'POST', body: '{"custom_id":"a","input":{}}' }],
+  ['/v1/batches', post({ function: name, input_uri: 's3://embers/nowhere/input.jsonl' })],
+  [`/v1/usage?function=${name}&from=2026-01-01&to=2026-02-01`, {}],
+  [`/v1/functions/${name}`, { method: 'DELETE' }],
+  [`/v1/functions/${name}?force=true`, { method: 'DELETE' }],
+];
+
+/** What `f` is answered for each probe: status, type and body, to compare byte for byte. */
+async function answers(f: (route: string, init?: RequestInit) => Promise<Response>, name: string): Promise<string[]> {
+  const out: string[] = [];
+  for (const [route, init] of probes(name)) {
+    const r = await f(route, init);
+    out.push(`${init.method ?? 'GET'} ${route} → ${r.status} ${r.headers.get('content-type')}\n${await r.text()}`);
+  }
+  return out;
+}
+
 function embers(args: string[], env: Record<string, string> = {}): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     execFile(process.execPath, [path.join(ROOT, 'cli/bin.mjs'), ...args], { cwd: tmp, env: { ...process.env, EMBERS_URL: p.url, ...env }, timeout: 60_000 }, (err, stdout, stderr) =>
@@ -69,12 +93,17 @@ describe('tenants and keys', () => {
   let b: string;
   let keyA: Created;
   let keyB: Created;
+  /** What tenant B and the admin key are answered about `echo` while no tenant has one. */
+  let noneForB: string[];
+  let noneForAdmin: string[];
 
   before(async () => {
     a = await createTenant('acme');
     b = await createTenant('bravo');
     keyA = await createKey(a, { name: 'acme-ci' });
     keyB = await createKey(b);
+    noneForB = await answers(as(keyB.key), 'echo');
+    noneForAdmin = await answers(admin, 'echo');
     await deployFile(new EmbersClient({ url: p.url, apiKey: keyA.key }), shipped('echo.ts'));
   });
 
@@ -91,30 +120,77 @@ describe('tenants and keys', () => {
     assert.ok(!listed.includes(keyA.key) && !listed.includes(hashSecret(keyA.key)), 'no secret and no hash in the listing');
   });
 
-  it('a tenant cannot list, show, run, delete or deploy over another tenant\'s function', async () => {
+  it("another tenant's function is exactly as missing as one no tenant has", async () => {
     const asA = as(keyA.key);
-    const asB = as(keyB.key);
-    const names = async (f: typeof asA) => (await json<{ functions: { name: string }[] }>(f('/v1/functions'), 200)).functions.map((x) => x.name);
-    assert.deepEqual(await names(asA), ['echo']);
-    assert.deepEqual(await names(asB), []);
+    const names = async (f: typeof asA) => (await json<{ functions: { name: string; tenant: string }[] }>(f('/v1/functions'), 200)).functions.map((x) => [x.name, x.tenant]);
+    assert.deepEqual(await names(asA), [['echo', a]]);
     assert.deepEqual(await names(as(p.apiKey)), [], 'the default tenant is a tenant like the others');
-    const all = await json<{ functions: { name: string; tenant: string }[] }>(admin('/v1/functions'), 200);
-    assert.deepEqual(all.functions.map((f) => [f.name, f.tenant]), [['echo', a]]);
-
-    // Refused exactly as a function that does not exist: names do not leak.
-    const unknown = await json<{ error: { message: string } }>(asB('/v1/functions/ghost'), 404);
-    const show = await json<{ error: { code: string; message: string } }>(asB('/v1/functions/echo'), 404);
-    assert.equal(show.error.code, 'function_not_found');
-    assert.equal(show.error.message, unknown.error.message.replace('ghost', 'echo'));
-    const run = await json<{ error: { code: string } }>(asB('/v1/run/echo', post({ x: 1 })), 404);
-    assert.equal(run.error.code, 'function_not_found');
-    await json(asB('/v1/functions/echo', { method: 'DELETE' }), 404);
-    await assert.rejects(deployFile(new EmbersClient({ url: p.url, apiKey: keyB.key }), shipped('echo.ts')), /409: function names are global/);
+    // Show (versions, replicas, cold starts), run, async run, batches, usage, delete: byte for byte.
+    assert.deepEqual(await answers(as(keyB.key), 'echo'), noneForB);
+    assert.deepEqual(await answers(admin, 'echo'), noneForAdmin, "the admin key acts for the default tenant unless it names one");
+    const missing = noneForB.find((x) => x.startsWith('GET /v1/functions/echo'))!;
+    assert.match(missing, /→ 404 .*\n\{"error":\{"code":"function_not_found","message":"no function named \\"echo\\""\}\}$/);
 
     // All of that left it alone.
     assert.deepEqual(await json(asA('/v1/run/echo', post({ from: 'acme' })), 200), { from: 'acme' });
-    const own = await json<{ tenant: string }>(asA('/v1/functions/echo'), 200);
-    assert.equal(own.tenant, a);
+    const own = await json<{ name: string; tenant: string; endpoint: string }>(asA('/v1/functions/echo'), 200);
+    assert.deepEqual([own.name, own.tenant], ['echo', a]);
+    assert.match(own.endpoint, /\/v1\/run\/echo$/);
+  });
+
+  it('two tenants each have their own function under one name; the admin key reaches each with ?tenant=', async () => {
+    const asA = as(keyA.key);
+    const asB = as(keyB.key);
+    const deployed = await deployFile(new EmbersClient({ url: p.url, apiKey: keyB.key }), fixture('echo-tagged.ts'));
+    assert.deepEqual([deployed.name, deployed.version, deployed.unchanged], ['echo', 'v1', false]);
+    assert.match(deployed.endpoint, /\/v1\/run\/echo$/);
+
+    assert.deepEqual(await json(asA('/v1/run/echo', post({ n: 1 })), 200), { n: 1 });
+    assert.deepEqual(await json(asB('/v1/run/echo', post({ n: 2 })), 200), { tagged: { n: 2 } });
+    assert.deepEqual(await json(admin(`/v1/run/echo?tenant=${a}`, post({ n: 3 })), 200), { n: 3 });
+    assert.deepEqual(await json(admin(`/v1/run/echo?tenant=${b}`, post({ n: 4 })), 200), { tagged: { n: 4 } });
+    const list = async (f: typeof asA, q = '') => (await json<{ functions: { name: string; tenant: string; versions: number }[] }>(f(`/v1/functions${q}`), 200)).functions;
+    assert.deepEqual((await list(asB)).map((f) => [f.name, f.tenant, f.versions]), [['echo', b, 1]]);
+    assert.deepEqual((await list(admin, `?tenant=${a}`)).map((f) => [f.name, f.tenant]), [['echo', a]]);
+    assert.deepEqual(await list(admin), []);
+    const shown = await json<{ name: string; tenant: string; manifest: { name: string }; versions: unknown[] }>(admin(`/v1/functions/echo?tenant=${b}`), 200);
+    assert.deepEqual([shown.name, shown.tenant, shown.manifest.name, shown.versions.length], ['echo', b, 'echo', 1]);
+
+    // Jobs, batches and usage name it as its tenant does.
+    const job = await json<{ id: string }>(asB('/v1/run/echo', { method: 'POST', body: '{"j":1}', headers: { prefer: 'respond-async' } }), 202);
+    const done = await eventually(async () => {
+      const j = await json<{ status: string; function: string; output?: unknown }>(asB(`/v1/jobs/${job.id}`), 200);
+      return j.status === 'succeeded' ? j : null;
+    }, 'the job to finish');
+    assert.deepEqual([done.function, done.output], ['echo', { tagged: { j: 1 } }]);
+    const batch = await json<{ id: string; function: string }>(asB('/v1/batches?function=echo', { method: 'POST', body: '{"custom_id":"a","input":{"l":1}}' }), 201);
+    assert.equal(batch.function, 'echo');
+    await eventually(async () => (await json<{ status: string }>(asB(`/v1/batches/${batch.id}`), 200)).status === 'completed', 'the batch to complete');
+    assert.equal((await (await asB(`/v1/batches/${batch.id}/output`)).text()).trim(), '{"custom_id":"a","output":{"tagged":{"l":1}}}');
+    const usage = await eventually(async () => {
+      const rows = (await json<{ data: { tenant: string; function: string; requests: number }[] }>(asB('/v1/usage?function=echo'), 200)).data;
+      return rows.reduce((n, r) => n + r.requests, 0) >= 3 ? rows : null;
+    }, "B's usage records");
+    assert.deepEqual([...new Set(usage.map((r) => `${r.tenant} ${r.function}`))], [`${b} echo`]);
+
+    // The CLI sends plain names; --tenant picks the tenant for the admin key.
+    const cli = await embers(['run', 'echo', '--data', '{"via":"cli"}', '--tenant', b], { EMBERS_API_KEY: p.adminKey });
+    assert.equal(cli.code, 0, cli.stderr);
+    assert.deepEqual(JSON.parse(cli.stdout), { tagged: { via: 'cli' } });
+
+    // B deletes its own; A's stays, and B is back to having none.
+    assert.deepEqual(await json(asB('/v1/functions/echo?force=true', { method: 'DELETE' }), 200), { deleted: 'echo', dropped: 0 });
+    assert.deepEqual(await json(asA('/v1/run/echo', post({ n: 5 })), 200), { n: 5 });
+    assert.deepEqual(await answers(asB, 'echo'), noneForB);
+  });
+
+  it('a tenant key names only its own tenant; the admin key names one that exists', async () => {
+    const other = await json<{ error: { code: string } }>(as(keyB.key)(`/v1/functions?tenant=${a}`), 403);
+    assert.equal(other.error.code, 'forbidden');
+    await json(as(keyB.key)(`/v1/run/ghost?tenant=${a}`, post({})), 403);
+    assert.match((await json<{ error: { message: string } }>(admin('/v1/functions?tenant=Not.One'), 400)).error.message, /tenant must be a tenant id/);
+    const body = { spec: { name: 'x', inputSchema: {} }, bundle: Buffer.from('export default 1').toString('base64') };
+    assert.match((await json<{ error: { message: string } }>(admin('/v1/functions?tenant=t_000000000000', post(body)), 404)).error.message, /no tenant with id "t_000000000000"/);
   });
 
   it('scopes: a run-only key runs but cannot deploy, delete, read or upload models', async () => {
@@ -189,7 +265,7 @@ describe('tenants and keys', () => {
       }
       // The stream's last id moves with every XADD, deleted entries included.
       const lastAdded = async () => {
-        const info = (await p.redis().xinfo('STREAM', 'embers:stream:echo')) as unknown[];
+        const info = (await p.redis().xinfo('STREAM', liveStream(qualifiedName(a, 'echo')))) as unknown[];
         return info[info.indexOf('last-generated-id') + 1];
       };
       const addedBefore = await lastAdded();
@@ -337,7 +413,7 @@ describe('tenants and keys', () => {
       const redis = p.redis();
       const job = await json<{ id: string }>(asC('/v1/run/tight', { method: 'POST', body: JSON.stringify({ ms: 1500 }), headers: { prefer: 'respond-async' } }), 202);
       await eventually(async () => (await json<{ status: string }>(asC(`/v1/jobs/${job.id}`), 200)).status === 'running', 'the job to start');
-      for (const r of p.agent.running()) if (r.fn === 'tight' && r.pid) process.kill(r.pid, 'SIGKILL');
+      for (const r of p.agent.running()) if (r.fn === qualifiedName(c.tenant, 'tight') && r.pid) process.kill(r.pid, 'SIGKILL');
       const done = await eventually(async () => {
         const j = await json<{ status: string }>(asC(`/v1/jobs/${job.id}`), 200);
         return j.status === 'succeeded' ? j : null;
@@ -345,7 +421,7 @@ describe('tenants and keys', () => {
       assert.equal(done.status, 'succeeded');
       // The job reads succeeded a step before its usage record is written (in the finishing call
       // that deletes its stream entry): wait for that call.
-      await eventually(async () => (await redis.xlen(liveStream('tight'))) === 0, "the retried job's finishing call (its usage record)");
+      await eventually(async () => (await redis.xlen(liveStream(qualifiedName(c.tenant, 'tight')))) === 0, "the retried job's finishing call (its usage record)");
       const records = (await redis.xrange('embers:usage:records', '-', '+')).map(([, f]) => JSON.parse(f[1]) as { id: string; tenant: string; key: string; fn: string });
       const mine = records.filter((r) => r.id === job.id);
       assert.equal(mine.length, 1);
@@ -388,7 +464,8 @@ describe('tenants and keys', () => {
       assert.equal(((await full.json()) as { error: { code: string } }).error.code, 'queue_full');
       // Each refusal is counted by function and code.
       const metrics = await (await p.fetch('/metrics')).text();
-      const refusedCount = (code: string) => Number(new RegExp(`^embers_requests_refused_total\\{function="tight",code="${code}"\\} (\\d+)$`, 'm').exec(metrics)?.[1] ?? 0);
+      // Metrics name a function by its key: a tenant's own name may be another's too.
+      const refusedCount = (code: string) => Number(new RegExp(`^embers_requests_refused_total\\{function="${qualifiedName(c.tenant, 'tight')}",code="${code}"\\} (\\d+)$`, 'm').exec(metrics)?.[1] ?? 0);
       assert.equal(refusedCount('rate_limited'), refused.length);
       assert.equal(refusedCount('too_many_in_flight'), 1);
       assert.equal(refusedCount('queue_full'), 2);

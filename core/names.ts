@@ -1,0 +1,33 @@
+// Function names are per tenant: two tenants may each have an `ocr`. Below the gateway (Redis
+// keys, live streams, the batch queue, S3 keys, the scheduler, replicas) a function goes by one
+// string, its key; the gateway turns (tenant, name) into it and never shows one tenant another's.
+import { DEFAULT_TENANT } from './tenants.ts';
+
+/**
+ * The key of `tenant`'s function `name`. The default tenant's functions keep their plain name, so
+ * what was deployed before names were per tenant stays where it is; "." is in neither a function
+ * name nor a tenant id, so no two (tenant, name) pairs share a key.
+ */
+export function qualifiedName(tenant: string, name: string): string {
+  return tenant === DEFAULT_TENANT ? name : `${tenant}.${name}`;
+}
+
+/** The name a function's tenant knows it by: its key without the tenant. */
+export function plainName(key: string): string {
+  return key.slice(key.indexOf('.') + 1);
+}
+
+/**
+ * Where `tenant`'s function `name` is, given `lookup` (a key's function with the tenant that owns
+ * it, or null): at its qualified name, or, deployed by a tenant other than the default while
+ * names were global, at its plain name. Null when the tenant has none by that name, whoever else
+ * has one.
+ */
+export async function findOwned<T extends { tenant: string }>(tenant: string, name: string, lookup: (key: string) => Promise<T | null>): Promise<{ key: string; fn: T } | null> {
+  const key = qualifiedName(tenant, name);
+  const fn = await lookup(key);
+  if (fn?.tenant === tenant) return { key, fn };
+  if (key === name) return null;
+  const legacy = await lookup(name);
+  return legacy?.tenant === tenant ? { key: name, fn: legacy } : null;
+}
