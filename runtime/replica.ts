@@ -464,7 +464,7 @@ export class Replica {
         jobSignal?.addEventListener('abort', stop(false), { once: true });
         const r = await result;
         ({ status, body } = r);
-        if (r.bytes) bytes = { contentType: r.bytes.contentType, bytes: Buffer.from(r.bytes.data.buffer, r.bytes.data.byteOffset, r.bytes.data.byteLength) };
+        if (r.bytes) bytes = { contentType: r.bytes.contentType, bytes: r.bytes.data };
         canceled = r.canceled === true && (cancel?.signal.aborted ?? false);
         // Metered by this process's clock; the user code's split is bounded by it.
         const handlerMs = Math.round((performance.now() - t0) * 100) / 100;

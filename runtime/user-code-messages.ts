@@ -1,7 +1,8 @@
 // The messages between a replica (trusted: it holds the queues, Redis and S3) and its user-code
 // process (untrusted: the tenant's bundle and models, sandboxed). This channel is all the user
-// code reaches; the replica checks every message it receives (userReply), since the process that
-// sends them runs the tenant's code.
+// code reaches; the replica checks every message it receives (checkResult), since the process that
+// sends them runs the tenant's code. The channel carries JSON (Node's own IPC serialisation, half
+// the cost of its structured clone for requests this small), so bytes travel as base64.
 import type { ReplyHeader } from '../core/contracts.ts';
 import type { ExecutionProvider } from '../native/session.ts';
 import type { DynamicBatcher } from './batcher.ts';
@@ -33,8 +34,10 @@ export interface RunMessage {
   n: number;
   rid: string;
   input: unknown;
-  /** The input field that holds a binary request body (the function's binaryInput). */
+  /** The input field that holds a binary request body (the function's binaryInput)… */
   raw?: string;
+  /** …and that body, which the user code puts there as a Buffer. */
+  rawBase64?: string;
   /** Latest start (ms since epoch) of a synchronous run. */
   deadline?: number;
   /** A batch line: its model calls yield to live requests. */
@@ -62,7 +65,7 @@ export type FromUserCode =
   | { type: 'standby' }
   | { type: 'started'; phases: { bundleMs: number; modelLoadMs: number; setupMs: number; warmupMs: number } }
   | { type: 'start_failed'; phase: string; message: string }
-  | { type: 'result'; n: number; status: number; body: string; bytes?: { contentType: string; data: Uint8Array }; timing: ReplyHeader['timing']; canceled?: boolean }
+  | { type: 'result'; n: number; status: number; body: string; bytes?: { contentType: string; base64: string }; timing: ReplyHeader['timing']; canceled?: boolean }
   /** Tells the node's other replicas it runs live requests (busy) or none. */
   | { type: 'announce'; busy: boolean }
   /** A handler ran past its timeout and grace and will not stop: replace the replica. */

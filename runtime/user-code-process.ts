@@ -11,6 +11,7 @@ import { errorBody, type ReplyHeader } from '../core/contracts.ts';
 import { PLATFORM_NODE_MODULES } from '../core/bundle-dir.ts';
 import type { Logger } from '../core/log.ts';
 import { letThrough, SANDBOX_UID_BASE, SandboxCgroup, sandboxCommand, type SandboxLimits, type SandboxSupport } from './sandbox.ts';
+import { Outbox } from './outbox.ts';
 import type { AssignMessage, FromUserCode, RunMessage, ToUserCode, UserStats } from './user-code-messages.ts';
 
 const FROM_SOURCE = import.meta.url.endsWith('.ts');
@@ -53,7 +54,7 @@ export interface UserCodeExit {
 }
 
 type Result = Extract<FromUserCode, { type: 'result' }>;
-export type CheckedResult = Omit<Result, 'type' | 'n'>;
+export type CheckedResult = Omit<Result, 'type' | 'n' | 'bytes'> & { bytes?: { contentType: string; data: Buffer } };
 
 export class UserCodeProcess {
   private readonly child: ChildProcess;
@@ -61,6 +62,9 @@ export class UserCodeProcess {
   private readonly cgroup?: SandboxCgroup;
   private readonly waiting = new Map<number, (r: CheckedResult) => void>();
   private next = 1;
+  private readonly outbox = new Outbox<ToUserCode>((messages) => {
+    if (this.child.connected) this.child.send(messages, undefined, undefined, (err) => err && this.o.log.debug({ err: err.message }, 'could not reach the user-code process'));
+  });
   private readonly booted: Promise<void>;
   private started?: { resolve: (m: FromUserCode) => void };
   private lastStats?: UserStats;
@@ -108,7 +112,7 @@ export class UserCodeProcess {
     // The staging folder must exist before bwrap binds it.
     mkdirSync(path.join(this.staging, 'models'), { recursive: true });
     if (sandbox?.ownUid) for (const p of [this.staging, ...readOnly]) letThrough(p);
-    this.child = spawn(cmd.command, cmd.args, { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env, serialization: 'advanced' });
+    this.child = spawn(cmd.command, cmd.args, { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env, serialization: 'json' });
     this.exited = new Promise((resolve) =>
       this.child.once('exit', (code, signal) => {
         this.exitInfo = { code, signal, oom: this.cgroup?.oomKilled() ?? false };
@@ -118,7 +122,10 @@ export class UserCodeProcess {
     );
     void this.exited.then(() => this.cleanUp());
     this.booted = new Promise<void>((resolve, reject) => {
-      this.child.on('message', (m: FromUserCode) => this.receive(m, resolve));
+      this.child.on('message', (messages: FromUserCode[]) => {
+        // Sent by the tenant's code: only an array of messages is read.
+        if (Array.isArray(messages)) for (const m of messages) this.receive(m, resolve);
+      });
       void this.exited.then((e) => reject(new Error(`the user-code process exited before it booted (${describeExit(e)})`)));
     });
     this.booted.catch(() => {});
@@ -166,12 +173,20 @@ export class UserCodeProcess {
     });
     if (reply.type === 'start_failed') throw new StartFailure(String(reply.phase).slice(0, 32), String(reply.message).slice(0, 2000));
     if (reply.type !== 'started') throw new StartFailure('bundle', 'the user-code process answered its assignment with something else');
-    return reply.phases;
+    // Only the four numbers: the record they go into is stored in Redis.
+    const ms = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : 0);
+    const p = (reply.phases ?? {}) as Record<string, unknown>;
+    return { bundleMs: ms(p.bundleMs), modelLoadMs: ms(p.modelLoadMs), setupMs: ms(p.setupMs), warmupMs: ms(p.warmupMs) };
   }
 
   /** Runs a request; always resolves (a process that exits meanwhile answers 500 or 503 replica_oom). */
-  run(m: Omit<RunMessage, 'type' | 'n'>): { n: number; result: Promise<CheckedResult> } {
+  run(m: Omit<RunMessage, 'type' | 'n' | 'rawBase64'>): { n: number; result: Promise<CheckedResult> } {
     const n = this.next++;
+    const body = m.raw !== undefined ? (m.input as Record<string, unknown> | null)?.[m.raw] : undefined;
+    if (body instanceof Uint8Array) {
+      const { [m.raw!]: _, ...rest } = m.input as Record<string, unknown>;
+      m = { ...m, input: rest, rawBase64: Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('base64') } as typeof m;
+    }
     const result = new Promise<CheckedResult>((resolve) => {
       if (this.exitInfo) return resolve(this.exitResult(this.exitInfo, m.queueMs));
       this.waiting.set(n, resolve);
@@ -201,7 +216,7 @@ export class UserCodeProcess {
   }
 
   private send(m: ToUserCode): void {
-    if (this.child.connected) this.child.send(m, (err) => err && this.o.log.debug({ err: err.message }, 'could not reach the user-code process'));
+    this.outbox.push(m);
   }
 
   private receive(m: FromUserCode, booted: () => void): void {
@@ -229,7 +244,8 @@ export class UserCodeProcess {
         this.onStuck(String(m.rid).slice(0, 200));
         break;
       case 'stats':
-        this.lastStats = m.stats;
+        // Written into the replica's record in Redis on every heartbeat: bounded.
+        if (JSON.stringify(m.stats ?? null).length <= MAX_STATS_CHARS) this.lastStats = m.stats;
         break;
     }
   }
@@ -274,6 +290,9 @@ function describeExit(e: UserCodeExit): string {
   return e.signal ? `signal ${e.signal}` : `code ${e.code}`;
 }
 
+/** Largest stats message kept (a few models' counters take a few hundred characters). */
+const MAX_STATS_CHARS = 64 * 1024;
+
 const zeroTiming = (queueMs: number): ReplyHeader['timing'] => ({ queueMs, handlerMs: 0, inferMs: 0, execMs: 0, batchMs: 0, inputMs: 0, outputMs: 0 });
 
 /** Content types a handler may answer with: a token/token, parameters without line breaks. */
@@ -299,9 +318,11 @@ export function checkResult(m: Result, maxAnswerBytes: number): CheckedResult {
   }
   let bytes: CheckedResult['bytes'];
   if (m.bytes !== undefined) {
-    const { contentType, data } = m.bytes as { contentType?: unknown; data?: unknown };
+    const { contentType, base64 } = m.bytes as { contentType?: unknown; base64?: unknown };
     if (typeof contentType !== 'string' || contentType.length > 200 || !CONTENT_TYPE.test(contentType)) return invalid('content type');
-    if (!(data instanceof Uint8Array) || data.length > max) return invalid('bytes');
+    if (typeof base64 !== 'string' || base64.length > Math.ceil(max / 3) * 4 + 4) return invalid('bytes');
+    const data = Buffer.from(base64, 'base64');
+    if (data.length > max) return invalid('bytes');
     bytes = { contentType, data };
   }
   return { status: m.status, body: m.body, bytes, timing, canceled: m.canceled === true || undefined };

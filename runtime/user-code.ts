@@ -176,9 +176,8 @@ export class UserCode {
     // Made on first use: most requests never log.
     let child: Logger | undefined;
     const log = () => (child ??= this.o.log.child({ rid: m.rid }));
-    // A binary body crosses the channel as a Uint8Array: handlers get the Buffer they always have.
-    const sent = m.raw !== undefined ? (m.input as Record<string, unknown> | null)?.[m.raw] : undefined;
-    if (sent instanceof Uint8Array && !Buffer.isBuffer(sent)) (m.input as Record<string, unknown>)[m.raw!] = Buffer.from(sent.buffer, sent.byteOffset, sent.byteLength);
+    // A binary body crosses the channel as base64: handlers get it as a Buffer in its field.
+    if (m.raw !== undefined && typeof m.rawBase64 === 'string' && typeof m.input === 'object' && m.input !== null) (m.input as Record<string, unknown>)[m.raw] = Buffer.from(m.rawBase64, 'base64');
     try {
       const parsed = (this.def.input as z.ZodType).safeParse(m.input);
       if (!parsed.success) {
@@ -187,7 +186,7 @@ export class UserCode {
       } else {
         const result = await this.runHandler(parsed.data, m, ctl, clock, log);
         const encoded = resultBody(result, this.a.settings.maxAnswerBytes);
-        if (encoded.binary) bytes = { contentType: encoded.binary.contentType, data: encoded.binary.bytes };
+        if (encoded.binary) bytes = { contentType: encoded.binary.contentType, base64: Buffer.from(encoded.binary.bytes.buffer, encoded.binary.bytes.byteOffset, encoded.binary.bytes.byteLength).toString('base64') };
         else body = encoded.json;
       }
     } catch (err) {

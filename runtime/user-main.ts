@@ -3,13 +3,15 @@
 // environment that holds no platform setting beyond logging; it boots, loads the native modules
 // handlers use, says so, and waits for its assignment. Its only channel is the IPC one.
 import { createLogger } from '../core/log.ts';
+import { Outbox } from './outbox.ts';
 import type { FromUserCode, ToUserCode } from './user-code-messages.ts';
 import { StartError, UserCode } from './user-code.ts';
 
 const log = createLogger('user-code');
-const send = (m: FromUserCode) => {
-  if (process.connected) process.send!(m);
-};
+const outbox = new Outbox<FromUserCode>((messages) => {
+  if (process.connected) process.send!(messages);
+});
+const send = (m: FromUserCode) => outbox.push(m);
 
 /** Loaded before the assignment, so a cold start finds them loaded; one not installed is skipped. */
 const PRELOAD = ['sharp', 'onnxruntime-node'];
@@ -20,7 +22,11 @@ const user = new UserCode({
   onStuck: (rid) => send({ type: 'stuck', rid }),
 });
 
-process.on('message', (m: ToUserCode) => {
+process.on('message', (messages: ToUserCode[]) => {
+  if (Array.isArray(messages)) for (const m of messages) receive(m);
+});
+
+function receive(m: ToUserCode): void {
   switch (m?.type) {
     case 'assign':
       void user.start(m).then(
@@ -29,7 +35,10 @@ process.on('message', (m: ToUserCode) => {
       );
       break;
     case 'run':
-      void user.run(m).then(send, (err: unknown) => log.error({ err }, 'could not run a request'));
+      void user.run(m).then(send, (err: unknown) => {
+        log.error({ err }, 'could not run a request');
+        send({ type: 'result', n: m.n, status: 500, body: JSON.stringify({ error: { code: 'handler_error', message: 'the request could not be run' } }), timing: { queueMs: m.queueMs, handlerMs: 0, inferMs: 0, batchMs: 0 } });
+      });
       break;
     case 'abort':
       user.abort(m.n, m.canceled);
@@ -41,7 +50,7 @@ process.on('message', (m: ToUserCode) => {
       send({ type: 'stats', stats: user.stats() });
       break;
   }
-});
+}
 // Its replica is gone (or closed the channel to stop it): nothing may outlive it.
 process.on('disconnect', () => {
   void user.close().finally(() => process.exit(0));

@@ -50,14 +50,19 @@ describe('checkResult', () => {
       { ...ok, status: 600 },
       { ...ok, body: 42 as unknown as string },
       { ...ok, body: 'x'.repeat(2000) },
-      { ...ok, bytes: { contentType: 'text/plain\r\nset-cookie: a=b', data: new Uint8Array(1) } },
-      { ...ok, bytes: { contentType: 'image/png', data: 'not bytes' as unknown as Uint8Array } },
-      { ...ok, bytes: { contentType: 'image/png', data: new Uint8Array(4096) } },
+      { ...ok, bytes: { contentType: 'text/plain\r\nset-cookie: a=b', base64: 'AA==' } },
+      { ...ok, bytes: { contentType: 'image/png', base64: 42 as unknown as string } },
+      { ...ok, bytes: { contentType: 'image/png', base64: Buffer.alloc(4096).toString('base64') } },
     ]) {
       const r = checkResult(bad, 1024);
       assert.equal(r.status, 500);
       assert.equal(code(r), 'invalid_answer');
     }
+  });
+
+  it('decodes bytes within the bound', () => {
+    const r = checkResult({ ...ok, bytes: { contentType: 'image/png', base64: Buffer.from('png!').toString('base64') } }, 1024);
+    assert.deepEqual([r.status, r.bytes?.contentType, r.bytes?.data.toString()], [200, 'image/png', 'png!']);
   });
 
   it('drops timing values that are not finite, non-negative numbers', () => {
