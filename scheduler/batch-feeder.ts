@@ -9,8 +9,8 @@ import { BATCH_TERMINAL, BatchStore, chunkJob, chunkOf, errorLine, lineJob, type
 import { keys, s3Keys, type BatchChunkData, type BatchChunkLine, type RunJobData } from '../core/contracts.ts';
 import type { Logger } from '../core/log.ts';
 import type { Registry } from '../core/registry.ts';
-import { plainName } from '../core/names.ts';
 import { DEFAULT_TENANT } from '../core/tenants.ts';
+import { plainName } from '../core/names.ts';
 import { statusOf, type ObjectStore } from '../core/s3.ts';
 import { compileInputSchema, describeErrors } from '../core/validate.ts';
 import { nestsDeeperThan, tooDeepMessage } from '../core/json-depth.ts';
