@@ -14,6 +14,7 @@ import type { Redis } from 'ioredis';
 import { linkPlatformModules } from '../core/bundle-dir.ts';
 import { BatchStore, chunkLineJobs, errorLine, outputLine } from '../core/batches.ts';
 import { unrunTiming } from './timing.ts';
+import { plainName } from '../core/names.ts';
 import { batchQueueName, encodeReply, errorBody, keys, QUEUE_PREFIX, SCAN_NOW, WEBHOOK_QUEUE, type Manifest, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData, type BatchChunkData } from '../core/contracts.ts';
 import { sinceEnqueued } from '../core/clock.ts';
 import { CANCELED_BODY, enqueueWebhook, isTerminal, JobStore } from '../core/jobs.ts';
@@ -203,7 +204,8 @@ export class Replica {
         {
           replica: this.o.id,
           env: this.o.env?.CUDA_VISIBLE_DEVICES !== undefined ? { CUDA_VISIBLE_DEVICES: this.o.env.CUDA_VISIBLE_DEVICES } : {},
-          fn: { name: manifest.name, version: manifest.version, timeoutMs: manifest.timeoutMs, batching: manifest.batching },
+          // The tenant's own name for it, not the platform's key (core/names.ts).
+          fn: { name: plainName(manifest.name), version: manifest.version, timeoutMs: manifest.timeoutMs, batching: manifest.batching },
           settings: {
             providers: this.o.providers,
             threads: this.o.threads,
@@ -304,7 +306,7 @@ export class Replica {
     const others = ids.length ? await this.o.redis.mget(ids.map(keys.replica)) : [];
     if (others.some((r) => r && (JSON.parse(r) as ReplicaRecord).state === 'ready')) return;
     const failed = (jobId: string, data: RunJobData) => {
-      const body = JSON.stringify(errorBody('replica_start_failed', `${name} ${this.o.manifest.version} cannot start: ${error.phase} failed: ${error.message}`));
+      const body = JSON.stringify(errorBody('replica_start_failed', `${plainName(name)} ${this.o.manifest.version} cannot start: ${error.phase} failed: ${error.message}`));
       return this.deliver(jobId, data, { rid: data.rid, status: 503, replica: this.o.id, timing: unrunTiming(sinceEnqueued(data)) }, body, false);
     };
     // Live requests: read them all as this replica, answer, acknowledge.
@@ -445,17 +447,17 @@ export class Replica {
       if (crashes >= MAX_CRASHES) {
         // Replicas died twice while holding this request: it is likely the cause. Answer, don't run.
         status = 500;
-        body = JSON.stringify(errorBody('replica_crashed', `${this.o.manifest.name}: the replica crashed ${crashes} times while running this request; it was not retried again`));
+        body = JSON.stringify(errorBody('replica_crashed', `${plainName(this.o.manifest.name)}: the replica crashed ${crashes} times while running this request; it was not retried again`));
         log().error({ crashes }, 'poison request answered without running');
       } else if (data.bodyMissing) {
         status = 500;
-        body = JSON.stringify(errorBody('queue_entry_damaged', `${this.o.manifest.name}: the request's body was missing from its queue entry, so it was not run; send it again`));
+        body = JSON.stringify(errorBody('queue_entry_damaged', `${plainName(this.o.manifest.name)}: the request's body was missing from its queue entry, so it was not run; send it again`));
         log().error('binary body missing from the queue entry: answered without running');
       } else if (data.raw !== undefined && data.raw !== this.o.manifest.binaryInput) {
         // Bytes queued for a version that took them, run by one that does not (a rollout):
         // its schema would strip the field and run on defaults.
         status = 415;
-        body = JSON.stringify(errorBody('unsupported_media_type', `${this.o.manifest.name} version ${this.o.manifest.version} takes ${this.o.manifest.binaryInput ? `bytes as its "${this.o.manifest.binaryInput}"` : 'JSON bodies only'}, and the bytes were sent for "${data.raw}" (a new version became active meanwhile); send the request again`));
+        body = JSON.stringify(errorBody('unsupported_media_type', `${plainName(this.o.manifest.name)} version ${this.o.manifest.version} takes ${this.o.manifest.binaryInput ? `bytes as its "${this.o.manifest.binaryInput}"` : 'JSON bodies only'}, and the bytes were sent for "${data.raw}" (a new version became active meanwhile); send the request again`));
       } else {
         // The user code checks the input against the function's schema and runs the handler.
         const { n, result } = this.user.run({ rid, input, raw: data.raw, deadline: data.deadline, batch: lane === 'batch', queueMs: queued });

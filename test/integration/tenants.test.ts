@@ -146,9 +146,9 @@ describe('tenants and keys', () => {
     assert.match(deployed.endpoint, /\/v1\/run\/echo$/);
 
     assert.deepEqual(await json(asA('/v1/run/echo', post({ n: 1 })), 200), { n: 1 });
-    assert.deepEqual(await json(asB('/v1/run/echo', post({ n: 2 })), 200), { tagged: { n: 2 } });
+    assert.deepEqual(await json(asB('/v1/run/echo', post({ n: 2 })), 200), { tagged: { n: 2 }, as: 'echo' });
     assert.deepEqual(await json(admin(`/v1/run/echo?tenant=${a}`, post({ n: 3 })), 200), { n: 3 });
-    assert.deepEqual(await json(admin(`/v1/run/echo?tenant=${b}`, post({ n: 4 })), 200), { tagged: { n: 4 } });
+    assert.deepEqual(await json(admin(`/v1/run/echo?tenant=${b}`, post({ n: 4 })), 200), { tagged: { n: 4 }, as: 'echo' });
     const list = async (f: typeof asA, q = '') => (await json<{ functions: { name: string; tenant: string; versions: number }[] }>(f(`/v1/functions${q}`), 200)).functions;
     assert.deepEqual((await list(asB)).map((f) => [f.name, f.tenant, f.versions]), [['echo', b, 1]]);
     assert.deepEqual((await list(admin, `?tenant=${a}`)).map((f) => [f.name, f.tenant]), [['echo', a]]);
@@ -162,11 +162,11 @@ describe('tenants and keys', () => {
       const j = await json<{ status: string; function: string; output?: unknown }>(asB(`/v1/jobs/${job.id}`), 200);
       return j.status === 'succeeded' ? j : null;
     }, 'the job to finish');
-    assert.deepEqual([done.function, done.output], ['echo', { tagged: { j: 1 } }]);
+    assert.deepEqual([done.function, done.output], ['echo', { tagged: { j: 1 }, as: 'echo' }]);
     const batch = await json<{ id: string; function: string }>(asB('/v1/batches?function=echo', { method: 'POST', body: '{"custom_id":"a","input":{"l":1}}' }), 201);
     assert.equal(batch.function, 'echo');
     await eventually(async () => (await json<{ status: string }>(asB(`/v1/batches/${batch.id}`), 200)).status === 'completed', 'the batch to complete');
-    assert.equal((await (await asB(`/v1/batches/${batch.id}/output`)).text()).trim(), '{"custom_id":"a","output":{"tagged":{"l":1}}}');
+    assert.equal((await (await asB(`/v1/batches/${batch.id}/output`)).text()).trim(), '{"custom_id":"a","output":{"tagged":{"l":1},"as":"echo"}}');
     const usage = await eventually(async () => {
       const rows = (await json<{ data: { tenant: string; function: string; requests: number }[] }>(asB('/v1/usage?function=echo'), 200)).data;
       return rows.reduce((n, r) => n + r.requests, 0) >= 3 ? rows : null;
@@ -176,7 +176,7 @@ describe('tenants and keys', () => {
     // The CLI sends plain names; --tenant picks the tenant for the admin key.
     const cli = await embers(['run', 'echo', '--data', '{"via":"cli"}', '--tenant', b], { EMBERS_API_KEY: p.adminKey });
     assert.equal(cli.code, 0, cli.stderr);
-    assert.deepEqual(JSON.parse(cli.stdout), { tagged: { via: 'cli' } });
+    assert.deepEqual(JSON.parse(cli.stdout), { tagged: { via: 'cli' }, as: 'echo' });
 
     // B deletes its own; A's stays, and B is back to having none.
     assert.deepEqual(await json(asB('/v1/functions/echo?force=true', { method: 'DELETE' }), 200), { deleted: 'echo', dropped: 0 });
