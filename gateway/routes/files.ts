@@ -72,8 +72,10 @@ export function fileRoutes(deps: GatewayDeps) {
   const find = async (c: Context<GatewayEnv>): Promise<FileRecord> => {
     requireScope(c, 'run');
     const id = c.req.param('id') ?? '';
+    // The tenant first: a ?tenant= the key may not name is refused whether or not the file exists.
+    const tenant = actingTenant(c);
     const file = await files.get(id);
-    if (!file || file.tenant !== actingTenant(c)) throw new ApiError(404, 'file_not_found', `no file ${id.slice(0, 100)}; \`embers files list\` shows yours`);
+    if (!file || file.tenant !== tenant) throw new ApiError(404, 'file_not_found', `no file ${id.slice(0, 100)}; \`embers files list\` shows yours`);
     return file;
   };
 

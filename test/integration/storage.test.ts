@@ -187,6 +187,11 @@ describe('S3 scoped to the tenant', () => {
       assert.equal(missingFile.status, 404);
       sameAsMissing(await answer(asB(`/v1/files/${file.id}${route}`, init)), missingFile, file.id, unknownId, `file ${route} ${init.method ?? 'GET'}`);
       sameAsMissing(await answer(asB(`/v1/files/file_bad${route}`, init)), missingFile, 'file_bad', unknownId, `malformed id ${route}`);
+      // B naming A with ?tenant= is refused alike whether the file exists or not (it was a 403
+      // for A's file and a 404 for a missing one: a test of which ids exist).
+      const missingAsA = await answer(asB(`/v1/files/${unknownId}${route}?tenant=${a}`, init));
+      assert.equal(missingAsA.status, 403);
+      sameAsMissing(await answer(asB(`/v1/files/${file.id}${route}?tenant=${a}`, init)), missingAsA, file.id, unknownId, `?tenant= ${route} ${init.method ?? 'GET'}`);
     }
     const noFile = await answer(asB('/v1/batches', post({ function: 'sleepy', input_file_id: unknownId })));
     assert.equal(noFile.status, 400);
