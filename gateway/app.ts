@@ -17,7 +17,7 @@ import type { Metrics } from './metrics.ts';
 import type { ReplyHub } from './replies.ts';
 import { authenticate } from './middleware/auth.ts';
 import { requestId } from './middleware/request-id.ts';
-import { notFound, onError } from './errors.ts';
+import { ApiError, notFound, onError } from './errors.ts';
 import { functionRoutes, replicasOf } from './routes/functions.ts';
 import { modelRoutes } from './routes/models.ts';
 import { runRoutes } from './routes/run.ts';
@@ -104,7 +104,10 @@ export function createApp(deps: GatewayDeps) {
     const ok = redis === 'ok' && s3 === 'ok' && replies === 'ok';
     return c.json({ ok, redis, s3, replies, sandbox: await sandboxReport(deps.redis) }, ok ? 200 : 503);
   });
-  app.get('/metrics', async (c) => {
+  // Its labels name every tenant's functions (by key: <tenant id>.<name>) and their traffic: the
+  // admin key's to read, like the tenant routes, never a tenant's or a stranger's.
+  app.get('/metrics', authenticate(deps.tenants, deps.adminKey), async (c) => {
+    if (!c.get('auth').admin) throw new ApiError(403, 'forbidden', '/metrics names every tenant\'s functions: scrape it with the admin key (EMBERS_ADMIN_KEY) as a Bearer token');
     await refreshReplicaGauge(deps);
     return c.text(await deps.metrics.registry.metrics(), 200, { 'content-type': deps.metrics.registry.contentType });
   });

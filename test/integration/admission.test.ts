@@ -35,7 +35,7 @@ describe('Redis memory admission', () => {
     const res = await run('{"after":"refusal"}');
     assert.equal(res.status, 200);
     assert.deepEqual(await res.json(), { after: 'refusal' });
-    const metrics = await (await p.fetch('/metrics')).text();
+    const metrics = await (await p.fetch('/metrics', { headers: { authorization: `Bearer ${p.adminKey}` } })).text();
     assert.match(metrics, /^embers_requests_refused_total\{function="echo",code="redis_full"\} 2$/m);
   });
 });

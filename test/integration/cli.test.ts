@@ -287,7 +287,8 @@ export default defineFunction({
         // Accepted before the Ctrl-C or hangup, still running when it comes: answered, not cut.
         const inFlight = run('nap', { ms: 1500 });
         // Accepted: the gateway counts it in flight before it queues it.
-        const metrics = async () => (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+        const adminKey = (await readFile(path.join(data, 'admin-key'), 'utf8')).trim();
+        const metrics = async () => (await fetch(`http://127.0.0.1:${port}/metrics`, { headers: { authorization: `Bearer ${adminKey}` } })).text();
         await eventually(async () => /^embers_gateway_inflight_requests 1$/m.test(await metrics()), 'the nap request to be in flight');
         if (how === 'hangup') process.kill(dev.pid!, 'SIGKILL');
         else process.kill(-dev.pid!, 'SIGINT');

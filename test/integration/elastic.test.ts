@@ -85,7 +85,7 @@ describe('cold starts', () => {
     }
     assert.ok(first.modelFetchMs > 0, 'the first start downloads the model');
     assert.equal(second.modelFetchMs, 0, 'the second start finds it in the node cache');
-    const metrics = await (await fetch(`${p.url}/metrics`)).text();
+    const metrics = await (await fetch(`${p.url}/metrics`, { headers: { authorization: `Bearer ${p.adminKey}` } })).text();
     assert.match(metrics, /embers_cold_start_seconds_count\{function="tiny",phase="model_load"\} 2/);
   });
 });

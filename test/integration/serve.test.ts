@@ -340,7 +340,7 @@ describe('deploy and manage', () => {
     assert.equal(body.sandbox.nodes.length, 1);
     assert.equal(typeof body.sandbox.nodes[0].isolates, 'boolean');
     assert.ok(Array.isArray(body.sandbox.nodes[0].missing));
-    const metrics = await (await fetch(`${p.url}/metrics`)).text();
+    const metrics = await (await fetch(`${p.url}/metrics`, { headers: { authorization: `Bearer ${p.adminKey}` } })).text();
     assert.match(metrics, /embers_requests_total\{function="echo",status="200"\} \d+/);
   });
 });

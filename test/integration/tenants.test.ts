@@ -218,6 +218,23 @@ describe('tenants and keys', () => {
     }
   });
 
+  it("/metrics, which names every tenant's functions, is the admin key's alone", async () => {
+    // Its labels carry function keys (<tenant id>.echo): open, it told anyone which tenants
+    // exist, what they deployed and how much they run it.
+    const metrics = await p.fetch('/metrics', { headers: { authorization: `Bearer ${p.adminKey}` } });
+    assert.equal(metrics.status, 200);
+    assert.match(await metrics.text(), new RegExp(`function="${a}\\.echo"`));
+    for (const headers of [{}, { authorization: 'Bearer nope' }] as Record<string, string>[]) {
+      const res = await fetch(`${p.url}/metrics`, { headers });
+      assert.equal(res.status, 401);
+      assert.doesNotMatch(await res.text(), new RegExp(a));
+    }
+    for (const key of [keyB.key, keyA.key, p.apiKey]) {
+      const res = await json<{ error: { code: string; message: string } }>(as(key)('/metrics'), 403);
+      assert.match(res.error.message, /admin key/);
+    }
+  });
+
   it('bad admin input is answered 400/404/409 with a reason', async () => {
     const cases: [string, RequestInit, number, RegExp][] = [
       ['/v1/tenants', post({}), 400, /invalid tenant: .*name/s],
@@ -463,7 +480,7 @@ describe('tenants and keys', () => {
       assert.equal(full.headers.get('retry-after'), '1');
       assert.equal(((await full.json()) as { error: { code: string } }).error.code, 'queue_full');
       // Each refusal is counted by function and code.
-      const metrics = await (await p.fetch('/metrics')).text();
+      const metrics = await (await p.fetch('/metrics', { headers: { authorization: `Bearer ${p.adminKey}` } })).text();
       // Metrics name a function by its key: a tenant's own name may be another's too.
       const refusedCount = (code: string) => Number(new RegExp(`^embers_requests_refused_total\\{function="${qualifiedName(c.tenant, 'tight')}",code="${code}"\\} (\\d+)$`, 'm').exec(metrics)?.[1] ?? 0);
       assert.equal(refusedCount('rate_limited'), refused.length);
