@@ -195,6 +195,8 @@ function webhookOf(raw: string | undefined): string | undefined {
     throw new ApiError(400, 'invalid_webhook', `webhook "${raw}" is not an absolute URL; give one like https://example.com/hooks/embers`);
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ApiError(400, 'invalid_webhook', `webhook must be an http or https URL, not ${url.protocol}`);
+  // fetch refuses such a URL, so every delivery would fail after the run was accepted.
+  if (url.username !== '' || url.password !== '') throw new ApiError(400, 'invalid_webhook', 'webhook URLs cannot carry a user or password (user:password@host); check the Embers-Signature header instead (GET /v1/webhooks/secret)');
   return url.href;
 }
 

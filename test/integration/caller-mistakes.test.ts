@@ -166,6 +166,19 @@ describe('a batch line that cannot be queued', () => {
   });
 });
 
+describe('a webhook URL with a user or password', () => {
+  it('is a 400 when the run is sent, not six failed deliveries after it was accepted', async () => {
+    for (const url of ['http://user:pass@127.0.0.1:1/hook', 'https://token@example.com/hook']) {
+      for (const [route, headers] of [[`/v1/run/echo?webhook=${encodeURIComponent(url)}`, {}], ['/v1/run/echo', { 'embers-webhook': url }]] as const) {
+        const error = await errorOf(await post(route, '{}', { prefer: 'respond-async', ...headers }), 400);
+        assert.equal(error.code, 'invalid_webhook');
+        assert.match(error.message, /cannot carry a user or password/);
+        assert.ok(!error.message.includes(url), 'the credentials are not echoed');
+      }
+    }
+  });
+});
+
 describe('absolute URLs', () => {
   it('come from EMBERS_PUBLIC_URL, never from the Host header the caller sent', async () => {
     const res = await rawRequest('POST', '/v1/run/echo', '{"a":1}', { prefer: 'respond-async', host: 'evil.example' });
