@@ -104,43 +104,67 @@ function superlinear(schema: unknown): boolean {
 const unchecked = Object.assign(() => true, { errors: null, schema: {}, schemaEnv: undefined }) as unknown as InputValidator;
 
 /**
- * The most (schema bytes × input size) the gateway checks; larger inputs pass here. Without
- * SUPERLINEAR keywords a check costs at most about that product (every part of the schema may
- * apply to every value of the input: each of 330 anyOf branches walking an array, or an enum of
- * 20,000 labels compared with every item), at ~0.1 ns a unit here, so this bounds a check to
- * ~0.1 s of the event loop: an enum of 20,000 labels against 100,000 items stalled it 9.8 s.
+ * What a check at the gateway may cost, as bounds on the input for its schema; larger inputs pass
+ * here, for the replica to judge. Without SUPERLINEAR keywords every part of a schema may apply to
+ * every value of the input, once: (a) each such application may make an error object, which ajv
+ * keeps or drops (~1 µs each here: 330 anyOf branches, each `contains` over 50,000 numbers, made
+ * 16 million, 20 s and 2.6 GB); (b) keywords cost up to their own size (an enum of 20,000 labels
+ * compared with each of 100,000 items: 9.8 s), and strings their length (patterns). So: parts ×
+ * values ≤ CHECK_PARTS_BUDGET, and schema bytes × (values + string characters) ≤
+ * CHECK_BYTES_BUDGET (~0.1 ns a unit): each about 0.1 s of the event loop at worst.
  */
-export const CHECK_BUDGET = 1e9;
+export const CHECK_PARTS_BUDGET = 100_000;
+export const CHECK_BYTES_BUDGET = 1e9;
 
-/** Whether `input` is larger than `limit`: its values, plus its strings' and keys' lengths (walked without recursion, stopping past the limit). */
-function sizeOver(input: unknown, limit: number): boolean {
+/**
+ * Whether `input` holds more than `maxValues` values, or more than `maxSize` values and string
+ * characters (keys included); walked without recursion, stopping past either.
+ */
+function inputOver(input: unknown, maxValues: number, maxSize: number): boolean {
+  let values = 1;
   let size = 1;
-  const stack: unknown[] = [];
+  const stack: object[] = [];
   const add = (v: unknown) => {
     if (typeof v === 'string') size += v.length;
     else if (typeof v === 'object' && v !== null) stack.push(v);
   };
   add(input);
-  while (stack.length > 0 && size <= limit) {
-    const v = stack.pop() as object;
+  while (stack.length > 0 && values <= maxValues && size <= maxSize) {
+    const v = stack.pop()!;
     if (Array.isArray(v)) {
-      if ((size += v.length) > limit) return true;
+      values += v.length;
+      if ((size += v.length) > maxSize || values > maxValues) return true;
       for (const child of v) add(child);
     } else {
       for (const k in v) {
+        values++;
         size += 1 + k.length;
         add((v as Record<string, unknown>)[k]);
       }
     }
   }
-  return size > limit;
+  return values > maxValues || size > maxSize;
 }
 
-/** `validate` for inputs within CHECK_BUDGET for a schema of `schemaBytes`; larger ones pass, for the replica to judge. */
-function bounded(validate: InputValidator, schemaBytes: number): InputValidator {
-  const limit = Math.floor(CHECK_BUDGET / Math.max(1, schemaBytes));
+/** Objects and arrays in a schema (the parts that apply to input), counted without recursion. */
+function partsOf(schema: unknown): number {
+  let parts = 0;
+  const stack: unknown[] = [schema];
+  while (stack.length > 0) {
+    const v = stack.pop();
+    if (typeof v !== 'object' || v === null) continue;
+    parts++;
+    for (const child of Array.isArray(v) ? v : Object.values(v)) stack.push(child);
+  }
+  return parts;
+}
+
+/** `validate` for inputs within the budgets for `schema`; larger ones pass, for the replica to judge. */
+function bounded(validate: InputValidator, schema: unknown): InputValidator {
+  const maxValues = Math.floor(CHECK_PARTS_BUDGET / Math.max(1, partsOf(schema)));
+  const maxSize = Math.floor(CHECK_BYTES_BUDGET / Math.max(1, Buffer.byteLength(JSON.stringify(schema))));
   const check = (input: unknown) => {
-    if (!sizeOver(input, limit)) return validate(input);
+    if (!inputOver(input, maxValues, maxSize)) return validate(input);
     validate.errors = null;
     return true;
   };
@@ -152,7 +176,7 @@ function bounded(validate: InputValidator, schemaBytes: number): InputValidator 
 /**
  * Throws (ajv's message) when the schema is not a valid JSON Schema. A schema whose check could
  * stall the gateway (SUPERLINEAR) is compiled, so a deploy still learns it is invalid, but passes
- * every input here, as does an input past CHECK_BUDGET for its schema: the replica checks each
+ * every input here, as does an input past the check budgets for its schema: the replica checks each
  * input against the function's zod schema before its handler runs, where a slow check stalls
  * only that function.
  */
@@ -160,7 +184,7 @@ export function compileInputSchema(schema: Record<string, unknown>): InputValida
   const validate = ajv.compile(schema);
   // ajv keeps every compiled schema in a cache keyed by the object; callers keep what they need.
   ajv.removeSchema(schema);
-  return superlinear(schema) ? unchecked : bounded(validate, Buffer.byteLength(JSON.stringify(schema)));
+  return superlinear(schema) ? unchecked : bounded(validate, schema);
 }
 
 /**

@@ -8,7 +8,7 @@ import { ConfigError, loadConfig } from '../../core/config.ts';
 import { JOB_ID, JobStore } from '../../core/jobs.ts';
 import { DEFAULT_MAX_JSON_DEPTH, nestsDeeperThan } from '../../core/json-depth.ts';
 import { createLogger } from '../../core/log.ts';
-import { CHECK_BUDGET, checkInput, compileInputSchema, MAX_SCHEMA_PARTS, schemaTooLarge } from '../../core/validate.ts';
+import { CHECK_BYTES_BUDGET, CHECK_PARTS_BUDGET, checkInput, compileInputSchema, MAX_SCHEMA_PARTS, schemaTooLarge } from '../../core/validate.ts';
 import { onError, readJson } from '../../gateway/errors.ts';
 import { parseLine, splitUnwritable } from '../../scheduler/batch-feeder.ts';
 
@@ -184,14 +184,25 @@ describe('a check whose cost is the schema times the input', () => {
     assert.equal(checkInput(labels, [...Array(100_000).fill('l19999'), 'nope']), 'valid');
     assert.ok(performance.now() - t0 < 1_000);
     assert.equal(checkInput(labels, ['l1', 'nope']), 'invalid', 'small inputs are still checked');
-    assert.ok(CHECK_BUDGET >= 1e8);
+    assert.ok(CHECK_BYTES_BUDGET >= 1e8);
+  });
+
+  it('counts every error object a check may make: parts × values, up to CHECK_PARTS_BUDGET', () => {
+    // 330 anyOf branches, each a `contains` no item meets: 50,000 numbers made 16 million errors
+    // (20 s, 2.6 GB), allErrors or not.
+    const branches = compileInputSchema({ anyOf: Array.from({ length: 330 }, () => ({ items: { type: 'number' }, contains: { type: 'string' } })) });
+    const t0 = performance.now();
+    assert.equal(checkInput(branches, Array(50_000).fill(1)), 'valid');
+    assert.ok(performance.now() - t0 < 1_000);
+    assert.equal(checkInput(branches, [1]), 'invalid');
+    assert.ok(CHECK_PARTS_BUDGET >= 10_000);
   });
 });
 
 describe('input with many mistakes', () => {
-  it('stops at the first: four million wrong items are one error, not a 1.4 GB answer', () => {
+  it('stops at the first: 20,000 wrong items are one error (four million were a 1.4 GB answer)', () => {
     const v = compileInputSchema({ type: 'object', properties: { xs: { type: 'array', items: { type: 'string' } } } });
-    assert.equal(checkInput(v, { xs: Array(4_000_000).fill(0) }), 'invalid');
+    assert.equal(checkInput(v, { xs: Array(20_000).fill(0) }), 'invalid');
     assert.equal(v.errors?.length, 1);
   });
 });
