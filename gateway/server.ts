@@ -3,12 +3,12 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { createServer as createHttpsServer } from 'node:https';
 import { createSecureContext } from 'node:tls';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { serve, type ServerType } from '@hono/node-server';
 import { Queue } from 'bullmq';
 import { BatchStore } from '../core/batches.ts';
 import { FileStore } from '../core/files.ts';
-import { keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type PlatformEvent } from '../core/contracts.ts';
+import { errorBody, keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type PlatformEvent } from '../core/contracts.ts';
 import { DEFAULT_MAX_JSON_DEPTH } from '../core/json-depth.ts';
 import { LiveQueue } from '../core/live-queue.ts';
 import { JobStore } from '../core/jobs.ts';
@@ -174,6 +174,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
       code === 'EADDRINUSE' ? `port ${o.port} on ${o.host} is already in use: stop what holds it or set EMBERS_PORT` : `cannot listen on ${o.host}:${o.port}: ${(err as Error).message}`,
     );
   }
+  server.on('clientError', answerUnparsable);
   const addr = server.address() as AddressInfo;
   const host = o.host === '0.0.0.0' || o.host === '::' ? 'localhost' : o.host;
   url = `${tls ? 'https' : 'http'}://${host}:${addr.port}`;
@@ -217,4 +218,27 @@ async function readTls(files: { certFile: string; keyFile: string }): Promise<{ 
     throw new GatewayStartError(`EMBERS_TLS_CERT / EMBERS_TLS_KEY (${files.certFile}, ${files.keyFile}) are not a PEM certificate and its private key: ${(err as Error).message}`);
   }
   return { cert, key };
+}
+
+/**
+ * A request Node's HTTP parser refuses (a malformed Content-Length or chunk, a method or path it
+ * cannot read, headers past its limit) is answered in the API's error shape, as every other
+ * mistake is, where Node would write a bare status line; the statuses are Node's own.
+ */
+function answerUnparsable(err: NodeJS.ErrnoException, socket: Socket): void {
+  // Gone, or a response already on its way: nothing to answer.
+  if (err.code === 'ECONNRESET' || !socket.writable || socket.bytesWritten > 0) {
+    socket.destroy();
+    return;
+  }
+  const [status, reason, code, why] =
+    err.code === 'HPE_HEADER_OVERFLOW'
+      ? [431, 'Request Header Fields Too Large', 'headers_too_large', 'its headers are over the server\'s limit']
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [408, 'Request Timeout', 'timeout', 'its headers did not arrive in time']
+        : err.code === 'HPE_CHUNK_EXTENSIONS_OVERFLOW'
+          ? [413, 'Payload Too Large', 'too_large', 'its chunk extensions are over the server\'s limit']
+          : [400, 'Bad Request', 'bad_request', `it is not valid HTTP/1.1 (${err.code ?? 'unparsable'})`];
+  const body = JSON.stringify(errorBody(code, `the request could not be read: ${why}`));
+  socket.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
 }

@@ -2,6 +2,7 @@
 // stalled a batch) is now a 4xx that says what to change. Real Redis, S3, gateway and replicas.
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { bundleFunction } from '../../cli/deploy.ts';
 import { eventually, fixture, shipped, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
@@ -232,6 +233,40 @@ describe('a webhook URL with a user or password', () => {
         assert.ok(!error.message.includes(url), 'the credentials are not echoed');
       }
     }
+  });
+});
+
+describe('a request that is not valid HTTP', () => {
+  /** Bytes as they are, over a socket of their own; the answer's status and body. */
+  const sendRaw = (bytes: string) =>
+    new Promise<{ status: number; type: string; body: string }>((resolve, reject) => {
+      const u = new URL(p.url);
+      const socket = net.connect({ host: u.hostname, port: Number(u.port) }, () => socket.write(bytes));
+      let got = '';
+      socket.on('data', (d) => (got += d));
+      socket.on('error', reject);
+      socket.on('close', () => {
+        const [head, body = ''] = got.split('\r\n\r\n');
+        resolve({ status: Number(head.split(' ')[1]), type: /content-type: ([^\r]+)/i.exec(head)?.[1] ?? '', body });
+      });
+    });
+
+  it("is answered in the API's error shape, with Node's status", async () => {
+    const cases: [string, number, string][] = [
+      ['POST /v1/run/echo HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}', 400, 'bad_request'],
+      ['POST /v1/run/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n', 400, 'bad_request'],
+      ['get /v1/functions HTTP/1.1\r\nHost: x\r\n\r\n', 400, 'bad_request'],
+      [`GET /v1/functions HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(70_000)}\r\n\r\n`, 431, 'headers_too_large'],
+    ];
+    for (const [bytes, status, code] of cases) {
+      const res = await sendRaw(bytes);
+      assert.equal(res.status, status, bytes.slice(0, 60));
+      assert.equal(res.type, 'application/json');
+      const { error } = JSON.parse(res.body) as ErrorBody;
+      assert.equal(error.code, code);
+      assert.match(error.message, /^the request could not be read: /);
+    }
+    assert.equal((await post('/v1/run/echo', '{"still":"serving"}')).status, 200);
   });
 });
 
