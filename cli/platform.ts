@@ -62,6 +62,7 @@ export function gatewayOptions(config: Config, o: { redisUrl: string; store: Obj
     maxBundleBytes: config.EMBERS_MAX_BUNDLE_BYTES,
     maxJsonDepth: config.EMBERS_MAX_JSON_DEPTH,
     publicUrl: config.EMBERS_PUBLIC_URL,
+    webhookAllowPrivate: config.EMBERS_WEBHOOK_ALLOW_PRIVATE,
     queueTimeoutMs: config.EMBERS_QUEUE_TIMEOUT_MS,
   };
 }

@@ -125,6 +125,8 @@ export const ConfigSchema = z.object({
   EMBERS_MODEL_CACHE_BYTES: int(1).default(20 * 1024 ** 3),
   /** How long an async job's result is kept after it finishes; later it answers 404 "expired". @default 86400 (1 day) */
   EMBERS_JOB_RETENTION_S: int(1).default(86_400),
+  /** Let webhooks reach loopback, private and link-local addresses (receivers on this machine or network). @default false */
+  EMBERS_WEBHOOK_ALLOW_PRIVATE: bool.default(false),
   /** Root secret webhook signatures derive from (one secret per tenant). Unset: generated once and kept in Redis for every gateway. */
   EMBERS_WEBHOOK_SECRET: z.string().min(16, 'must be at least 16 characters').optional(),
   /** Largest batch input uploaded through POST /v1/batches, in bytes. @default 1 GiB */

@@ -52,6 +52,8 @@ export interface GatewayDeps {
   maxBundleBytes: number;
   /** Most arrays and objects a JSON body may nest (EMBERS_MAX_JSON_DEPTH); deeper is a 400. */
   maxJsonDepth: number;
+  /** Webhooks may reach loopback and private addresses (EMBERS_WEBHOOK_ALLOW_PRIVATE). */
+  webhookAllowPrivate?: boolean;
   /**
    * Base of every absolute URL the gateway answers with (EMBERS_PUBLIC_URL, else its listen
    * address), never built from the request's Host header, which is the caller's to write.

@@ -54,6 +54,8 @@ export interface GatewayOptions {
   maxJsonDepth?: number;
   /** Base of the absolute URLs the gateway answers with (EMBERS_PUBLIC_URL). @default its listen address */
   publicUrl?: string;
+  /** EMBERS_WEBHOOK_ALLOW_PRIVATE: webhooks may reach loopback and private addresses. @default false */
+  webhookAllowPrivate?: boolean;
   /** Redis memory past which runs are refused (RedisMemory); unset: from Redis's maxmemory or machine. */
   redisMemoryLimitBytes?: number;
   /** @default free */
@@ -114,7 +116,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
   const webhookQueue = new Queue(WEBHOOK_QUEUE, { connection: redis, prefix: QUEUE_PREFIX });
   webhookQueue.on('error', (err) => log.warn({ err: err.message }, 'webhook queue error'));
   let url = '';
-  const webhooks = startWebhookWorker({ redisUrl: o.redisUrl, jobs, secret: webhookSecret, baseUrl: () => o.publicUrl ?? url, log });
+  const webhooks = startWebhookWorker({ redisUrl: o.redisUrl, jobs, secret: webhookSecret, baseUrl: () => o.publicUrl ?? url, log, allowPrivate: o.webhookAllowPrivate });
 
   const lastWake = new Map<string, number>();
   const app = createApp({
@@ -133,6 +135,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     maxBodyBytes: o.maxBodyBytes,
     maxBundleBytes: o.maxBundleBytes,
     maxJsonDepth: o.maxJsonDepth ?? DEFAULT_MAX_JSON_DEPTH,
+    webhookAllowPrivate: o.webhookAllowPrivate ?? false,
     // Read when a request needs it: the listen address is known once the server listens, below.
     get publicUrl() {
       return o.publicUrl ?? url;

@@ -1,17 +1,18 @@
 // Webhook deliveries for async jobs: a BullMQ worker in every gateway POSTs the finished job
 // to its webhook, signed per tenant, and retries with exponential backoff on any failure.
-import { Worker, type Job } from 'bullmq';
+import { UnrecoverableError, Worker, type Job } from 'bullmq';
 import { Hono } from 'hono';
 import { QUEUE_PREFIX, WEBHOOK_QUEUE } from '../core/contracts.ts';
 import { signWebhook, tenantWebhookSecret, type JobStore, type WebhookDelivery } from '../core/jobs.ts';
 import type { Logger } from '../core/log.ts';
 import { createRedis } from '../core/redis.ts';
 import { closeOrDisconnect } from '../core/settle.ts';
+import { refusedTarget } from '../core/webhook-target.ts';
 import type { GatewayDeps, GatewayEnv } from './app.ts';
 
 const DELIVERY_TIMEOUT_MS = 10_000;
 
-export function startWebhookWorker(o: { redisUrl: string; jobs: JobStore; secret: string; baseUrl: () => string; log: Logger }): { close(): Promise<void> } {
+export function startWebhookWorker(o: { redisUrl: string; jobs: JobStore; secret: string; baseUrl: () => string; log: Logger; allowPrivate?: boolean }): { close(): Promise<void> } {
   const log = o.log.child({ component: 'webhooks' });
   const connection = createRedis(o.redisUrl);
   const worker = new Worker<WebhookDelivery>(
@@ -19,6 +20,9 @@ export function startWebhookWorker(o: { redisUrl: string; jobs: JobStore; secret
     async (job: Job<WebhookDelivery>) => {
       const found = await o.jobs.get(job.data.job, o.baseUrl());
       if (!found || 'expired' in found) return; // nothing left to send
+      // Judged at each delivery, where the host resolves now (not retried: it would fail alike).
+      const refused = o.allowPrivate ? null : await refusedTarget(new URL(job.data.url)).catch((err: Error) => { throw new Error(`cannot resolve the webhook's host: ${err.message}`); });
+      if (refused) throw new UnrecoverableError(`webhook not sent: ${refused} (EMBERS_WEBHOOK_ALLOW_PRIVATE=1 allows it)`);
       const body = JSON.stringify(found.view);
       const res = await fetch(job.data.url, {
         method: 'POST',

@@ -18,6 +18,8 @@ export interface SandboxSupport {
   cgroup: 'v2' | 'v1' | null;
   /** prlimit(1) is there to set rlimits. */
   rlimits: boolean;
+  /** bwrap can keep the process from making user namespaces of its own (bwrap 0.8+). */
+  noNestedUserns?: boolean;
   missing: string[];
 }
 
@@ -51,6 +53,8 @@ export interface SandboxSpec {
   isolate: boolean;
   /** Whether to set rlimits with prlimit(1). @default true */
   rlimits?: boolean;
+  /** Keep the process from making user namespaces of its own (less of the kernel within its reach). */
+  noNestedUserns?: boolean;
 }
 
 /** The command line that starts the user-code process as `spec` says. Pure: tested as such. */
@@ -58,6 +62,7 @@ export function sandboxCommand(spec: SandboxSpec): SandboxCommand {
   const bwrap = [
     'bwrap',
     '--unshare-all',
+    ...(spec.noNestedUserns ? ['--unshare-user', '--disable-userns'] : []),
     '--die-with-parent',
     '--new-session',
     '--ro-bind', '/usr', '/usr',
@@ -97,17 +102,26 @@ export function probeSandbox(mode: 'auto' | 'off' = 'auto'): SandboxSupport {
   if (!rlimits) missing.push('prlimit (util-linux) is not installed: no limits on open files and processes');
   const bwrapThere = spawnSync('bwrap', ['--version']).status === 0;
   let isolates = false;
+  let noNestedUserns = false;
   if (!bwrapThere) missing.push('bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)');
   else {
-    const probe = sandboxCommand({ node: ['/bin/true'], readOnly: [], mounts: [], devices: [], limits: { memoryBytes: 0, pids: 64, openFiles: 64, tmpBytes: 1 << 20 }, uid: root ? SANDBOX_UID_BASE : undefined, cgroupProcs: [], isolate: true, rlimits });
-    const r = spawnSync(probe.command, probe.args, { encoding: 'utf8', timeout: 10_000 });
+    const tryRun = (noNestedUserns: boolean) => {
+      const probe = sandboxCommand({ node: ['/bin/true'], readOnly: [], mounts: [], devices: [], limits: { memoryBytes: 0, pids: 64, openFiles: 64, tmpBytes: 1 << 20 }, uid: root ? SANDBOX_UID_BASE : undefined, cgroupProcs: [], isolate: true, rlimits, noNestedUserns });
+      return spawnSync(probe.command, probe.args, { encoding: 'utf8', timeout: 10_000 });
+    };
+    let r = tryRun(true);
+    noNestedUserns = r.status === 0;
+    if (!noNestedUserns) {
+      r = tryRun(false);
+      if (r.status === 0) missing.push('bwrap cannot disable nested user namespaces (it needs 0.8 or newer): user code may make its own');
+    }
     isolates = r.status === 0;
     if (!isolates) missing.push(`bwrap cannot create user and network namespaces here (${(r.stderr || r.error?.message || `exit ${r.status}`).trim().split('\n')[0]}); inside a container, allow user namespaces (e.g. --security-opt seccomp=unconfined, kernel.unprivileged_userns_clone=1)`);
   }
   if (!root) missing.push('not running as root: user code runs as the agent\'s own uid (namespaces still hide the host\'s files and network)');
   const cgroup = probeCgroup();
   if (!cgroup) missing.push(`cgroups are not writable under ${CGROUP_ROOT}: memory, pids and CPU share are bounded by rlimits only (no memory limit)`);
-  probed = { isolates, ownUid: root && isolates, cgroup, rlimits, missing };
+  probed = { isolates, ownUid: root && isolates, cgroup, rlimits, noNestedUserns, missing };
   return probed;
 }
 

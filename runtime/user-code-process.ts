@@ -108,6 +108,7 @@ export class UserCodeProcess {
       cgroupProcs: this.cgroup?.procs ?? [],
       isolate: !!sandbox?.isolates,
       rlimits: sandbox?.rlimits ?? false,
+      noNestedUserns: sandbox?.noNestedUserns ?? false,
     });
     // The staging folder must exist before bwrap binds it.
     mkdirSync(path.join(this.staging, 'models'), { recursive: true });

@@ -1,4 +1,5 @@
 // POST /v1/run/:name — validate, enqueue on the function's queue, wait for the reply.
+import { refusedHost } from '../../core/webhook-target.ts';
 import { randomUUID } from 'node:crypto';
 import { Hono, type Context } from 'hono';
 import { limitBody } from '../middleware/body-limit.ts';
@@ -55,7 +56,7 @@ export function runRoutes(deps: GatewayDeps) {
       }
       const async = /\brespond-async\b/i.test(c.req.header('prefer') ?? '');
       // Checked before the admission steps, so a request refused for it costs no rate token.
-      const webhook = webhookOf(c.req.query('webhook') ?? c.req.header('embers-webhook'));
+      const webhook = webhookOf(c.req.query('webhook') ?? c.req.header('embers-webhook'), deps.webhookAllowPrivate ?? false);
       if (webhook && !async) throw new ApiError(400, 'invalid_webhook', 'a webhook is called when an async run finishes: add the header "Prefer: respond-async" (a synchronous run answers in its response)');
       const stamp = enqueueStamp();
       const auth = c.get('auth');
@@ -185,8 +186,8 @@ function notQueued(deps: GatewayDeps, err: unknown, key: string, keyId: string):
   return new ApiError(503, 'unavailable', `could not queue the request (Redis unreachable?): ${(err as Error).message}; retry shortly`);
 }
 
-/** A webhook must be an absolute http(s) URL. */
-function webhookOf(raw: string | undefined): string | undefined {
+/** A webhook must be an absolute http(s) URL, on a public address unless private ones are allowed (its host is resolved again at each delivery). */
+function webhookOf(raw: string | undefined, allowPrivate: boolean): string | undefined {
   if (raw === undefined || raw === '') return undefined;
   let url: URL;
   try {
@@ -197,6 +198,8 @@ function webhookOf(raw: string | undefined): string | undefined {
   if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ApiError(400, 'invalid_webhook', `webhook must be an http or https URL, not ${url.protocol}`);
   // fetch refuses such a URL, so every delivery would fail after the run was accepted.
   if (url.username !== '' || url.password !== '') throw new ApiError(400, 'invalid_webhook', 'webhook URLs cannot carry a user or password (user:password@host); check the Embers-Signature header instead (GET /v1/webhooks/secret)');
+  const refused = allowPrivate ? null : refusedHost(url);
+  if (refused) throw new ApiError(400, 'invalid_webhook', `webhook not allowed: ${refused}; webhooks go to public addresses (EMBERS_WEBHOOK_ALLOW_PRIVATE=1 allows private ones)`);
   return url.href;
 }
 

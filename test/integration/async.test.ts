@@ -15,7 +15,8 @@ let p: TestPlatform;
 // Retention of 5 s: long enough for a webhook's retry (after 1 s) to find its job on a slow
 // machine, short enough for the expiry test.
 before(async () => {
-  p = await startTestPlatform({ EMBERS_REPLICA_CONCURRENCY: '1', EMBERS_BATCH_CONCURRENCY: '1', EMBERS_JOB_RETENTION_S: '5', EMBERS_SCHEDULER_TICK_MS: '100' });
+  // The webhook receiver here is on this machine.
+  p = await startTestPlatform({ EMBERS_WEBHOOK_ALLOW_PRIVATE: '1', EMBERS_REPLICA_CONCURRENCY: '1', EMBERS_BATCH_CONCURRENCY: '1', EMBERS_JOB_RETENTION_S: '5', EMBERS_SCHEDULER_TICK_MS: '100' });
   await p.deploy(fixture('order.ts'));
   await p.deploy(shipped('echo.ts'));
   await p.deploy(fixture('boom.ts'));

@@ -236,6 +236,16 @@ describe('a webhook URL with a user or password', () => {
   });
 });
 
+describe('a webhook to this machine or a private network', () => {
+  it('is a 400 when the run is sent: webhooks carry tenants\' output and go to public addresses only', async () => {
+    for (const url of ['http://127.0.0.1:6379/x', 'http://localhost:8787/v1/tenants', 'http://169.254.169.254/latest/meta-data/', 'http://10.1.2.3/hook', 'http://[::1]:9000/hook', 'http://[::ffff:192.168.0.1]/hook']) {
+      const error = await errorOf(await post(`/v1/run/echo?webhook=${encodeURIComponent(url)}`, '{}', { prefer: 'respond-async' }), 400);
+      assert.equal(error.code, 'invalid_webhook');
+      assert.match(error.message, /EMBERS_WEBHOOK_ALLOW_PRIVATE/);
+    }
+  });
+});
+
 describe('a request that is not valid HTTP', () => {
   /** Bytes as they are, over a socket of their own; the answer's status and body. */
   const sendRaw = (bytes: string) =>

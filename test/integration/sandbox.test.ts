@@ -33,7 +33,7 @@ describe('sandboxed user code', { skip }, () => {
     const urls = [p.redisUrl, p.s3Endpoint, p.url].filter(Boolean) as string[];
     const res = await run('hostile', { attempt: 'look', files, urls });
     assert.equal(res.status, 200);
-    const seen = (await res.json()) as { env: Record<string, string>; argv: string[]; uid: number; files: Record<string, string>; connect: Record<string, string>; root: string[]; bundleWrite: string };
+    const seen = (await res.json()) as { env: Record<string, string>; argv: string[]; uid: number; files: Record<string, string>; connect: Record<string, string>; root: string[]; bundleWrite: string; userns: number | null };
     // Logging settings only: no Redis URL, S3 endpoint or key, API or admin key.
     for (const name of Object.keys(seen.env)) assert.ok(!/REDIS|S3|KEY|SECRET|TOKEN|AWS|PASSWORD/i.test(name), `${name} is in the user code's environment`);
     // (Not `connect`: it names the URLs the test sent.)
@@ -45,6 +45,7 @@ describe('sandboxed user code', { skip }, () => {
     assert.ok(!seen.root.includes('root') && !seen.root.includes('home') && !seen.root.includes('var'), `the host's folders are visible: ${seen.root.join(' ')}`);
     assert.match(seen.bundleWrite, /EROFS|EACCES|EPERM/);
     if (support.ownUid) assert.notEqual(seen.uid, 0);
+    if (support.noNestedUserns) assert.notEqual(seen.userns, 0, 'made a user namespace');
   });
 
   it('forks only up to its limit, and fills only its own small /tmp', async () => {
