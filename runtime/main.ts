@@ -10,7 +10,7 @@ import { createLogger } from '../core/log.ts';
 import { createRedis } from '../core/redis.ts';
 import { storeFromConfig } from '../core/s3.ts';
 import { Replica } from './replica.ts';
-import { probeSandbox } from './sandbox.ts';
+import { probeSandbox, type SandboxSupport } from './sandbox.ts';
 import { USER_CODE_V8_FLAGS, UserCodeProcess } from './user-code-process.ts';
 import { DEFAULT_TENANT } from '../core/tenants.ts';
 
@@ -79,7 +79,9 @@ const limits = {
   openFiles: config.EMBERS_REPLICA_OPEN_FILES,
   tmpBytes: config.EMBERS_REPLICA_TMP_BYTES,
 };
-const support = probeSandbox(config.EMBERS_SANDBOX);
+// What the agent found when it probed the node (it reports the same in /readyz); probed here
+// only for a replica started without one.
+const support: SandboxSupport = env.EMBERS_SANDBOX_SUPPORT ? (JSON.parse(env.EMBERS_SANDBOX_SUPPORT) as SandboxSupport) : probeSandbox(config.EMBERS_SANDBOX);
 /** GPU device nodes, bound into the sandbox when models may run on CUDA. */
 const devices = config.EMBERS_EXECUTION_PROVIDERS.some((p) => p !== 'cpu') ? (await readdir('/dev').catch(() => [] as string[])).filter((d) => /^nvidia/.test(d)).map((d) => `/dev/${d}`) : [];
 // Booted with the replica (in standby too): the user code's process and sandbox are ready when
@@ -132,7 +134,8 @@ replica = new Replica({
   manifest,
   userCode,
   memoryLimitBytes: limits.memoryBytes,
-  env: assignment.env,
+  // A standby process learns its GPU with its assignment; one started for a replica, from its environment.
+  cudaVisibleDevices: assignment.env?.CUDA_VISIBLE_DEVICES ?? env.CUDA_VISIBLE_DEVICES,
   refuse,
   redis,
   store,

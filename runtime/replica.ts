@@ -24,8 +24,8 @@ import type { ObjectStore } from '../core/s3.ts';
 import type { ExecutionProvider } from '../native/session.ts';
 import { ModelCache } from './model-cache.ts';
 import { binaryAsJson, type BinaryBody } from './result-body.ts';
-import { StartFailure, type UserCodeExit, type UserCodeProcess } from './user-code-process.ts';
-import type { UserStats } from './user-code-messages.ts';
+import type { UserCodeExit, UserCodeProcess } from './user-code-process.ts';
+import { StartFailure, type UserStats } from './user-code-messages.ts';
 
 export type ReplicaState = 'starting' | 'ready' | 'draining' | 'failed';
 
@@ -68,8 +68,8 @@ export interface ReplicaOptions {
   onStuck?: () => void;
   /** The user-code process, booted, waiting for its assignment. */
   userCode: UserCodeProcess;
-  /** Settings of the user-code process, such as CUDA_VISIBLE_DEVICES. */
-  env?: Record<string, string>;
+  /** The GPU the user code's models run on (CUDA_VISIBLE_DEVICES), on GPU nodes. */
+  cudaVisibleDevices?: string;
   /** Set when this node may not run the function's code: the start fails in phase "sandbox" with this message. */
   refuse?: string;
   /** The user-code process's memory limit (bytes), reported with the replica. */
@@ -203,7 +203,7 @@ export class Replica {
       const { bundleMs, modelLoadMs, setupMs, warmupMs } = await this.user.assign(
         {
           replica: this.o.id,
-          env: this.o.env?.CUDA_VISIBLE_DEVICES !== undefined ? { CUDA_VISIBLE_DEVICES: this.o.env.CUDA_VISIBLE_DEVICES } : {},
+          env: this.o.cudaVisibleDevices !== undefined ? { CUDA_VISIBLE_DEVICES: this.o.cudaVisibleDevices } : {},
           // The tenant's own name for it, not the platform's key (core/names.ts).
           fn: { name: plainName(manifest.name), version: manifest.version, timeoutMs: manifest.timeoutMs, batching: manifest.batching },
           settings: {
@@ -406,7 +406,7 @@ export class Replica {
   private userCodeExited(e: UserCodeExit): void {
     if (this.stopping) return;
     this.stopping = true;
-    const error = { phase: this.state === 'starting' ? 'model_load' : 'run', message: e.oom ? `out of memory: the user-code process went over its limit of ${Math.round(this.o.memoryLimitBytes / 2 ** 20)} MiB and was killed` : `the user-code process exited (${e.signal ? `signal ${e.signal}` : `code ${e.code}`})` };
+    const error = { phase: this.state === 'starting' ? 'model_load' : 'run', message: `${e.oom ? 'out of memory: ' : ''}${this.user.exitMessage(e)}` };
     this.log.error({ ...error, oom: e.oom }, 'user-code process exited');
     if (!e.oom) return this.o.onUserCodeExit?.(e, false);
     this.error = error;

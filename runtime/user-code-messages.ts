@@ -71,3 +71,13 @@ export type FromUserCode =
   /** A handler ran past its timeout and grace and will not stop: replace the replica. */
   | { type: 'stuck'; rid: string }
   | { type: 'stats'; stats: UserStats };
+
+/** A start that failed, with the phase it failed in (bundle, model_load, setup, warmup, …). */
+export class StartFailure extends Error {
+  constructor(
+    readonly phase: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}

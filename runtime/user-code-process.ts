@@ -8,11 +8,12 @@ import { copyFile, link, rm, symlink } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { errorBody, type ReplyHeader } from '../core/contracts.ts';
+import { unrunTiming } from './timing.ts';
 import { PLATFORM_NODE_MODULES } from '../core/bundle-dir.ts';
 import type { Logger } from '../core/log.ts';
 import { letThrough, SANDBOX_UID_BASE, SandboxCgroup, sandboxCommand, type SandboxLimits, type SandboxSupport } from './sandbox.ts';
 import { Outbox } from './outbox.ts';
-import type { AssignMessage, FromUserCode, RunMessage, ToUserCode, UserStats } from './user-code-messages.ts';
+import { StartFailure, type AssignMessage, type FromUserCode, type RunMessage, type ToUserCode, type UserStats } from './user-code-messages.ts';
 
 const FROM_SOURCE = import.meta.url.endsWith('.ts');
 const ENTRY = fileURLToPath(new URL(FROM_SOURCE ? './user-main.ts' : './user-main.mjs', import.meta.url));
@@ -251,14 +252,15 @@ export class UserCodeProcess {
     }
   }
 
-  private exitMessage(e: UserCodeExit): string {
+  /** What an exit means, for a person: out of memory (with the limit), or its code or signal. */
+  exitMessage(e: UserCodeExit): string {
     return e.oom ? `the user-code process went over its memory limit (${Math.round(this.o.limits.memoryBytes / 2 ** 20)} MiB) and was killed` : `the user-code process exited (${describeExit(e)})`;
   }
 
   private exitResult(e: UserCodeExit, queueMs: number): CheckedResult {
     const status = e.oom ? 503 : 500;
     const code = e.oom ? 'replica_oom' : 'replica_crashed';
-    return { status, body: JSON.stringify(errorBody(code, this.exitMessage(e))), timing: zeroTiming(queueMs) };
+    return { status, body: JSON.stringify(errorBody(code, this.exitMessage(e))), timing: unrunTiming(queueMs) };
   }
 
   private cleanUp(): void {
@@ -270,15 +272,6 @@ export class UserCodeProcess {
     // The sandbox's processes die just after bwrap (--die-with-parent): try again once they have.
     if (this.cgroup) setTimeout(() => this.cgroup!.remove(), 2_000).unref();
     void rm(this.staging, { recursive: true, force: true }).catch(() => {});
-  }
-}
-
-export class StartFailure extends Error {
-  constructor(
-    readonly phase: string,
-    message: string,
-  ) {
-    super(message);
   }
 }
 
@@ -294,7 +287,6 @@ function describeExit(e: UserCodeExit): string {
 /** Largest stats message kept (a few models' counters take a few hundred characters). */
 const MAX_STATS_CHARS = 64 * 1024;
 
-const zeroTiming = (queueMs: number): ReplyHeader['timing'] => ({ queueMs, handlerMs: 0, inferMs: 0, execMs: 0, batchMs: 0, inputMs: 0, outputMs: 0 });
 
 /** Content types a handler may answer with: a token/token, parameters without line breaks. */
 const CONTENT_TYPE = /^[\w!#$&^.+-]+\/[\w!#$&^.+-]+(?:\s*;[^\r\n]*)?$/;
@@ -305,14 +297,14 @@ const CONTENT_TYPE = /^[\w!#$&^.+-]+\/[\w!#$&^.+-]+(?:\s*;[^\r\n]*)?$/;
  * the process is answered 500 invalid_answer.
  */
 export function checkResult(m: Result, maxAnswerBytes: number): CheckedResult {
-  const invalid = (why: string): CheckedResult => ({ status: 500, body: JSON.stringify(errorBody('invalid_answer', `the function's process sent an answer the platform cannot use: ${why}`)), timing: zeroTiming(0) });
+  const invalid = (why: string): CheckedResult => ({ status: 500, body: JSON.stringify(errorBody('invalid_answer', `the function's process sent an answer the platform cannot use: ${why}`)), timing: unrunTiming(0) });
   // A JSON body is measured in UTF-16 units here; the process bounds it in bytes.
   const max = maxAnswerBytes;
   if (!Number.isInteger(m.status) || m.status < 200 || m.status > 599) return invalid('status');
   if (typeof m.body !== 'string') return invalid('body');
   if (m.body.length > max) return invalid('body too large');
   const t = m.timing as Record<string, unknown> | undefined;
-  const timing = zeroTiming(0);
+  const timing = unrunTiming(0);
   for (const k of Object.keys(timing) as (keyof ReplyHeader['timing'])[]) {
     const v = t?.[k];
     if (typeof v === 'number' && Number.isFinite(v) && v >= 0) timing[k] = v;

@@ -6,7 +6,7 @@ import { setMaxListeners } from 'node:events';
 import { PerformanceObserver } from 'node:perf_hooks';
 import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
-import { errorBody, type ReplyHeader } from '../core/contracts.ts';
+import { errorBody } from '../core/contracts.ts';
 import type { Logger } from '../core/log.ts';
 import { ModelSession } from '../native/session.ts';
 import type { Feeds } from '../native/tensor.ts';
@@ -15,7 +15,7 @@ import { LiveFirst } from './live-first.ts';
 import { AnswerTooLargeError, resultBody, writeTypedArraysAsJson } from './result-body.ts';
 import { HandlerError, isFunctionDefinition, type FunctionDefinition, type HandlerContext, type ModelHandle } from './sdk.ts';
 import { heldMs, holdCall, newClock, splitTiming, type CallClock } from './timing.ts';
-import type { AssignMessage, FromUserCode, RunMessage, UserStats } from './user-code-messages.ts';
+import { StartFailure, type AssignMessage, type FromUserCode, type RunMessage, type UserStats } from './user-code-messages.ts';
 
 interface LoadedModel {
   session: ModelSession;
@@ -30,15 +30,6 @@ export interface UserCodeOptions {
   announce: (busy: boolean) => void;
   /** A handler will not stop after its timeout and grace: the replica should be replaced. */
   onStuck: (rid: string) => void;
-}
-
-export class StartError extends Error {
-  constructor(
-    readonly phase: string,
-    message: string,
-  ) {
-    super(message);
-  }
 }
 
 export class UserCode {
@@ -68,7 +59,7 @@ export class UserCode {
     writeTypedArraysAsJson();
   }
 
-  /** Loads the bundle and models, runs setup and warmup; a failure says its phase (StartError). */
+  /** Loads the bundle and models, runs setup and warmup; a failure says its phase (StartFailure). */
   async start(a: AssignMessage): Promise<Extract<FromUserCode, { type: 'started' }>['phases']> {
     this.a = a;
     if (typeof a.env?.CUDA_VISIBLE_DEVICES === 'string') process.env.CUDA_VISIBLE_DEVICES = a.env.CUDA_VISIBLE_DEVICES;
@@ -134,7 +125,7 @@ export class UserCode {
       setTimeout(() => this.maybeGrow(), GROW_AFTER_MS).unref();
       return { bundleMs, modelLoadMs, setupMs, warmupMs };
     } catch (err) {
-      throw new StartError(phase, (err as Error)?.message ?? String(err));
+      throw new StartFailure(phase, (err as Error)?.message ?? String(err));
     }
   }
 
@@ -403,5 +394,3 @@ function errorReply(err: unknown, fn: { name: string; version: string }, log: Lo
   const message = err instanceof Error ? err.message : String(err);
   return { status: 500, body: JSON.stringify(errorBody('handler_error', `${fn.name} ${fn.version} failed: ${message}`)) };
 }
-
-export type { ReplyHeader };

@@ -2,10 +2,13 @@
 // (handler-process.ts) starts it, inside the sandbox where the host allows one, with an
 // environment that holds no platform setting beyond logging; it boots, loads the native modules
 // handlers use, says so, and waits for its assignment. Its only channel is the IPC one.
+import { errorBody } from '../core/contracts.ts';
 import { createLogger } from '../core/log.ts';
+import { unrunTiming } from './timing.ts';
 import { Outbox } from './outbox.ts';
 import type { FromUserCode, ToUserCode } from './user-code-messages.ts';
-import { StartError, UserCode } from './user-code.ts';
+import { StartFailure } from './user-code-messages.ts';
+import { UserCode } from './user-code.ts';
 
 const log = createLogger('user-code');
 const outbox = new Outbox<FromUserCode>((messages) => {
@@ -31,13 +34,13 @@ function receive(m: ToUserCode): void {
     case 'assign':
       void user.start(m).then(
         (phases) => send({ type: 'started', phases }),
-        (err: unknown) => send({ type: 'start_failed', phase: err instanceof StartError ? err.phase : 'bundle', message: (err as Error)?.message ?? String(err) }),
+        (err: unknown) => send({ type: 'start_failed', phase: err instanceof StartFailure ? err.phase : 'bundle', message: (err as Error)?.message ?? String(err) }),
       );
       break;
     case 'run':
       void user.run(m).then(send, (err: unknown) => {
         log.error({ err }, 'could not run a request');
-        send({ type: 'result', n: m.n, status: 500, body: JSON.stringify({ error: { code: 'handler_error', message: 'the request could not be run' } }), timing: { queueMs: m.queueMs, handlerMs: 0, inferMs: 0, batchMs: 0 } });
+        send({ type: 'result', n: m.n, status: 500, body: JSON.stringify(errorBody('handler_error', 'the request could not be run')), timing: unrunTiming(m.queueMs) });
       });
       break;
     case 'abort':

@@ -213,7 +213,7 @@ export class NodeAgent {
   private forkRuntime(extraEnv: Record<string, string>): ChildProcess {
     return fork(this.replicaMain ?? REPLICA_SOURCE, [], {
       execArgv: [...REPLICA_V8_FLAGS, ...(this.replicaMain ? [] : ['--import', TSX])],
-      env: { ...process.env, ...this.o.replicaEnv, EMBERS_NODE_ID: this.id, EMBERS_REDIS_URL: this.o.redisUrl, EMBERS_CACHE_DIR: this.o.cacheDir, ...extraEnv },
+      env: { ...process.env, ...this.o.replicaEnv, EMBERS_NODE_ID: this.id, EMBERS_REDIS_URL: this.o.redisUrl, EMBERS_CACHE_DIR: this.o.cacheDir, ...(this.sandbox ? { EMBERS_SANDBOX_SUPPORT: JSON.stringify(this.sandbox) } : {}), ...extraEnv },
       // In the agent's process group and session (one scheduling group with it: Linux's autogroup
       // shares CPU between sessions). A terminal's Ctrl-C reaches them too; a replica with an
       // agent ignores SIGINT and waits for the agent's SIGTERM (runtime/main.ts).
