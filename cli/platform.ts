@@ -36,6 +36,11 @@ export async function localAdminKey(dataDir: string): Promise<string> {
   return localSecret(path.join(dataDir, 'admin-key'));
 }
 
+/** The secrets key `embers dev` uses when EMBERS_SECRETS_KEY is unset: generated once, kept in the data dir. */
+export async function localSecretsKey(dataDir: string): Promise<string> {
+  return localSecret(path.join(dataDir, 'secrets-key'));
+}
+
 async function localSecret(file: string): Promise<string> {
   const existing = await readFile(file, 'utf8').catch(() => '');
   if (existing.trim()) return existing.trim();
@@ -46,9 +51,11 @@ async function localSecret(file: string): Promise<string> {
 }
 
 /** Gateway settings from config: shared by `embers dev` and a standalone `embers gateway`. */
-export function gatewayOptions(config: Config, o: { redisUrl: string; store: ObjectStore; apiKey: string; adminKey?: string; log: Logger }): GatewayOptions {
+export function gatewayOptions(config: Config, o: { redisUrl: string; store: ObjectStore; apiKey: string; adminKey?: string; secretsKey?: string; log: Logger }): GatewayOptions {
   return {
     ...o,
+    secretsKey: o.secretsKey ?? config.EMBERS_SECRETS_KEY,
+    bucketAllowPrivate: config.EMBERS_BUCKET_ALLOW_PRIVATE,
     webhookSecret: config.EMBERS_WEBHOOK_SECRET,
     jobRetentionS: config.EMBERS_JOB_RETENTION_S,
     maxBatchBytes: config.EMBERS_MAX_BATCH_BYTES,
@@ -68,7 +75,8 @@ export function gatewayOptions(config: Config, o: { redisUrl: string; store: Obj
 }
 
 /** Node agent settings from config: shared by `embers dev` and a standalone `embers agent`. */
-export function agentOptions(config: Config, o: { redisUrl: string; store: ObjectStore; s3Endpoint?: string; log: Logger }): AgentOptions {
+export function agentOptions(config: Config, o: { redisUrl: string; store: ObjectStore; s3Endpoint?: string; secretsKey?: string; log: Logger }): AgentOptions {
+  const secretsKey = o.secretsKey ?? config.EMBERS_SECRETS_KEY;
   return {
     redisUrl: o.redisUrl,
     store: o.store,
@@ -83,14 +91,19 @@ export function agentOptions(config: Config, o: { redisUrl: string; store: Objec
     jobRetentionS: config.EMBERS_JOB_RETENTION_S,
     allowUnsandboxed: config.EMBERS_ALLOW_UNSANDBOXED,
     sandbox: config.EMBERS_SANDBOX,
-    scheduler: schedulerOptions(config),
+    scheduler: { ...schedulerOptions(config), secretsKey, bucketAllowPrivate: config.EMBERS_BUCKET_ALLOW_PRIVATE },
+    // The replica process is trusted (its user code never sees these: runtime/user-code-process.ts).
     replicaEnv: {
+      ...(secretsKey ? { EMBERS_SECRETS_KEY: secretsKey } : {}),
       ...(o.s3Endpoint ? { EMBERS_S3_ENDPOINT: o.s3Endpoint } : {}),
       EMBERS_S3_BUCKET: config.EMBERS_S3_BUCKET,
       EMBERS_DATA_DIR: config.dataDir,
     },
   };
 }
+
+/** Time a pre-warm allows for a cold start. */
+const PREWARM_COLD_START_MS = 2_000;
 
 /** The scheduler's settings from config, typed as its own options: the agent hands them on as they are. */
 function schedulerOptions(config: Config): Pick<SchedulerOptions, 'tickMs' | 'settings' | 'batchMaxOutstanding' | 'maxJsonDepth'> {
@@ -102,6 +115,9 @@ function schedulerOptions(config: Config): Pick<SchedulerOptions, 'tickMs' | 'se
       stableWindowMs: config.EMBERS_SCALE_STABLE_WINDOW_S * 1000,
       panicWindowMs: config.EMBERS_SCALE_PANIC_WINDOW_S * 1000,
       panicThreshold: 2,
+      keepAlive: config.EMBERS_KEEP_ALIVE,
+      // A pre-warmed replica should be ready when the window opens: a tick to notice, a cold start's time.
+      prewarmLeadMs: config.EMBERS_SCHEDULER_TICK_MS + PREWARM_COLD_START_MS,
     },
   };
 }
@@ -134,13 +150,14 @@ export async function startPlatform(config: Config, log: Logger, opts: { persist
     await store.ensureBucket();
     const apiKey = config.EMBERS_API_KEY ?? (await localApiKey(config.dataDir));
     const adminKey = config.EMBERS_ADMIN_KEY ?? (await localAdminKey(config.dataDir));
+    const secretsKey = config.EMBERS_SECRETS_KEY ?? (await localSecretsKey(config.dataDir));
 
-    const gateway = await startGateway(gatewayOptions(config, { redisUrl, store, apiKey, adminKey, log }));
+    const gateway = await startGateway(gatewayOptions(config, { redisUrl, store, apiKey, adminKey, secretsKey, log }));
     let gatewayClosed: Promise<void> | undefined;
     const closeGateway = () => (gatewayClosed ??= gateway.close());
     stops.push(closeGateway);
 
-    const agent = new NodeAgent(agentOptions(config, { redisUrl, store, s3Endpoint, log }));
+    const agent = new NodeAgent(agentOptions(config, { redisUrl, store, s3Endpoint, secretsKey, log }));
     await agent.start();
     // The gateway stops first: it takes nothing new and answers what it accepted while the
     // replicas still run; then the replicas drain what they hold; Redis stops last.

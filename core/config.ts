@@ -103,6 +103,8 @@ export const ConfigSchema = z.object({
   EMBERS_NODE_TTL_MS: int(500).default(10_000),
   /** Scaling: averaging window, and how long scale-down waits. @default 60 */
   EMBERS_SCALE_STABLE_WINDOW_S: z.coerce.number().min(0.1).default(60),
+  /** 'auto': keep-alive learned per function from its idle times (scheduler/keep-alive.ts); 'fixed': always the function's idleTimeoutS (300 s for 'auto'). @default auto */
+  EMBERS_KEEP_ALIVE: z.enum(['auto', 'fixed']).default('auto'),
   /** Scaling: short window that reacts to bursts at once. @default 6 */
   EMBERS_SCALE_PANIC_WINDOW_S: z.coerce.number().min(0.1).default(6),
   /** How often the leading scheduler decides. @default 500 */
@@ -127,6 +129,14 @@ export const ConfigSchema = z.object({
   EMBERS_JOB_RETENTION_S: int(1).default(86_400),
   /** Let webhooks reach loopback, private and link-local addresses (receivers on this machine or network). @default false */
   EMBERS_WEBHOOK_ALLOW_PRIVATE: bool.default(false),
+  /** Let registered buckets' endpoints be http:// and reach loopback, private and link-local addresses (S3 servers on this machine or network). @default false */
+  EMBERS_BUCKET_ALLOW_PRIVATE: bool.default(false),
+  /**
+   * Seals secrets kept in Redis (tenants' bucket credentials); the same on every gateway, agent and
+   * replica. Unset under `embers dev`: generated once and kept under the data dir; unset elsewhere,
+   * buckets cannot be registered.
+   */
+  EMBERS_SECRETS_KEY: z.string().min(32, 'must be at least 32 characters (e.g. `openssl rand -base64 32`)').optional(),
   /** Root secret webhook signatures derive from (one secret per tenant). Unset: generated once and kept in Redis for every gateway. */
   EMBERS_WEBHOOK_SECRET: z.string().min(16, 'must be at least 16 characters').optional(),
   /** Largest batch input uploaded through POST /v1/batches, in bytes. @default 1 GiB */

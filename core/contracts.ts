@@ -20,10 +20,14 @@ export const BatchingSchema = z.object({
   maxDelayMs: z.number().min(0).max(10_000).default(4),
 });
 
+/** The longest keep-alive `idleTimeoutS: 'auto'` learns. */
+export const AUTO_IDLE_BOUND_S = 300;
+
 export const ScalingSchema = z.object({
   minReplicas: z.number().int().min(0).max(1024).default(0),
   maxReplicas: z.number().int().min(1).max(1024).default(4),
-  idleTimeoutS: z.number().min(1).default(300),
+  /** 'auto': learned per function (scheduler/keep-alive.ts) up to AUTO_IDLE_BOUND_S; a number: learned up to that bound. */
+  idleTimeoutS: z.union([z.number().min(1).max(86_400), z.literal('auto')]).default('auto'),
   targetConcurrency: z.number().int().min(1).default(32),
 }).refine((s) => s.minReplicas <= s.maxReplicas, { message: 'scaling.minReplicas must not be above scaling.maxReplicas', path: ['minReplicas'] });
 
@@ -33,7 +37,7 @@ export const DeploySpecSchema = z.object({
   models: z.record(z.string().regex(/^[A-Za-z_$][\w$]*$/, 'model handle names must be identifiers'), ModelUri).default({}),
   inputSchema: z.record(z.string(), z.unknown()),
   batching: BatchingSchema.default({ maxBatchSize: 16, maxDelayMs: 4 }),
-  scaling: ScalingSchema.default({ minReplicas: 0, maxReplicas: 4, idleTimeoutS: 300, targetConcurrency: 32 }),
+  scaling: ScalingSchema.default({ minReplicas: 0, maxReplicas: 4, idleTimeoutS: 'auto', targetConcurrency: 32 }),
   timeoutMs: z.number().int().min(1).max(3_600_000).default(30_000),
   /** Price of a request and of a compute-second (handler wall time), for usage reports. Unset: the platform's EMBERS_PRICE_* defaults. */
   pricing: z.object({ perRequest: z.number().min(0).default(0), perComputeSecond: z.number().min(0).default(0) }).optional(),
@@ -181,10 +185,18 @@ export const SCAN_NOW = '+scan';
 
 export const keys = {
   functionIndex: 'embers:functions',
+  /**
+   * Functions that may have work (a request was queued, a version deployed) since the scheduler
+   * last found them with none: what it watches, besides those with replicas, so that a pass costs
+   * what is active rather than what is deployed (scheduler/scheduler.ts).
+   */
+  active: 'embers:active',
   function: (name: string) => `embers:function:${name}`,
   versions: (name: string) => `embers:function:${name}:versions`,
   versionSeq: (name: string) => `embers:function:${name}:seq`,
   replica: (id: string) => `embers:replica:${id}`,
+  /** Replica id → the node that runs it, from spawn to exit: outlives the replica's record, for scheduler/orphans.ts. */
+  replicaNodes: 'embers:replica-nodes',
   replicas: (name: string) => `embers:function:${name}:replicas`,
   replyChannel: (gatewayId: string) => `embers:reply:${gatewayId}`,
   registryChannel: 'embers:registry',

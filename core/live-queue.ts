@@ -14,8 +14,9 @@ import { evalScript, flushWrites } from './redis.ts';
 import { tenantKeys } from './tenants.ts';
 import { hourKey, recordArgs, RECORD_FIELDS, RECORDS_MAX, USAGE_LUA, usageKeys, type UsageRecord } from './usage.ts';
 
+const STREAM_PREFIX = 'embers:stream:';
 /** The stream of a function's live requests. */
-export const liveStream = (fn: string) => `embers:stream:${fn}`;
+export const liveStream = (fn: string) => `${STREAM_PREFIX}${fn}`;
 /** Every replica of the function reads as one consumer of this group. */
 export const LIVE_GROUP = 'replicas';
 
@@ -192,13 +193,14 @@ export class KeyRejectedError extends Error {
  * `echo` request's add cost, against ~1.5 µs for its HGET and XADD.
  * An entry that fails in Redis (a key record that is not JSON, a stream key of another type)
  * fails alone: { 3, error } in its place, the others queued as usual.
- * KEYS: the keys hash, the function index, then each entry's stream. ARGV per entry: key hash
+ * Each function queued to joins the set the scheduler watches (KEYS[3]).
+ * KEYS: the keys hash, the function index, the active set, then each entry's stream. ARGV per entry: key hash
  * ('' = no check), function name ('' = no check), the number of fields n, then its n fields.
  */
 const ADD_MANY = `
-local out, verdicts, deployed = {}, {}, {}
+local out, verdicts, deployed, marked = {}, {}, {}, {}
 local a = 1
-for i = 3, #KEYS do
+for i = 4, #KEYS do
   local hash, fn, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   local ok, r = pcall(function()
     if fn ~= '' then
@@ -215,9 +217,15 @@ for i = 3, #KEYS do
       end
     end
     if verdict ~= 2 then return verdict end
-    return redis.call('XADD', KEYS[i], '*', unpack(ARGV, a + 3, a + 2 + n))
+    local id = redis.call('XADD', KEYS[i], '*', unpack(ARGV, a + 3, a + 2 + n))
+    -- The scheduler watches the function from now on (keys.active).
+    if not marked[KEYS[i]] then
+      marked[KEYS[i]] = true
+      redis.call('SADD', KEYS[3], string.sub(KEYS[i], ${STREAM_PREFIX.length + 1}))
+    end
+    return id
   end)
-  if ok then out[i - 2] = r else out[i - 2] = { 3, type(r) == 'table' and r.err or tostring(r) } end
+  if ok then out[i - 3] = r else out[i - 3] = { 3, type(r) == 'table' and r.err or tostring(r) } end
   a = a + 3 + n
 end
 return out`;
@@ -466,7 +474,7 @@ export class LiveQueue {
     this.batchBytes = 0;
     let sent: Promise<unknown>;
     try {
-      const ks = [tenantKeys.keysByHash, keys.functionIndex, ...batch.map((b) => liveStream(b.fn))];
+      const ks = [tenantKeys.keysByHash, keys.functionIndex, keys.active, ...batch.map((b) => liveStream(b.fn))];
       const args = batch.flatMap((b) => [b.keyHash, b.mustBeDeployed ? b.fn : '', String(b.fields.length), ...b.fields]);
       sent = evalScript(this.redis, ADD_MANY, ks.length, ...ks, ...args);
       flushWrites(this.redis);

@@ -45,7 +45,10 @@ export class Registry {
     const current = await this.active(spec.name);
     if (current && current.bundle.sha256 === sha256 && sameSpec(current, spec)) {
       // Back in the index if a delete was cut short after taking it out (remove).
-      if (await this.redis.sadd(keys.functionIndex, spec.name)) await this.publish({ type: 'deployed', name: spec.name, version: current.version });
+      if (await this.redis.sadd(keys.functionIndex, spec.name)) {
+        await this.redis.sadd(keys.active, spec.name);
+        await this.publish({ type: 'deployed', name: spec.name, version: current.version });
+      }
       return { ...current, unchanged: true };
     }
     const seq = await this.redis.incr(keys.versionSeq(spec.name));
@@ -63,6 +66,8 @@ export class Registry {
       .hset(keys.versions(spec.name), version, JSON.stringify(manifest))
       .hset(keys.function(spec.name), { active: version, updatedAt: manifest.createdAt })
       .sadd(keys.functionIndex, spec.name)
+      // The scheduler looks at it (minReplicas, a new version for its replicas), then lets it be.
+      .sadd(keys.active, spec.name)
       .exec();
     await this.publish({ type: 'deployed', name: spec.name, version });
     return manifest;

@@ -33,20 +33,29 @@ export interface ObjectStoreOptions {
   bucket: string;
   /** Used when the standard AWS variables are absent (the embedded server accepts any). */
   fallbackCredentials?: { accessKeyId: string; secretAccessKey: string };
+  /** Used always, never the platform's own (a tenant's registered bucket, core/buckets.ts). */
+  credentials?: { accessKeyId: string; secretAccessKey: string };
+  region?: string;
+  /** Limits on reaching a server the platform does not run (ms). */
+  timeouts?: { connectMs: number; requestMs: number };
 }
 
 export class ObjectStore {
   readonly client: S3Client;
   readonly bucket: string;
+  readonly endpoint?: string;
 
   constructor(options: ObjectStoreOptions) {
     this.bucket = options.bucket;
+    this.endpoint = options.endpoint;
     const hasEnvCreds = Boolean(process.env.AWS_ACCESS_KEY_ID || process.env.AWS_PROFILE);
+    const credentials = options.credentials ?? (!hasEnvCreds ? options.fallbackCredentials : undefined);
     this.client = new S3Client({
       endpoint: options.endpoint,
       forcePathStyle: Boolean(options.endpoint),
-      region: process.env.AWS_REGION ?? process.env.AWS_DEFAULT_REGION ?? 'us-east-1',
-      ...(!hasEnvCreds && options.fallbackCredentials ? { credentials: options.fallbackCredentials } : {}),
+      region: options.region ?? process.env.AWS_REGION ?? process.env.AWS_DEFAULT_REGION ?? 'us-east-1',
+      ...(credentials ? { credentials } : {}),
+      ...(options.timeouts ? { requestHandler: { connectionTimeout: options.timeouts.connectMs, requestTimeout: options.timeouts.requestMs } } : {}),
       // Checksums on every PUT cost a full pass over model files and trip some S3-compatible servers.
       requestChecksumCalculation: 'WHEN_REQUIRED',
       responseChecksumValidation: 'WHEN_REQUIRED',
@@ -70,8 +79,8 @@ export class ObjectStore {
     }
   }
 
-  async ping(): Promise<void> {
-    await this.client.send(new HeadBucketCommand({ Bucket: this.bucket }));
+  async ping(abortSignal?: AbortSignal): Promise<void> {
+    await this.client.send(new HeadBucketCommand({ Bucket: this.bucket }), { abortSignal });
   }
 
   async put(keyOrUri: string, body: Buffer | string | Readable, contentType = 'application/octet-stream', contentLength?: number): Promise<void> {

@@ -66,6 +66,8 @@ export const tenantKeys = {
   keysByHash: 'embers:apikeys',
   /** key id → sha256(secret) hex, for listing and revoking a tenant's keys. */
   tenantKeys: (tenant: string) => `embers:tenant:${tenant}:keys`,
+  /** A tenant's registered buckets: bucket name → its record (core/buckets.ts). */
+  buckets: (tenant: string) => `embers:tenant:${tenant}:buckets`,
 };
 
 export const CreateTenantSchema = z.strictObject({
@@ -136,6 +138,8 @@ export class TenantStore {
       const r = await this.revokeKey(id, keyId);
       if (r?.newlyRevoked) revokedKeys++;
     }
+    // Its registered buckets' sealed credentials go with it.
+    await this.redis.del(tenantKeys.buckets(id));
     return { revokedKeys };
   }
 

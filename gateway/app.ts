@@ -3,6 +3,7 @@ import { Hono } from 'hono';
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { BatchStore } from '../core/batches.ts';
+import type { BucketRegistry, TenantStores } from '../core/buckets.ts';
 import type { FileStore } from '../core/files.ts';
 import type { JobStore } from '../core/jobs.ts';
 import type { Pricing } from '../core/usage.ts';
@@ -24,6 +25,7 @@ import { runRoutes } from './routes/run.ts';
 import type { LiveQueue } from '../core/live-queue.ts';
 import { jobRoutes } from './routes/jobs.ts';
 import { batchRoutes } from './routes/batches.ts';
+import { bucketRoutes } from './routes/buckets.ts';
 import { fileRoutes } from './routes/files.ts';
 import { webhookRoutes } from './webhooks.ts';
 import { tenantRoutes } from './routes/tenants.ts';
@@ -65,6 +67,12 @@ export interface GatewayDeps {
   batches: BatchStore;
   /** Files API uploads (batch inputs). */
   files: FileStore;
+  /** Buckets tenants registered with their own credentials. */
+  buckets: BucketRegistry;
+  /** Which store reads an s3:// URI a tenant named. */
+  stores: TenantStores;
+  /** EMBERS_BUCKET_ALLOW_PRIVATE. */
+  bucketAllowPrivate: boolean;
   /** Where finished async jobs with a webhook are queued for delivery. */
   webhookQueue: Queue;
   /** Root of the per-tenant webhook signing secrets. */
@@ -121,6 +129,7 @@ export function createApp(deps: GatewayDeps) {
   app.route('/v1/jobs', jobRoutes(deps));
   app.route('/v1/batches', batchRoutes(deps));
   app.route('/v1/files', fileRoutes(deps));
+  app.route('/v1/buckets', bucketRoutes(deps));
   app.route('/v1/webhooks', webhookRoutes(deps));
   app.route('/v1/tenants', tenantRoutes(deps));
   app.route('/v1/usage', usageRoutes(deps));

@@ -7,7 +7,9 @@ import type { AddressInfo, Socket } from 'node:net';
 import { serve, type ServerType } from '@hono/node-server';
 import { Queue } from 'bullmq';
 import { BatchStore } from '../core/batches.ts';
+import { BucketRegistry, TenantStores } from '../core/buckets.ts';
 import { FileStore } from '../core/files.ts';
+import { Sealer } from '../core/sealed.ts';
 import { errorBody, keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type PlatformEvent } from '../core/contracts.ts';
 import { DEFAULT_MAX_JSON_DEPTH } from '../core/json-depth.ts';
 import { LiveQueue } from '../core/live-queue.ts';
@@ -60,6 +62,10 @@ export interface GatewayOptions {
   redisMemoryLimitBytes?: number;
   /** @default free */
   defaultPricing?: Pricing;
+  /** EMBERS_SECRETS_KEY: seals tenants' bucket credentials; without one, buckets cannot be registered. */
+  secretsKey?: string;
+  /** EMBERS_BUCKET_ALLOW_PRIVATE: registered buckets may be http:// and on loopback or private addresses. @default false */
+  bucketAllowPrivate?: boolean;
 }
 
 export interface RunningGateway {
@@ -119,6 +125,8 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
   const webhooks = startWebhookWorker({ redisUrl: o.redisUrl, jobs, secret: webhookSecret, baseUrl: () => o.publicUrl ?? url, log, allowPrivate: o.webhookAllowPrivate });
 
   const lastWake = new Map<string, number>();
+  const buckets = new BucketRegistry(redis, o.secretsKey ? new Sealer(o.secretsKey, 'buckets') : null);
+  const stores = new TenantStores(o.store, buckets, o.bucketAllowPrivate ?? false);
   const app = createApp({
     gatewayId: id,
     redis,
@@ -144,6 +152,9 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     jobs,
     batches: new BatchStore(redis),
     files: new FileStore(redis),
+    buckets,
+    stores,
+    bucketAllowPrivate: o.bucketAllowPrivate ?? false,
     webhookQueue,
     webhookSecret,
     maxBatchBytes: o.maxBatchBytes ?? 1024 ** 3,
@@ -196,6 +207,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
       clearTimeout(cut);
       await webhooks.close();
       await closeOrDisconnect(webhookQueue, log, 'the webhook queue', 'closing the gateway');
+      stores.close();
       sub.disconnect();
       redis.disconnect();
     },

@@ -8,7 +8,9 @@ import { loadConfig, ortInstances } from '../core/config.ts';
 import { EXIT_REPLACE_ME, keys, type Manifest } from '../core/contracts.ts';
 import { createLogger } from '../core/log.ts';
 import { createRedis } from '../core/redis.ts';
+import { BucketRegistry, TenantStores } from '../core/buckets.ts';
 import { storeFromConfig } from '../core/s3.ts';
+import { Sealer } from '../core/sealed.ts';
 import { Replica } from './replica.ts';
 import { probeSandbox, type SandboxSupport } from './sandbox.ts';
 import { USER_CODE_V8_FLAGS, UserCodeProcess } from './user-code-process.ts';
@@ -129,6 +131,8 @@ const refuse =
     ? `this node cannot sandbox user code (${support.missing.join('; ')}), so it runs only the default tenant's functions (EMBERS_ALLOW_UNSANDBOXED=1 runs every tenant's)`
     : undefined;
 
+const modelStores = new TenantStores(store, new BucketRegistry(redis, config.EMBERS_SECRETS_KEY ? new Sealer(config.EMBERS_SECRETS_KEY, 'buckets') : null), config.EMBERS_BUCKET_ALLOW_PRIVATE);
+
 replica = new Replica({
   id: assignment.id,
   manifest,
@@ -139,6 +143,8 @@ replica = new Replica({
   refuse,
   redis,
   store,
+  tenant,
+  modelStore: (uri) => modelStores.forUri(tenant, uri),
   log,
   cacheDir: required('EMBERS_CACHE_DIR'),
   providers: config.EMBERS_EXECUTION_PROVIDERS,
@@ -170,6 +176,8 @@ replica = new Replica({
 
 try {
   await replica.start();
+  // Models are fetched: the tenant's S3 clients (and their sockets) are not needed again.
+  modelStores.close();
   process.send?.({ type: 'ready' });
 } catch {
   redis.disconnect();

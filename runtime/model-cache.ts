@@ -4,6 +4,7 @@
 // created, so evicting a file a running replica loaded earlier is safe.
 import { readdir, rm, stat, utimes } from 'node:fs/promises';
 import path from 'node:path';
+import { sourceTag } from '../core/buckets.ts';
 import type { ObjectStore } from '../core/s3.ts';
 
 export interface CachedModel {
@@ -22,10 +23,12 @@ export class ModelCache {
     private readonly maxBytes = Number.POSITIVE_INFINITY,
   ) {}
 
-  async fetch(uri: string): Promise<CachedModel> {
+  /** `from`: the store that reads `uri` (the platform's by default; `tenant`'s registered bucket). */
+  async fetch(uri: string, from: ObjectStore = this.store, tenant = ''): Promise<CachedModel> {
+    const platform = from === this.store;
     // Models uploaded through Embers are named by their sha256: a file of that name is that
     // model, so a cache hit costs no S3 round trip.
-    const sha = CONTENT_ADDRESSED.exec(uri)?.[1];
+    const sha = platform ? CONTENT_ADDRESSED.exec(uri)?.[1] : undefined;
     if (sha) {
       const file = path.join(this.dir, `sha256-${sha}.onnx`);
       const existing = await stat(file).catch(() => null);
@@ -34,12 +37,15 @@ export class ModelCache {
       await this.evict(file);
       return { path: file, bytes: (await stat(file)).size, hit: false };
     }
-    const head = await this.store.head(uri);
+    const head = await from.head(uri);
     if (!head) throw new Error(`model ${uri} not found in S3`);
-    const file = path.join(this.dir, `${head.etag.replace(/[^A-Za-z0-9_-]/g, '_')}-${head.size}.onnx`);
+    // Outside the platform's bucket, the ETag is whatever the tenant's server says: the name holds
+    // the object's origin too, so no tenant is served a file another tenant's model left here.
+    const origin = platform ? '' : `${sourceTag(tenant, from, uri)}-`;
+    const file = path.join(this.dir, `${origin}${head.etag.replace(/[^A-Za-z0-9_-]/g, '_')}-${head.size}.onnx`);
     const existing = await stat(file).catch(() => null);
     if (existing && existing.size === head.size) return this.touch(file, head.size);
-    await this.store.download(uri, file);
+    await from.download(uri, file);
     await this.evict(file);
     return { path: file, bytes: head.size, hit: false };
   }

@@ -35,7 +35,12 @@ export interface ReplicaOptions {
   id: string;
   manifest: Manifest;
   redis: Redis;
+  /** The platform's bucket: the bundle, and models there. */
   store: ObjectStore;
+  /** The function's tenant. */
+  tenant: string;
+  /** The store that reads one of the function's models: the platform's, or its tenant's registered bucket; null: neither. */
+  modelStore: (uri: string) => Promise<ObjectStore | null>;
   log: Logger;
   cacheDir: string;
   providers: ExecutionProvider[];
@@ -195,7 +200,13 @@ export class Replica {
       phase = 'model_fetch';
       const tFetch = performance.now();
       const cache = new ModelCache(path.join(this.o.cacheDir, 'models'), this.o.store, this.o.modelCacheBytes);
-      const files = await Promise.all(Object.entries(manifest.models).map(async ([name, uri]) => [name, await cache.fetch(uri)] as const));
+      const files = await Promise.all(
+        Object.entries(manifest.models).map(async ([name, uri]) => {
+          const from = await this.o.modelStore(uri);
+          if (!from) throw new Error(`model ${name} (${uri}) cannot be read: its bucket is not registered by the function's tenant`);
+          return [name, await cache.fetch(uri, from, this.o.tenant)] as const;
+        }),
+      );
       const modelFetchMs = files.every(([, f]) => f.hit) ? 0 : performance.now() - tFetch;
 
       // bundle (its import), model_load, setup and warmup run in the user-code process.

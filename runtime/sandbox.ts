@@ -7,6 +7,7 @@
 // new /proc and /dev) in one unprivileged step, where unshare would need a script of mounts.
 import { spawnSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, readFileSync, rmdirSync, statSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 
 /** What this host can enforce; `missing` says, for a person, what it cannot and why. */
@@ -125,6 +126,14 @@ export function probeSandbox(mode: 'auto' | 'off' = 'auto'): SandboxSupport {
   return probed;
 }
 
+/**
+ * Makes embers/ (beside the root's other children) and its CPU weight. Where the agent itself
+ * runs in the root cgroup, each of the platform's processes is weighed as a task of its own
+ * against embers/ as a whole: at the default weight all user code together would get one thread's
+ * share however many cores its models use, so there embers/ weighs as much as a task per core.
+ * Where the agent is in a cgroup of its own (a systemd service's), embers/ keeps the default
+ * weight, that of the agent's group. Its replicas' cgroups keep the default: equal shares.
+ */
 function probeCgroup(): SandboxSupport['cgroup'] {
   try {
     if (existsSync(path.join(CGROUP_ROOT, 'cgroup.controllers'))) {
@@ -139,9 +148,11 @@ function probeCgroup(): SandboxSupport['cgroup'] {
           // Enabled already, or not delegated: its limit is then not applied.
         }
       }
+      if (inRootCgroup('')) tryWrite(path.join(dir, 'cpu.weight'), String(Math.min(10_000, 100 * os.availableParallelism())));
       return 'v2';
     }
     for (const c of V1_CONTROLLERS) mkdirSync(path.join(CGROUP_ROOT, c, 'embers'), { recursive: true });
+    if (inRootCgroup('cpu')) tryWrite(path.join(CGROUP_ROOT, 'cpu', 'embers', 'cpu.shares'), String(1024 * os.availableParallelism()));
     return 'v1';
   } catch {
     return null;
@@ -227,6 +238,19 @@ export function letThrough(dir: string): void {
     }
     if (d === path.dirname(d)) break;
   }
+}
+
+/** Whether this process sits in the root of the hierarchy with `controller` (v1), or of v2 (''). */
+function inRootCgroup(controller: string): boolean {
+  try {
+    for (const line of readFileSync('/proc/self/cgroup', 'utf8').split('\n')) {
+      const [, controllers, where] = line.split(':');
+      if (controllers !== undefined && (controller === '' ? controllers === '' : controllers.split(',').includes(controller))) return where === '/';
+    }
+  } catch {
+    // Not Linux, or /proc not mounted: no cgroups either.
+  }
+  return false;
 }
 
 function tryWrite(file: string, value: string): void {

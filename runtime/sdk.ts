@@ -27,7 +27,12 @@ export interface BatchingOptions {
 export interface ScalingOptions {
   /** @default 0 */ minReplicas?: number;
   /** @default 4 */ maxReplicas?: number;
-  /** Seconds without work before a replica drains and exits. @default 300 */ idleTimeoutS?: number;
+  /**
+   * How long a replica stays warm after the function's last request: 'auto' learns it from the
+   * function's own idle times (and pre-warms before a predicted arrival), up to 300 s; a number
+   * is the longest it may learn. @default 'auto'
+   */
+  idleTimeoutS?: number | 'auto';
   /** In-flight requests one replica should hold. @default 32 */ targetConcurrency?: number;
 }
 
@@ -138,7 +143,7 @@ export interface FunctionOptions<S extends z.ZodType, M extends string, O> {
   binaryInput?: string;
   /** @default { maxBatchSize: 16, maxDelayMs: 4 } */
   batching?: BatchingOptions;
-  /** @default { minReplicas: 0, maxReplicas: 4, idleTimeoutS: 300, targetConcurrency: 32 } */
+  /** @default { minReplicas: 0, maxReplicas: 4, idleTimeoutS: 'auto', targetConcurrency: 32 } */
   scaling?: ScalingOptions;
   /** A request running longer is answered 504 and its signal aborted. @default 30000 */
   timeoutMs?: number;

@@ -13,10 +13,9 @@ import type { Logger } from '../core/log.ts';
 import { createRedis } from '../core/redis.ts';
 import type { ObjectStore } from '../core/s3.ts';
 import { discoverGpus, type GpuInfo } from '../native/gpu.ts';
-import type { ScalerSettings } from './scaler.ts';
 import { buildRuntime } from './runtime-build.ts';
 import { probeSandbox, type SandboxSupport } from '../runtime/sandbox.ts';
-import { Scheduler } from './scheduler.ts';
+import { Scheduler, type SchedulerOptions } from './scheduler.ts';
 import { waitAtMost } from '../core/settle.ts';
 import { dropHeld, handOverLiveEntries, heldBy, leaveLiveGroup } from '../core/live-queue.ts';
 import { answerUnrun, JobStore } from '../core/jobs.ts';
@@ -47,7 +46,7 @@ export interface AgentOptions {
   heartbeatMs?: number;
   /** A node whose record is this old is gone: its replicas are placed elsewhere. @default 10000 */
   nodeTtlMs?: number;
-  scheduler: { tickMs: number; settings: ScalerSettings; batchMaxOutstanding?: number };
+  scheduler: Pick<SchedulerOptions, 'tickMs' | 'settings' | 'batchMaxOutstanding' | 'maxJsonDepth' | 'secretsKey' | 'bucketAllowPrivate'>;
   /** Extra environment for replicas (S3 endpoint, thread budget, …). */
   replicaEnv?: Record<string, string>;
   /** Execution providers replicas are asked to use: GPUs are handed out only for cuda/tensorrt. */
@@ -123,7 +122,9 @@ export class NodeAgent {
     if (this.gpus.length) this.log.info({ gpus: this.gpus }, 'GPUs found');
     await this.advertise();
     this.sub.on('message', (_channel: string, message: string) => {
-      const type = (JSON.parse(message) as PlatformEvent).type;
+      const event = JSON.parse(message) as PlatformEvent;
+      const type = event.type;
+      if (type === 'wake') this.scheduler.watch(event.name);
       if (type === 'wake' || type === 'batch') void this.scheduler.tick();
       else void this.reconcile();
     });
@@ -256,6 +257,7 @@ export class NodeAgent {
     const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
     const r: ReplicaProcess = { id, fn, version, child, state: 'starting', stopping: false, spawnedAt, exited };
     this.replicas.set(id, r);
+    void this.redis.hset(keys.replicaNodes, id, this.id).catch(() => {});
     this.log.info({ replica: id, pid: child.pid, gpu: gpu?.index }, 'replica spawned');
     child.on('message', (m: { type?: string }) => {
       if (m?.type === 'ready') {
@@ -268,7 +270,7 @@ export class NodeAgent {
     void exited.then((code) => {
       this.replicas.delete(id);
       this.prepareStandby();
-      void this.redis.multi().del(keys.replica(id)).srem(keys.replicas(fn), id).exec().catch(() => {});
+      void this.redis.multi().del(keys.replica(id)).srem(keys.replicas(fn), id).hdel(keys.replicaNodes, id).exec().catch(() => {});
       this.handOver(r);
       if (r.stopping || this.closed) return;
       if (code === EXIT_REPLACE_ME) {

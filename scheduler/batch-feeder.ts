@@ -7,6 +7,7 @@ import type { Job, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { BATCH_TERMINAL, BatchStore, chunkJob, chunkOf, errorLine, lineJob, type BatchRecord, type BatchStatus } from '../core/batches.ts';
 import { keys, s3Keys, type BatchChunkData, type BatchChunkLine, type RunJobData } from '../core/contracts.ts';
+import type { TenantStores } from '../core/buckets.ts';
 import type { Logger } from '../core/log.ts';
 import type { Registry } from '../core/registry.ts';
 import { DEFAULT_TENANT } from '../core/tenants.ts';
@@ -17,7 +18,10 @@ import { nestsDeeperThan, tooDeepMessage } from '../core/json-depth.ts';
 
 export interface BatchFeederOptions {
   redis: Redis;
+  /** The platform's bucket: outputs and errors files. */
   store: ObjectStore;
+  /** Where a batch's input is read: the platform's bucket or one its tenant registered. */
+  inputs: TenantStores;
   registry: Registry;
   log: Logger;
   /** Lines of one batch in its function's queue at once. */
@@ -54,6 +58,8 @@ const YIELD_MS = 20;
 
 /** A batch moved on (cancel asked, leadership lost): the current step stops and the loop re-reads it. */
 class Interrupted extends Error {}
+/** The batch's input cannot be read any more (its bucket unregistered, or refusing its credentials): the batch fails. */
+class InputGone extends Error {}
 
 /**
  * When the feeder, short of `short` lines of room in the batch's window, looks again: when
@@ -150,6 +156,7 @@ export class BatchFeeder {
         } catch (err) {
           // An input deleted under the batch (its file, DELETE /v1/files/:id) never comes back.
           if (statusOf(err) === 404 && (rec.status === 'validating' || rec.status === 'in_progress')) await this.fail(rec, `its input ${rec.inputUri} no longer exists`);
+          else if (err instanceof InputGone && (rec.status === 'validating' || rec.status === 'in_progress')) await this.fail(rec, err.message);
           else if (!(err instanceof Interrupted)) throw err;
         }
       }
@@ -391,7 +398,16 @@ export class BatchFeeder {
 
   /** The input's non-blank lines with their 1-based line numbers. */
   private async lines(rec: BatchRecord): Promise<AsyncIterable<{ line: number; text: string }>> {
-    const stream = await this.o.store.stream(rec.inputUri);
+    // A registration whose secret does not open here, or whose endpoint is now refused, will not heal by retrying.
+    const from = await this.o.inputs.forUri(rec.tenant || DEFAULT_TENANT, rec.inputUri).catch((err: Error) => {
+      throw new InputGone(`its input ${rec.inputUri} cannot be read: ${err.message}`);
+    });
+    if (!from) throw new InputGone(`its input ${rec.inputUri} is no longer readable: its bucket is not registered`);
+    const stream = await from.stream(rec.inputUri).catch((err: unknown) => {
+      // A tenant's own bucket that now refuses its registered credentials will not change its mind.
+      if (from !== this.o.store && statusOf(err) === 403) throw new InputGone(`its input ${rec.inputUri} is no longer readable with the bucket's registered credentials (403)`);
+      throw err;
+    });
     const rl = createInterface({ input: stream, crlfDelay: Infinity });
     return (async function* () {
       let line = 0;

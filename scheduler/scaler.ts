@@ -1,13 +1,15 @@
 // The scaling decision, as a pure function of state, observation and clock (Knative KPA's
 // stable/panic windows, Ray Serve's target ongoing requests). No I/O: the scheduler feeds it.
+import { AUTO_IDLE_BOUND_S } from '../core/contracts.ts';
+import { keepAliveWindow, recordIdle, warmAt, type KeepAlive } from './keep-alive.ts';
 
 export interface ScalingPolicy {
   minReplicas: number;
   maxReplicas: number;
   /** In-flight requests one replica should hold. */
   targetConcurrency: number;
-  /** Seconds without in-flight work before the function may go to zero. */
-  idleTimeoutS: number;
+  /** Keep-alive after the last request, learned (keep-alive.ts) up to this many seconds; 'auto': up to AUTO_IDLE_BOUND_S. */
+  idleTimeoutS: number | 'auto';
 }
 
 export interface ScalerSettings {
@@ -17,6 +19,10 @@ export interface ScalerSettings {
   panicWindowMs: number;
   /** Panic when the short-window want reaches this multiple of the replicas ready. @default 2 */
   panicThreshold: number;
+  /** 'fixed': keep-alive is the bound itself, never learned (EMBERS_KEEP_ALIVE). @default 'auto' */
+  keepAlive?: 'auto' | 'fixed';
+  /** How early a pre-warm starts before the window it serves (a cold start's time). @default 0 */
+  prewarmLeadMs?: number;
 }
 
 export const DEFAULT_SCALER_SETTINGS: ScalerSettings = { stableWindowMs: 60_000, panicWindowMs: 6_000, panicThreshold: 2 };
@@ -30,6 +36,10 @@ export interface ScalerState {
   lastActiveAt: number | null;
   /** Panic mode lasts until this time. */
   panicUntil: number;
+  /** The function's recent idle times (ms from the end of its work to its next request), oldest first. */
+  idleMs: number[];
+  /** Its replica was reclaimed for another function: none again until it has work. */
+  reclaimed?: boolean;
 }
 
 export interface Observation {
@@ -44,12 +54,29 @@ export interface Observation {
 
 export interface Decision {
   desired: number;
+  /** What it would be with room on the nodes (before the capacity cap). */
+  wanted: number;
   state: ScalerState;
   reason: string;
 }
 
+/**
+ * Until when keep-alive may still want a replica of a function with no work (a pre-warm to come,
+ * or a keep-alive under way); null: not at all.
+ */
+export function keepAliveEndsAt(state: ScalerState, policy: ScalingPolicy, settings: ScalerSettings = DEFAULT_SCALER_SETTINGS): number | null {
+  if (state.lastActiveAt === null || state.reclaimed) return null;
+  const k = keepAliveFor(state.idleMs, policy, settings);
+  return state.lastActiveAt + k.prewarmMs + k.keepAliveMs;
+}
+
+function keepAliveFor(idleMs: readonly number[], policy: ScalingPolicy, settings: ScalerSettings): KeepAlive {
+  const boundMs = (policy.idleTimeoutS === 'auto' ? AUTO_IDLE_BOUND_S : policy.idleTimeoutS) * 1000;
+  return settings.keepAlive === 'fixed' ? { prewarmMs: 0, keepAliveMs: boundMs, why: 'fixed' } : keepAliveWindow(idleMs, boundMs);
+}
+
 export function initialScalerState(): ScalerState {
-  return { samples: [], desired: 0, lastScaleUpAt: -Infinity, lastActiveAt: null, panicUntil: -Infinity };
+  return { samples: [], desired: 0, lastScaleUpAt: -Infinity, lastActiveAt: null, panicUntil: -Infinity, idleMs: [] };
 }
 
 function mean(samples: { inFlight: number }[]): number {
@@ -82,14 +109,27 @@ export function decide(prev: ScalerState, obs: Observation, policy: ScalingPolic
     want = stableWant;
     reason = `stable: ${stableWant} wanted over the last ${settings.stableWindowMs / 1000} s`;
   }
-  if (want < prev.desired && now - prev.lastScaleUpAt < settings.stableWindowMs) {
+  // The stable window paces scale-down from N to N−1; the way to zero is keep-alive's alone
+  // (Knative keeps its scale-to-zero grace apart from its stable window too).
+  if (want < prev.desired && want > 0 && now - prev.lastScaleUpAt < settings.stableWindowMs) {
     want = prev.desired;
     reason = 'holding: scale-down waits a stable window after the last scale-up';
   }
-  const idle = lastActiveAt === null || now - lastActiveAt >= policy.idleTimeoutS * 1000;
-  if (want === 0 && !idle && prev.desired > 0) {
-    want = 1;
-    reason = `keeping one replica until idle for ${policy.idleTimeoutS} s`;
+  // Keep-alive: after the last request, a replica is kept (or pre-warmed) only while the
+  // function's next request is likely to come (keep-alive.ts).
+  const idleMs = obs.inFlight > 0 && prev.lastActiveAt !== null && (prev.samples.at(-1)?.inFlight ?? 0) === 0 ? recordIdle(prev.idleMs, now - prev.lastActiveAt) : prev.idleMs;
+  const k = keepAliveFor(idleMs, policy, settings);
+  const reclaimed = obs.inFlight > 0 ? false : (prev.reclaimed ?? false);
+  if (obs.inFlight === 0) {
+    const warm = lastActiveAt !== null && !reclaimed && warmAt(k, now - lastActiveAt, settings.prewarmLeadMs ?? 0);
+    const until = Math.round((k.prewarmMs + k.keepAliveMs) / 1000);
+    if (!warm && want > 0) {
+      want = 0;
+      reason = lastActiveAt === null ? 'never used' : reclaimed ? 'reclaimed for a function with work; back with its next request' : `keep-alive over (${k.why}: warm until ${until} s after the last request): to zero`;
+    } else if (warm && want === 0) {
+      want = 1;
+      reason = k.prewarmMs > 0 && prev.desired === 0 ? `pre-warming: its next request is expected ${Math.round(k.prewarmMs / 1000)}–${until} s after its last` : `keeping one replica (${k.why} keep-alive: until ${until} s after the last request)`;
+    }
   }
   if (obs.inFlight > 0 && want === 0) {
     // The queue holds the request while a replica starts (Knative's activator).
@@ -97,6 +137,7 @@ export function decide(prev: ScalerState, obs: Observation, policy: ScalingPolic
     reason = 'work waiting with no replica: start one';
   }
   let desired = Math.min(Math.max(want, policy.minReplicas), policy.maxReplicas);
+  const wanted = desired;
   if (desired > obs.capacity) {
     desired = Math.max(obs.capacity, 0);
     reason += `; capped at node capacity ${obs.capacity}`;
@@ -105,7 +146,8 @@ export function decide(prev: ScalerState, obs: Observation, policy: ScalingPolic
   if (desired !== want && desired === policy.minReplicas) reason += `; held at minReplicas ${policy.minReplicas}`;
   return {
     desired,
+    wanted,
     reason,
-    state: { samples, desired, lastActiveAt, panicUntil, lastScaleUpAt: desired > prev.desired ? now : prev.lastScaleUpAt },
+    state: { samples, desired, lastActiveAt, panicUntil, lastScaleUpAt: desired > prev.desired ? now : prev.lastScaleUpAt, idleMs, ...(reclaimed ? { reclaimed } : {}) },
   };
 }

@@ -3,17 +3,23 @@
 // publishes the placement that node agents reconcile toward.
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { batchQueueName, keys, QUEUE_PREFIX, type NodeRecord, type PlacementRecord, type ScaleRecord } from '../core/contracts.ts';
+import { BatchStore } from '../core/batches.ts';
+import { BucketRegistry, TenantStores } from '../core/buckets.ts';
+import { batchQueueName, keys, QUEUE_PREFIX, type Manifest, type NodeRecord, type PlacementRecord, type ScaleRecord } from '../core/contracts.ts';
+import { DEFAULT_MAX_JSON_DEPTH } from '../core/json-depth.ts';
 import { liveStream } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
 import { Registry } from '../core/registry.ts';
 import type { ObjectStore } from '../core/s3.ts';
-import { BatchStore } from '../core/batches.ts';
-import { DEFAULT_MAX_JSON_DEPTH } from '../core/json-depth.ts';
+import { Sealer } from '../core/sealed.ts';
 import { BatchFeeder } from './batch-feeder.ts';
+import { expectedIdleMs } from './keep-alive.ts';
 import { LeaderLease } from './leader.ts';
+import { rescueOrphans } from './orphans.ts';
 import { place, type Placement } from './placement.ts';
-import { decide, initialScalerState, type ScalerSettings, type ScalerState } from './scaler.ts';
+import { reclaim, type FunctionView } from './reclaim.ts';
+import { decide, initialScalerState, keepAliveEndsAt, type ScalerSettings, type ScalerState } from './scaler.ts';
+import { Watchlist } from './watchlist.ts';
 
 export interface SchedulerOptions {
   redis: Redis;
@@ -26,6 +32,10 @@ export interface SchedulerOptions {
   batchMaxOutstanding?: number;
   /** Most arrays and objects a batch line's input may nest (EMBERS_MAX_JSON_DEPTH). @default 128 */
   maxJsonDepth?: number;
+  /** EMBERS_SECRETS_KEY: opens tenants' registered bucket credentials (batch inputs there). */
+  secretsKey?: string;
+  /** EMBERS_BUCKET_ALLOW_PRIVATE. @default false */
+  bucketAllowPrivate?: boolean;
 }
 
 export class Scheduler {
@@ -36,6 +46,11 @@ export class Scheduler {
   /** Last tick's decisions: what other functions hold bounds each function's capacity. */
   private lastDesired: Record<string, number> = {};
   private timer?: NodeJS.Timeout;
+  /** Dead replicas whose requests were handed over and are not claimed yet. */
+  private readonly rescued = new Set<string>();
+  private readonly watchlist: Watchlist;
+  /** Reads batch inputs in tenants' registered buckets. */
+  private readonly inputs: TenantStores;
   private running: Promise<void> | null = null;
   private readonly log: Logger;
   readonly feeder: BatchFeeder;
@@ -44,17 +59,23 @@ export class Scheduler {
   constructor(private readonly o: SchedulerOptions) {
     this.lease = new LeaderLease(o.redis, o.id, Math.max(3_000, o.tickMs * 6));
     this.registry = new Registry(o.redis, o.store);
+    this.watchlist = new Watchlist(o.redis);
+    this.inputs = new TenantStores(o.store, new BucketRegistry(o.redis, o.secretsKey ? new Sealer(o.secretsKey, 'buckets') : null), o.bucketAllowPrivate ?? false);
     this.batches = new BatchStore(o.redis);
     this.log = o.log.child({ component: 'scheduler', scheduler: o.id });
     this.feeder = new BatchFeeder({
       redis: o.redis,
       store: o.store,
+      inputs: this.inputs,
       registry: this.registry,
       log: o.log,
       maxOutstanding: o.batchMaxOutstanding ?? 256,
       maxJsonDepth: o.maxJsonDepth ?? DEFAULT_MAX_JSON_DEPTH,
       // Batch lines count as load like any other queued job: decide at once rather than at the next tick.
-      wake: () => void this.tick(),
+      wake: (fn) => {
+        this.watchlist.add(fn);
+        void this.tick();
+      },
       queue: (fn) => this.queue(batchQueueName(fn)),
     });
   }
@@ -87,9 +108,19 @@ export class Scheduler {
     if (!wasLeader) {
       this.log.info('leading the scheduler');
       this.states.clear();
+      await this.watchlist.seedAll();
     }
     const now = Date.now();
-    const [manifests, nodes] = await Promise.all([this.registry.activeManifests(), this.liveNodes()]);
+    // Live requests (waiting or running: their stream's length) and batch lines are both load:
+    // batch lines counted by line (a chunk job holds many), or by job where a batch's record says less.
+    const linesOut = await this.batches.linesOut();
+    for (const fn of linesOut.keys()) this.watchlist.add(fn);
+    const [names, nodes] = await Promise.all([this.watchlist.names(), this.liveNodes()]);
+    const found = await this.manifestsOf(names);
+    // Deleted (or being deleted: out of the index) since: nothing left to decide for them.
+    const deleted = names.filter((_, i) => !found[i]);
+    for (const fn of deleted) await this.unwatch(fn, true);
+    const manifests = found.filter((m): m is Manifest => m !== null);
     const totalSlots = nodes.reduce((a, n) => a + n.slots, 0);
     const previous = await this.readPlacement();
 
@@ -97,34 +128,59 @@ export class Scheduler {
     const pipe = this.o.redis.pipeline();
     for (const m of manifests) pipe.smembers(keys.replicas(m.name));
     const replicaIds = ((await pipe.exec()) ?? []).map(([, ids]) => ids as string[]);
-    // Live requests (waiting or running: their stream's length) and batch lines are both load:
-    // batch lines counted by line (a chunk job holds many), or by job where a batch's record says less.
-    const linesOut = await this.batches.linesOut();
-    const counts = await Promise.all(
-      manifests.map(async (m) => {
-        const [live, batch] = await Promise.all([this.o.redis.xlen(liveStream(m.name)), this.queue(batchQueueName(m.name)).getJobCounts('wait', 'active', 'prioritized', 'delayed')]);
-        return live + Math.max(linesOut.get(m.name) ?? 0, Object.values(batch).reduce((a, n) => a + (n ?? 0), 0));
-      }),
-    );
-    const ready = await Promise.all(replicaIds.map((ids, i) => this.readyCount(ids, manifests[i].version)));
+    const counts = await this.load(manifests, linesOut);
+    const replicas = await Promise.all(replicaIds.map((ids, i) => this.liveReplicas(manifests[i].name, ids, manifests[i].version)));
+    // Requests held by replicas that died with their machine go back to the queue now.
+    const liveNodeIds = new Set(nodes.map((n) => n.id));
+    await Promise.all(manifests.filter((_, i) => counts[i] > 0).map((m) => this.rescue(m.name, liveNodeIds)));
 
-    const desired: Record<string, number> = {};
     const records: Record<string, ScaleRecord> = {};
-    let committed = 0;
+    const views: FunctionView[] = [];
+    const before = new Map<string, number>();
     manifests.forEach((m, i) => {
       const inFlight = counts[i];
       const prevState = this.states.get(m.name) ?? initialScalerState();
+      before.set(m.name, prevState.desired);
       const others = Object.entries(this.lastDesired).filter(([fn]) => fn !== m.name).reduce((a, [, n]) => a + n, 0);
       const capacity = Math.max(0, totalSlots - others);
-      const d = decide(prevState, { now, inFlight, ready: ready[i], capacity }, m.scaling, this.o.settings);
+      const d = decide(prevState, { now, inFlight, ready: replicas[i].ready, capacity }, m.scaling, this.o.settings);
       this.states.set(m.name, d.state);
-      if (d.desired !== prevState.desired) this.log.info({ fn: m.name, from: prevState.desired, to: d.desired, inFlight, reason: d.reason }, 'scaling');
-      desired[m.name] = d.desired;
-      committed += d.desired;
-      records[m.name] = { desired: d.desired, inFlight, ready: ready[i], reason: d.reason, at: new Date(now).toISOString() };
+      const expectedIn = expectedIdleMs(d.state.idleMs);
+      const lastActiveAt = d.state.lastActiveAt;
+      views.push({ fn: m.name, desired: d.desired, wanted: d.wanted, minReplicas: m.scaling.minReplicas, inFlight, lastActiveAt, ...(lastActiveAt !== null && expectedIn !== undefined ? { expectedAt: lastActiveAt + expectedIn } : {}) });
+      records[m.name] = { desired: d.desired, inFlight, ready: replicas[i].ready, reason: d.reason, at: new Date(now).toISOString() };
     });
+    // No function waits on another's idle replica: room for work with no replica is reclaimed.
+    const { desired, moves } = reclaim(views, totalSlots, now);
+    for (const { from, to } of moves) {
+      this.log.info({ fn: from, for: to }, 'reclaiming an idle replica for a function with work waiting');
+      const victim = this.states.get(from)!;
+      // Reclaimed to zero, it comes back only for new work (its keep-alive ended here).
+      this.states.set(from, { ...victim, desired: desired[from], ...(desired[from] === 0 ? { reclaimed: true } : {}) });
+      this.states.set(to, { ...this.states.get(to)!, desired: 1, lastScaleUpAt: now });
+      // Shown to each function's tenant: neither names the other function.
+      records[from].reason = 'reclaimed: it held no work, and a function with work waiting needed its room';
+      records[to].reason = 'work waiting and no room: an idle replica was reclaimed for it';
+    }
+    for (const v of views) {
+      // Given a free slot the capacity cap had not seen yet.
+      if (desired[v.fn] > v.desired && !moves.some((mv) => mv.to === v.fn)) {
+        this.states.set(v.fn, { ...this.states.get(v.fn)!, desired: desired[v.fn], lastScaleUpAt: now });
+        records[v.fn].reason = 'work waiting with no replica: start one';
+      }
+    }
+    let committed = 0;
+    for (const [fn, n] of Object.entries(desired)) {
+      records[fn].desired = n;
+      committed += n;
+      if (n !== before.get(fn)) this.log.info({ fn, from: before.get(fn), to: n, inFlight: records[fn].inFlight, reason: records[fn].reason }, 'scaling');
+    }
     this.lastDesired = desired;
-    for (const fn of this.states.keys()) if (!(fn in desired)) this.states.delete(fn);
+    // Nothing to do for these until a request or a deploy names them again (keys.active).
+    for (const [i, m] of manifests.entries()) {
+      const ends = keepAliveEndsAt(this.states.get(m.name)!, m.scaling, this.o.settings);
+      if (desired[m.name] === 0 && counts[i] === 0 && replicas[i].live === 0 && m.scaling.minReplicas === 0 && (ends === null || now >= ends)) await this.unwatch(m.name, false);
+    }
 
     const runsModels = new Set(manifests.filter((m) => Object.keys(m.models).length > 0).map((m) => m.name));
     const placement = place(desired, nodes, Object.fromEntries(Object.entries(previous).map(([fn, r]) => [fn, r.nodes])) as Placement, runsModels);
@@ -136,12 +192,58 @@ export class Scheduler {
     const next: Record<string, string> = {};
     for (const [fn, perNode] of Object.entries(placement)) next[fn] = JSON.stringify({ version: versions[fn], nodes: perNode } satisfies PlacementRecord);
     const changed = JSON.stringify(next) !== JSON.stringify(Object.fromEntries(Object.entries(previous).map(([fn, r]) => [fn, JSON.stringify(r)])));
-    const write = this.o.redis.multi().del(keys.placement, keys.desired);
+    // Scale records of functions no longer watched stay as their last decision (`functions show`).
+    const write = this.o.redis.multi().del(keys.placement);
     if (Object.keys(next).length) write.hset(keys.placement, next);
     if (manifests.length) write.hset(keys.desired, Object.fromEntries(Object.entries(records).map(([fn, r]) => [fn, JSON.stringify(r)])));
+    if (deleted.length) write.hdel(keys.desired, ...deleted);
     await write.exec();
     if (changed) await this.o.redis.publish(keys.registryChannel, JSON.stringify({ type: 'placement' }));
     if (committed > totalSlots) this.log.warn({ committed, totalSlots }, 'more replicas wanted than the nodes have slots');
+  }
+
+  /** How many functions a pass looks at now. */
+  get watching(): number {
+    return this.watchlist.size;
+  }
+
+  /** Looks at `fn` on the next pass (a gateway woke it for a request). */
+  watch(fn: string): void {
+    this.watchlist.add(fn);
+  }
+
+  /** Stops looking at `fn`: its learned idle times stay (unless it was deleted), the rest goes. */
+  private async unwatch(fn: string, deleted: boolean): Promise<void> {
+    await this.watchlist.drop(fn);
+    const s = this.states.get(fn);
+    if (deleted || !s) this.states.delete(fn);
+    else this.states.set(fn, { ...s, samples: [] });
+  }
+
+  /** The active manifest of each name, or null for one no longer deployed (out of the index). */
+  private async manifestsOf(names: string[]): Promise<(Manifest | null)[]> {
+    const pipe = this.o.redis.pipeline();
+    for (const n of names) pipe.sismember(keys.functionIndex, n);
+    const indexed = ((await pipe.exec()) ?? []).map(([, v]) => v === 1);
+    return Promise.all(names.map((n, i) => (indexed[i] ? this.registry.active(n) : null)));
+  }
+
+  /**
+   * Load per function: its live stream's length (waiting + running) and its batch lines, counted
+   * by line (a chunk job holds many) or by job where the batches' records say less. Read from the
+   * batch queue's keys directly: no BullMQ object per function watched.
+   */
+  private async load(manifests: Manifest[], linesOut: Map<string, number>): Promise<number[]> {
+    const pipe = this.o.redis.pipeline();
+    for (const m of manifests) {
+      const q = `${QUEUE_PREFIX}:${batchQueueName(m.name)}:`;
+      pipe.xlen(liveStream(m.name)).llen(`${q}wait`).llen(`${q}active`).zcard(`${q}prioritized`).zcard(`${q}delayed`);
+    }
+    const res = ((await pipe.exec()) ?? []).map(([, v]) => Number(v) || 0);
+    return manifests.map((m, i) => {
+      const [live, ...batch] = res.slice(i * 5, i * 5 + 5);
+      return live + Math.max(linesOut.get(m.name) ?? 0, batch.reduce((a, n) => a + n, 0));
+    });
   }
 
   private queue(name: string): Queue {
@@ -154,12 +256,27 @@ export class Scheduler {
     return q;
   }
 
-  private async readyCount(ids: string[], version: string): Promise<number> {
-    if (ids.length === 0) return 0;
+  private async rescue(fn: string, liveNodes: ReadonlySet<string>): Promise<void> {
+    for (const o of await rescueOrphans(this.o.redis, fn, liveNodes).catch(() => [])) {
+      // Handed over again on each pass until another replica claims them: said once.
+      if (o.handedOver && !this.rescued.has(o.consumer)) this.log.warn({ fn, replica: o.consumer, requests: o.handedOver }, 'handed over the live requests of a replica that is gone (its node stopped answering)');
+      if (o.removed) this.rescued.delete(o.consumer);
+      else this.rescued.add(o.consumer);
+    }
+  }
+
+  /**
+   * Replicas of `fn` with a record (live) and those ready on its active version. Ids whose record
+   * expired (a replica that died with its node) leave the function's set, so they neither count
+   * nor keep the function watched.
+   */
+  private async liveReplicas(fn: string, ids: string[], version: string): Promise<{ live: number; ready: number }> {
+    if (ids.length === 0) return { live: 0, ready: 0 };
     const records = await this.o.redis.mget(ids.map(keys.replica));
-    return records
-      .map((r) => (r ? (JSON.parse(r) as { state: string; version: string }) : null))
-      .filter((r) => r?.state === 'ready' && r.version === version).length;
+    const gone = ids.filter((_, i) => records[i] === null);
+    if (gone.length) await this.o.redis.srem(keys.replicas(fn), ...gone);
+    const live = records.filter((r): r is string => r !== null).map((r) => JSON.parse(r) as { state: string; version: string });
+    return { live: live.length, ready: live.filter((r) => r.state === 'ready' && r.version === version).length };
   }
 
   private async liveNodes(): Promise<NodeRecord[]> {
@@ -182,5 +299,6 @@ export class Scheduler {
     await this.feeder.close();
     await this.lease.release().catch(() => {});
     await Promise.all([...this.queues.values()].map((q) => q.close()));
+    this.inputs.close();
   }
 }

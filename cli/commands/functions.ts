@@ -1,5 +1,6 @@
 import { Command } from 'commander';
 import { clientFrom, notACommand, printJson, table, withConnection, withTenant } from './common.ts';
+import type { Manifest } from '../../core/contracts.ts';
 
 interface Summary { name: string; active: string; versions: number; updatedAt: string; tenant: string }
 interface ReplicaView {
@@ -36,7 +37,7 @@ export function functionsCommand(): Command {
         endpoint: string;
         versions: { version: string; createdAt: string }[];
         replicas: ReplicaView[];
-        manifest: { models: Record<string, string>; scaling: Record<string, number>; binaryInput?: string };
+        manifest: { models: Record<string, string>; scaling: Manifest['scaling']; binaryInput?: string };
         scale: { desired: number; inFlight: number; ready: number; reason: string } | null;
         coldStarts: ({ replica: string; at: string } & Record<string, number | string>)[];
       }>(
@@ -50,7 +51,7 @@ export function functionsCommand(): Command {
       if (fn.manifest.binaryInput) out.write(`  takes bytes: a body with a non-JSON Content-Type is its "${fn.manifest.binaryInput}"\n`);
       out.write(`versions: ${fn.versions.map((v) => v.version).join(', ')}\n`);
       const sc = fn.manifest.scaling;
-      out.write(`scaling: min ${sc.minReplicas}, max ${sc.maxReplicas}, target ${sc.targetConcurrency} in flight per replica, idle ${sc.idleTimeoutS} s\n`);
+      out.write(`scaling: min ${sc.minReplicas}, max ${sc.maxReplicas}, target ${sc.targetConcurrency} in flight per replica, keep-alive ${sc.idleTimeoutS === 'auto' ? 'auto (up to 300 s)' : `up to ${sc.idleTimeoutS} s`}\n`);
       if (fn.scale) out.write(`  now: ${fn.scale.desired} desired, ${fn.scale.ready} ready, ${fn.scale.inFlight} in flight (${fn.scale.reason})\n`);
       if (fn.replicas.length === 0) out.write('replicas: none running\n');
       for (const r of fn.replicas) {

@@ -72,7 +72,8 @@ export function batchRoutes(deps: GatewayDeps) {
         inputUri = uri!;
         const head = await headOwned(deps, owner, inputUri, 'input_uri').catch((err: unknown) => {
           if (err instanceof ApiError) throw err;
-          throw new ApiError(400, 'input_unreadable', `cannot read ${inputUri} (${statusOf(err) ?? (err as Error).message}); is the platform's S3 reachable?`);
+          const own = inputUri.startsWith(`s3://${deps.store.bucket}/`);
+          throw new ApiError(400, 'input_unreadable', `cannot read ${inputUri} (${statusOf(err) ?? (err as Error).message}); ${own ? "is the platform's S3 reachable?" : 'do the bucket\'s registered credentials still read it (`embers buckets add` replaces them)?'}`);
         });
         if (!head) throw new ApiError(400, 'input_not_found', `${inputUri} does not exist`);
       }

@@ -6,11 +6,11 @@ const policy: ScalingPolicy = { minReplicas: 0, maxReplicas: 8, targetConcurrenc
 const settings: ScalerSettings = { stableWindowMs: 60_000, panicWindowMs: 6_000, panicThreshold: 2 };
 
 /** Replays a load trace (in-flight per second) and returns desired replicas per second. */
-function replay(trace: number[], p: ScalingPolicy = policy, capacity = 100): number[] {
+function replay(trace: number[], p: ScalingPolicy = policy, capacity = 100, s: ScalerSettings = settings): number[] {
   let state = initialScalerState();
   const out: number[] = [];
   trace.forEach((inFlight, i) => {
-    const d = decide(state, { now: i * 1000, inFlight, ready: state.desired, capacity }, p, settings);
+    const d = decide(state, { now: i * 1000, inFlight, ready: state.desired, capacity }, p, s);
     state = d.state;
     out.push(d.desired);
   });
@@ -76,6 +76,32 @@ describe('scaler', () => {
     assert.equal(out[9 + 89], 1, 'last work at t=9 s: still one at t=98 s');
     assert.equal(out[10 + 95], 0, 'idle past 90 s: zero');
     assert.equal(out.at(-1), 1, 'a new request brings one back at once');
+  });
+
+  it('goes to zero idleTimeoutS after the last request, whatever the stable window', () => {
+    const one = replay([1, ...repeat(0, 10)], { ...policy, idleTimeoutS: 3 });
+    assert.deepEqual(one.slice(0, 5), [1, 1, 1, 0, 0], `one request at t=0, idleTimeoutS 3: ${one}`);
+    const many = replay([...repeat(35, 10), ...repeat(0, 10)], { ...policy, idleTimeoutS: 2 });
+    assert.equal(many[9], 4);
+    assert.equal(many[11], 0, `four replicas, then idle for 2 s: zero, though a scale-up was seconds ago: ${many}`);
+  });
+
+  it("'auto' learns a periodic function's gap: to zero between arrivals, pre-warmed before the next", () => {
+    const period = 90;
+    const trace = Array.from({ length: period * 12 }, (_, t) => (t % period === 0 ? 1 : 0));
+    const out = replay(trace, { ...policy, idleTimeoutS: 'auto' }, 100, { ...settings, prewarmLeadMs: 3_000 });
+    assert.equal(out[period + 40], 1, 'before it has learned: the fixed window keeps the replica');
+    const last = period * 11;
+    assert.equal(out[last + 40], 0, 'learned: zero in the middle of the gap');
+    assert.equal(out[last + period - 2], 1, 'pre-warmed a few seconds before the next arrival');
+    assert.equal(out[last + 1], 0, 'no keep-alive right after a request: the next is 90 s away');
+  });
+
+  it('EMBERS_KEEP_ALIVE=fixed keeps the bound whatever the pattern', () => {
+    const period = 90;
+    const trace = Array.from({ length: period * 12 }, (_, t) => (t % period === 0 ? 1 : 0));
+    const out = replay(trace, { ...policy, idleTimeoutS: 'auto' }, 100, { ...settings, keepAlive: 'fixed' });
+    assert.ok(out.slice(1).every((n) => n === 1), 'warm throughout: every gap is inside 300 s');
   });
 });
 
