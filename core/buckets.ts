@@ -4,6 +4,7 @@
 // any other, and its objects answer as missing ones. The secret key is kept sealed (sealed.ts).
 import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
+import { evalScript } from './redis.ts';
 import { ObjectStore, checkS3Uri } from './s3.ts';
 import type { Sealer } from './sealed.ts';
 import { tenantKeys } from './tenants.ts';
@@ -40,6 +41,12 @@ export const MAX_BUCKETS_PER_TENANT = 100;
 
 const sealContext = (tenant: string, bucket: string) => `bucket:${tenant}:${bucket}`;
 
+/** KEYS: the tenant's buckets; ARGV: bucket, record, most. */
+const PUT_WITHIN = `
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1`;
+
 export class BucketRegistry {
   /** `sealer`: null when EMBERS_SECRETS_KEY is not configured (nothing can be registered or read). */
   constructor(
@@ -52,8 +59,12 @@ export class BucketRegistry {
     return this.sealer.seal(secret, sealContext(tenant, bucket));
   }
 
-  async put(r: BucketRecord): Promise<void> {
-    await this.redis.hset(tenantKeys.buckets(r.tenant), r.bucket, JSON.stringify(r));
+  /**
+   * Keeps the record, unless the tenant already has `max` others: false then. One script, so
+   * registrations sent at once cannot all pass the count.
+   */
+  async put(r: BucketRecord, max = MAX_BUCKETS_PER_TENANT): Promise<boolean> {
+    return (await evalScript(this.redis, PUT_WITHIN, 1, tenantKeys.buckets(r.tenant), r.bucket, JSON.stringify(r), max)) === 1;
   }
 
   async get(tenant: string, bucket: string): Promise<BucketRecord | null> {
@@ -138,7 +149,8 @@ export class TenantStores {
     const kept = this.clients.get(id);
     if (kept) return kept;
     const secret = this.registry.secretOf(r);
-    if (secret === null) throw new Error(`the credentials registered for bucket ${r.bucket} cannot be opened: is EMBERS_SECRETS_KEY the one they were registered under?`);
+    // (Another EMBERS_SECRETS_KEY, or an altered record: the operator's to see, the tenant's to redo.)
+    if (secret === null) throw new Error(`the credentials registered for bucket ${r.bucket} cannot be used; register the bucket again (\`embers buckets add\`)`);
     if (r.endpoint) {
       const refused = await refusedEndpoint(r.endpoint, this.allowPrivate);
       if (refused) throw new Error(`bucket ${r.bucket}: ${refused}`);

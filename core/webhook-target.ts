@@ -10,7 +10,9 @@ for (const [net, bits] of [
   ['0.0.0.0', 8], ['10.0.0.0', 8], ['100.64.0.0', 10], ['127.0.0.0', 8], ['169.254.0.0', 16], ['172.16.0.0', 12],
   ['192.0.0.0', 24], ['192.0.2.0', 24], ['192.168.0.0', 16], ['198.18.0.0', 15], ['198.51.100.0', 24], ['203.0.113.0', 24], ['224.0.0.0', 3],
 ] as const) NOT_PUBLIC.addSubnet(net, bits, 'ipv4');
-for (const [net, bits] of [['::', 128], ['::1', 128], ['fc00::', 7], ['fe80::', 10], ['ff00::', 8], ['64:ff9b::', 96], ['2001:db8::', 32]] as const) NOT_PUBLIC.addSubnet(net, bits, 'ipv6');
+// IPv4-compatible (::a.b.c.d), IPv4-translated (::ffff:0:a.b.c.d) and 6to4 (2002::/16) forms can
+// wrap any IPv4 address, loopback and metadata included; site-local and discard are not public.
+for (const [net, bits] of [['::', 96], ['::1', 128], ['::ffff:0:0:0', 96], ['2002::', 16], ['100::', 64], ['fc00::', 7], ['fe80::', 10], ['fec0::', 10], ['ff00::', 8], ['64:ff9b::', 96], ['2001:db8::', 32]] as const) NOT_PUBLIC.addSubnet(net, bits, 'ipv6');
 
 /** Whether `ip` (v4 or v6, v4-mapped v6 included) is outside the public internet. */
 export function isNotPublic(ip: string): boolean {

@@ -29,6 +29,7 @@ export function bucketRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
   const { buckets } = deps;
 
+  const tooMany = () => new ApiError(409, 'too_many_buckets', `a tenant registers at most ${MAX_BUCKETS_PER_TENANT} buckets; remove one first (\`embers buckets remove\`)`);
   const notFound = (name: string) => new ApiError(404, 'bucket_not_found', `no registered bucket "${name.slice(0, 63)}"; \`embers buckets list\` shows yours`);
 
   app.post('/', async (c) => {
@@ -45,7 +46,7 @@ export function bucketRoutes(deps: GatewayDeps) {
       if (refused) throw new ApiError(400, 'invalid_endpoint', `endpoint: ${refused}`);
     }
     const exists = await buckets.get(tenant, r.bucket);
-    if (!exists && (await buckets.count(tenant)) >= MAX_BUCKETS_PER_TENANT) throw new ApiError(409, 'too_many_buckets', `a tenant registers at most ${MAX_BUCKETS_PER_TENANT} buckets; remove one first (\`embers buckets remove\`)`);
+    if (!exists && (await buckets.count(tenant)) >= MAX_BUCKETS_PER_TENANT) throw tooMany();
     await checkReachable(r);
     const record: BucketRecord = {
       tenant,
@@ -56,7 +57,7 @@ export function bucketRoutes(deps: GatewayDeps) {
       sealedSecret: buckets.seal(tenant, r.bucket, r.secretAccessKey),
       createdAt: new Date().toISOString(),
     };
-    await buckets.put(record);
+    if (!(await buckets.put(record))) throw tooMany();
     c.header('location', `${deps.publicUrl}/v1/buckets/${r.bucket}`);
     return c.json(bucketView(record), exists ? 200 : 201);
   });

@@ -9,6 +9,7 @@ import { after, before, describe, it } from 'node:test';
 import { EmbersClient } from '../../cli/client.ts';
 import { deployFile } from '../../cli/deploy.ts';
 import { tenantKeys } from '../../core/tenants.ts';
+import { MAX_BUCKETS_PER_TENANT } from '../../core/buckets.ts';
 import { ObjectStore } from '../../core/s3.ts';
 import { startLocalS3, type LocalS3 } from '../../infra/local/s3.ts';
 import { fixture, shipped, startTestPlatform, eventually, ROOT, type TestPlatform } from '../helpers/platform.ts';
@@ -100,6 +101,24 @@ describe('registered buckets', () => {
     const foreign = await answer(asB(`/v1/buckets/${BUCKET}`, { method: 'DELETE' }));
     assert.equal(foreign.status, missing.status);
     assert.equal(foreign.body.error.message, missing.body.error.message.replace('never-registered', BUCKET));
+  });
+
+  it('hold at most 100 per tenant, however many registrations arrive at once', async () => {
+    const admin = as(p.adminKey);
+    const c = (await json<{ id: string }>(admin('/v1/tenants', post({ name: 'capped' })), 201)).id;
+    const asC = as((await json<{ key: string }>(admin(`/v1/tenants/${c}/keys`, post({})), 201)).key);
+    const name = (i: number) => `cap-${String(i).padStart(3, '0')}`;
+    for (let i = 0; i < MAX_BUCKETS_PER_TENANT + 10; i++) {
+      const bucket = new ObjectStore({ endpoint: own.endpoint, bucket: name(i), credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' } });
+      await bucket.ensureBucket();
+      bucket.destroy();
+    }
+    for (let i = 0; i < MAX_BUCKETS_PER_TENANT; i++) await json(register(asC, { bucket: name(i) }), 201);
+    assert.equal((await json(register(asC, { bucket: name(MAX_BUCKETS_PER_TENANT) }), 409)).error.code, 'too_many_buckets');
+    await json(asC(`/v1/buckets/${name(0)}`, { method: 'DELETE' }), 200);
+    const racing = await Promise.all(Array.from({ length: 10 }, (_, i) => answer(register(asC, { bucket: name(MAX_BUCKETS_PER_TENANT + i) }))));
+    assert.deepEqual(racing.map((r) => r.status).sort(), [201, ...Array<number>(9).fill(409)]);
+    assert.equal((await json<{ data: unknown[] }>(asC('/v1/buckets'), 200)).data.length, MAX_BUCKETS_PER_TENANT);
   });
 
   it("serve the tenant's batch inputs and models with its credentials; to another tenant they do not exist", async () => {

@@ -6,6 +6,8 @@ import { isNotPublic, refusedHost, refusedTarget } from '../../core/webhook-targ
 describe('webhook targets', () => {
   it('tells public addresses from the others, v4, v6 and v4-mapped', () => {
     for (const ip of ['127.0.0.1', '10.0.0.5', '172.20.1.1', '192.168.1.1', '169.254.169.254', '100.64.0.1', '0.0.0.0', '::1', '::', 'fd00::1', 'fe80::1', '::ffff:127.0.0.1', '::ffff:10.0.0.1', 'not an ip']) assert.equal(isNotPublic(ip), true, ip);
+    // IPv6 forms that wrap an IPv4 address (compatible, translated, 6to4), site-local and discard.
+    for (const ip of ['::7f00:1', '::127.0.0.1', '::ffff:0:7f00:1', '2002:7f00:1::1', '2002:a9fe:a9fe::1', 'fec0::1', '100::1']) assert.equal(isNotPublic(ip), true, ip);
     for (const ip of ['8.8.8.8', '1.1.1.1', '2606:4700:4700::1111', '::ffff:8.8.8.8']) assert.equal(isNotPublic(ip), false, ip);
   });
 
