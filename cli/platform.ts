@@ -83,6 +83,7 @@ export function agentOptions(config: Config, o: { redisUrl: string; store: Objec
     cacheDir: path.join(config.dataDir, 'cache'),
     log: o.log,
     slots: config.EMBERS_NODE_SLOTS,
+    memoryBytes: config.EMBERS_NODE_MEMORY,
     heartbeatMs: Math.min(1_000, config.EMBERS_HEARTBEAT_MS),
     nodeTtlMs: config.EMBERS_NODE_TTL_MS,
     providers: config.EMBERS_EXECUTION_PROVIDERS,

@@ -99,6 +99,8 @@ export const ConfigSchema = z.object({
   EMBERS_JOB_LOCK_MS: int(1000).default(30_000),
   /** Replica slots this node agent offers. @default 2 × CPU cores */
   EMBERS_NODE_SLOTS: int(1, 4096).optional(),
+  /** Memory (bytes) this node's replicas may hold together; placement packs replicas by their measured footprints. @default 80 % of the machine's */
+  EMBERS_NODE_MEMORY: int(64 * 2 ** 20).optional(),
   /** A node agent silent this long is gone and its replicas are placed elsewhere. @default 10000 */
   EMBERS_NODE_TTL_MS: int(500).default(10_000),
   /** Scaling: averaging window, and how long scale-down waits. @default 60 */

@@ -195,6 +195,8 @@ export const keys = {
   versions: (name: string) => `embers:function:${name}:versions`,
   versionSeq: (name: string) => `embers:function:${name}:seq`,
   replica: (id: string) => `embers:replica:${id}`,
+  /** A function's footprint per version: version → the most bytes a replica of it held (replica process and user code). */
+  footprints: (fn: string) => `embers:footprints:${fn}`,
   /** Replica id → the node that runs it, from spawn to exit: outlives the replica's record, for scheduler/orphans.ts. */
   replicaNodes: 'embers:replica-nodes',
   replicas: (name: string) => `embers:function:${name}:replicas`,
@@ -252,6 +254,8 @@ export interface NodeRecord {
   host: string;
   pid: number;
   slots: number;
+  /** Memory (bytes) its replicas may hold together (EMBERS_NODE_MEMORY). */
+  memoryBytes?: number;
   /** CPU cores, and how many a replica running models keeps busy here (0 on GPUs). */
   cores?: number;
   modelReplicaCores?: number;

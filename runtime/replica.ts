@@ -15,6 +15,7 @@ import { linkPlatformModules } from '../core/bundle-dir.ts';
 import { BatchStore, chunkLineJobs, errorLine, outputLine } from '../core/batches.ts';
 import { unrunTiming } from './timing.ts';
 import { plainName } from '../core/names.ts';
+import { evalScript } from '../core/redis.ts';
 import { batchQueueName, encodeReply, errorBody, keys, QUEUE_PREFIX, SCAN_NOW, WEBHOOK_QUEUE, type Manifest, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData, type BatchChunkData } from '../core/contracts.ts';
 import { sinceEnqueued } from '../core/clock.ts';
 import { CANCELED_BODY, enqueueWebhook, isTerminal, JobStore } from '../core/jobs.ts';
@@ -82,6 +83,12 @@ export interface ReplicaOptions {
   /** Called when the user-code process exits on its own (crash or memory): this process should exit so the agent replaces it; `answered`: what it held was answered. */
   onUserCodeExit?: (e: UserCodeExit, answered: boolean) => void;
 }
+
+/** Raises a version's footprint to ARGV[2] unless it is higher already. KEYS: footprints hash; ARGV: version, bytes. */
+const RAISE_FOOTPRINT = `
+local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+if tonumber(ARGV[2]) > cur then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+return 0`;
 
 /** The replica's own record, written on every heartbeat and read by the API and the scheduler. */
 export interface ReplicaRecord {
@@ -392,6 +399,18 @@ export class Replica {
       .set(keys.replica(this.o.id), JSON.stringify(this.record()), 'PX', ttl)
       .sadd(keys.replicas(this.o.manifest.name), this.o.id)
       .exec();
+    if (this.state === 'ready') await this.recordFootprint();
+  }
+
+  /** The most this replica held (its process and its user code's cgroup), kept per version for placement. */
+  private footprint = 0;
+
+  private async recordFootprint(): Promise<void> {
+    const bytes = process.memoryUsage().rss + (this.user.memoryBytes() ?? 0);
+    // Only when it grew by a twentieth: a write now and then, not on every heartbeat.
+    if (bytes <= this.footprint * 1.05) return;
+    this.footprint = bytes;
+    await evalScript(this.o.redis, RAISE_FOOTPRINT, 1, keys.footprints(this.o.manifest.name), this.o.manifest.version, Math.round(bytes));
   }
 
   /** The bundle as a file in the node's cache (fetched from S3 once per content hash). */

@@ -43,6 +43,8 @@ export interface AgentOptions {
   log: Logger;
   /** Replica slots offered. @default 2 × CPU cores */
   slots?: number;
+  /** Memory its replicas may hold together (bytes). @default 80 % of the machine's */
+  memoryBytes?: number;
   heartbeatMs?: number;
   /** A node whose record is this old is gone: its replicas are placed elsewhere. @default 10000 */
   nodeTtlMs?: number;
@@ -153,6 +155,7 @@ export class NodeAgent {
       host: os.hostname(),
       pid: process.pid,
       slots: this.slots,
+      memoryBytes: this.o.memoryBytes ?? Math.floor(os.totalmem() * 0.8),
       cores: os.availableParallelism(),
       modelReplicaCores: this.onGpus ? 0 : (this.o.modelReplicaCores ?? 0),
       gpus: this.gpus,

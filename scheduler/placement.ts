@@ -5,8 +5,10 @@
 // Replicas that run models on CPU also spend cores: each keeps `modelReplicaCores` busy under
 // load (its model instances × their threads). A function's extra replicas go only where the
 // node has those cores to spare; on a node without them another replica adds processes, cold
-// starts and contention, not throughput. A function's first replica is placed whatever the
-// cores, so every function can serve.
+// starts and contention, not throughput. Likewise memory: each replica holds its function's
+// measured footprint, and extra replicas go only where the node's memory budget has room for
+// it. A function's first replica is placed whatever the cores and memory, so every function
+// can serve.
 
 export interface NodeCapacity {
   id: string;
@@ -15,12 +17,15 @@ export interface NodeCapacity {
   cores?: number;
   /** Cores one model-running replica keeps busy on this node (0 on GPU nodes). @default 0 */
   modelReplicaCores?: number;
+  /** Memory its replicas may hold together (bytes); unset: not limited by memory. */
+  memoryBytes?: number;
 }
 
 /** fn → node → replica count. */
 export type Placement = Record<string, Record<string, number>>;
 
-export function place(desired: Record<string, number>, nodes: NodeCapacity[], previous: Placement, runsModels: ReadonlySet<string> = new Set()): Placement {
+/** `footprint`: the bytes one replica of a function holds (its measured footprint, or an estimate). */
+export function place(desired: Record<string, number>, nodes: NodeCapacity[], previous: Placement, runsModels: ReadonlySet<string> = new Set(), footprint: (fn: string) => number = () => 0): Placement {
   const live = new Set(nodes.map((n) => n.id));
   const next: Placement = {};
   const used = new Map(nodes.map((n) => [n.id, 0]));
@@ -52,17 +57,22 @@ export function place(desired: Record<string, number>, nodes: NodeCapacity[], pr
   const coreCost = (n: NodeCapacity, fn: string) => (runsModels.has(fn) ? (n.modelReplicaCores ?? 0) : 0);
   for (const [fn, perNode] of Object.entries(next)) for (const n of nodes) cores.set(n.id, cores.get(n.id)! + (perNode[n.id] ?? 0) * coreCost(n, fn));
   const coresFree = (n: NodeCapacity, fn: string) => n.cores === undefined || cores.get(n.id)! + coreCost(n, fn) <= n.cores;
+  // Memory the replicas placed so far hold, per node.
+  const memory = new Map(nodes.map((n) => [n.id, 0]));
+  for (const [fn, perNode] of Object.entries(next)) for (const n of nodes) memory.set(n.id, memory.get(n.id)! + (perNode[n.id] ?? 0) * footprint(fn));
+  const memoryFree = (n: NodeCapacity, fn: string) => n.memoryBytes === undefined || memory.get(n.id)! + footprint(fn) <= n.memoryBytes;
   // Add what is missing, each on the node with the most free slots that holds fewest of this fn.
   for (const fn of Object.keys(desired).sort()) {
     let total = Object.values(next[fn]).reduce((a, b) => a + b, 0);
     while (total < desired[fn]) {
-      const candidates = nodes.filter((n) => (used.get(n.id) ?? 0) < n.slots && (total === 0 || coresFree(n, fn)));
+      const candidates = nodes.filter((n) => (used.get(n.id) ?? 0) < n.slots && (total === 0 || (coresFree(n, fn) && memoryFree(n, fn))));
       if (candidates.length === 0) break;
       candidates.sort((a, b) => (next[fn][a.id] ?? 0) - (next[fn][b.id] ?? 0) || b.slots - used.get(b.id)! - (a.slots - used.get(a.id)!) || a.id.localeCompare(b.id));
       const node = candidates[0].id;
       next[fn][node] = (next[fn][node] ?? 0) + 1;
       used.set(node, used.get(node)! + 1);
       cores.set(node, cores.get(node)! + coreCost(candidates[0], fn));
+      memory.set(node, memory.get(node)! + footprint(fn));
       total++;
     }
   }

@@ -21,6 +21,9 @@ import { reclaim, type FunctionView } from './reclaim.ts';
 import { decide, initialScalerState, keepAliveEndsAt, type ScalerSettings, type ScalerState } from './scaler.ts';
 import { Watchlist } from './watchlist.ts';
 
+/** What placement assumes a replica holds until one of its version has been measured. */
+const UNMEASURED_FOOTPRINT = 256 * 2 ** 20;
+
 export interface SchedulerOptions {
   redis: Redis;
   store: ObjectStore;
@@ -183,10 +186,11 @@ export class Scheduler {
     }
 
     const runsModels = new Set(manifests.filter((m) => Object.keys(m.models).length > 0).map((m) => m.name));
-    const placement = place(desired, nodes, Object.fromEntries(Object.entries(previous).map(([fn, r]) => [fn, r.nodes])) as Placement, runsModels);
+    const footprints = await this.footprints(manifests);
+    const placement = place(desired, nodes, Object.fromEntries(Object.entries(previous).map(([fn, r]) => [fn, r.nodes])) as Placement, runsModels, (fn) => footprints.get(fn) ?? UNMEASURED_FOOTPRINT);
     for (const [fn, r] of Object.entries(records)) {
       const placed = Object.values(placement[fn] ?? {}).reduce((a, n) => a + n, 0);
-      if (placed < r.desired) r.reason += `; ${placed} placed: the nodes have no spare ${runsModels.has(fn) ? 'cores or slots' : 'slots'} for more`;
+      if (placed < r.desired) r.reason += `; ${placed} placed: the nodes have no spare ${runsModels.has(fn) ? 'cores, memory or slots' : 'memory or slots'} for more`;
     }
     const versions = Object.fromEntries(manifests.map((m) => [m.name, m.version]));
     const next: Record<string, string> = {};
@@ -218,6 +222,19 @@ export class Scheduler {
     const s = this.states.get(fn);
     if (deleted || !s) this.states.delete(fn);
     else this.states.set(fn, { ...s, samples: [] });
+  }
+
+  /** Each function's measured footprint (bytes) on its active version, where one was measured. */
+  private async footprints(manifests: Manifest[]): Promise<Map<string, number>> {
+    const pipe = this.o.redis.pipeline();
+    for (const m of manifests) pipe.hget(keys.footprints(m.name), m.version);
+    const res = (await pipe.exec()) ?? [];
+    const out = new Map<string, number>();
+    manifests.forEach((m, i) => {
+      const bytes = Number(res[i]?.[1]);
+      if (bytes > 0) out.set(m.name, bytes);
+    });
+    return out;
   }
 
   /** The active manifest of each name, or null for one no longer deployed (out of the index). */

@@ -67,6 +67,14 @@ describe('room for work', () => {
     assert.equal((await again).status, 200);
   });
 
+  it("a replica's footprint is measured and kept per version; nodes advertise a memory budget", async () => {
+    const bytes = await eventually(async () => Number(await p.redis().hget(keys.footprints('idle'), 'v1')) || null, 'the footprint of idle v1');
+    // At least a Node.js process's worth, and far below the machine.
+    assert.ok(bytes > 20 * 2 ** 20 && bytes < os.totalmem(), String(bytes));
+    const node = JSON.parse((await p.redis().get(keys.node(p.agent.id)))!) as { memoryBytes?: number };
+    assert.ok(node.memoryBytes && node.memoryBytes > 0 && node.memoryBytes <= os.totalmem());
+  });
+
   it('a function goes to zero idleTimeoutS after its last request, not after the stable window (300 s here)', async () => {
     await deploySleeper('brief', 2);
     assert.equal((await call('brief')).status, 200);

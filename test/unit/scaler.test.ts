@@ -135,6 +135,16 @@ describe('placement', () => {
     // A GPU node's model replicas cost no cores.
     assert.deepEqual(place({ ocr: 3 }, [{ id: 'g', slots: 8, cores: 2, modelReplicaCores: 0 }], {}, models), { ocr: { g: 3 } });
   });
+  it('packs extra replicas by footprint within each node\'s memory; a first replica goes in regardless', () => {
+    const node = [{ id: 'a', slots: 16, memoryBytes: 1000 }];
+    const fp = (fn: string) => (fn.startsWith('big') ? 400 : fn === 'huge' ? 5000 : 50);
+    const p = place({ big: 3, tiny: 3 }, node, {}, new Set(), fp);
+    assert.deepEqual(p, { big: { a: 2 }, tiny: { a: 3 } }, 'two of 400 and three of 50 fit 1000; a third big does not');
+    const many = Object.fromEntries(Array.from({ length: 12 }, (_, i) => [`small-${i}`, 1]));
+    assert.equal(Object.keys(place(many, node, {}, new Set(), fp)).length, 12, 'every small function warm at once');
+    assert.deepEqual(place({ huge: 2 }, node, {}, new Set(), fp), { huge: { a: 1 } }, 'over the budget: its first replica only');
+  });
+
   it('never exceeds node slots', () => {
     const p = place({ ocr: 3, echo: 3 }, nodes, {});
     const perNode = (id: string) => Object.values(p).reduce((n, m) => n + (m[id] ?? 0), 0);
