@@ -195,6 +195,8 @@ export const keys = {
   versions: (name: string) => `embers:function:${name}:versions`,
   versionSeq: (name: string) => `embers:function:${name}:seq`,
   replica: (id: string) => `embers:replica:${id}`,
+  /** fn → its recent idle times (JSON ms, oldest first): keep-alive's learning, kept across scheduler leaders and restarts. */
+  idleTimes: 'embers:idle-times',
   /** A function's footprint per version: version → the most bytes a replica of it held (replica process and user code). */
   footprints: (fn: string) => `embers:footprints:${fn}`,
   /** Replica id → the node that runs it, from spawn to exit: outlives the replica's record, for scheduler/orphans.ts. */

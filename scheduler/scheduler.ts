@@ -13,7 +13,7 @@ import { Registry } from '../core/registry.ts';
 import type { ObjectStore } from '../core/s3.ts';
 import { Sealer } from '../core/sealed.ts';
 import { BatchFeeder } from './batch-feeder.ts';
-import { expectedIdleMs } from './keep-alive.ts';
+import { expectedIdleMs, IDLE_TIMES_KEPT } from './keep-alive.ts';
 import { LeaderLease } from './leader.ts';
 import { rescueOrphans } from './orphans.ts';
 import { place, type Placement } from './placement.ts';
@@ -137,6 +137,8 @@ export class Scheduler {
     const liveNodeIds = new Set(nodes.map((n) => n.id));
     await Promise.all(manifests.filter((_, i) => counts[i] > 0).map((m) => this.rescue(m.name, liveNodeIds)));
 
+    await this.recallIdleTimes(manifests.map((m) => m.name).filter((fn) => !this.states.has(fn)));
+    const learned: Record<string, string> = {};
     const records: Record<string, ScaleRecord> = {};
     const views: FunctionView[] = [];
     const before = new Map<string, number>();
@@ -148,6 +150,7 @@ export class Scheduler {
       const capacity = Math.max(0, totalSlots - others);
       const d = decide(prevState, { now, inFlight, ready: replicas[i].ready, capacity }, m.scaling, this.o.settings);
       this.states.set(m.name, d.state);
+      if (d.state.idleMs !== prevState.idleMs) learned[m.name] = JSON.stringify(d.state.idleMs);
       const expectedIn = expectedIdleMs(d.state.idleMs);
       const lastActiveAt = d.state.lastActiveAt;
       views.push({ fn: m.name, desired: d.desired, wanted: d.wanted, minReplicas: m.scaling.minReplicas, inFlight, lastActiveAt, ...(lastActiveAt !== null && expectedIn !== undefined ? { expectedAt: lastActiveAt + expectedIn } : {}) });
@@ -200,7 +203,8 @@ export class Scheduler {
     const write = this.o.redis.multi().del(keys.placement);
     if (Object.keys(next).length) write.hset(keys.placement, next);
     if (manifests.length) write.hset(keys.desired, Object.fromEntries(Object.entries(records).map(([fn, r]) => [fn, JSON.stringify(r)])));
-    if (deleted.length) write.hdel(keys.desired, ...deleted);
+    if (deleted.length) write.hdel(keys.desired, ...deleted).hdel(keys.idleTimes, ...deleted);
+    if (Object.keys(learned).length) write.hset(keys.idleTimes, learned);
     await write.exec();
     if (changed) await this.o.redis.publish(keys.registryChannel, JSON.stringify({ type: 'placement' }));
     if (committed > totalSlots) this.log.warn({ committed, totalSlots }, 'more replicas wanted than the nodes have slots');
@@ -222,6 +226,22 @@ export class Scheduler {
     const s = this.states.get(fn);
     if (deleted || !s) this.states.delete(fn);
     else this.states.set(fn, { ...s, samples: [] });
+  }
+
+  /** Starts the scale state of functions this scheduler has not seen with the idle times learned before (by it or another leader). */
+  private async recallIdleTimes(fns: string[]): Promise<void> {
+    if (fns.length === 0) return;
+    const raw = await this.o.redis.hmget(keys.idleTimes, ...fns);
+    fns.forEach((fn, i) => {
+      let idleMs: number[] = [];
+      try {
+        const parsed = JSON.parse(raw[i] ?? '[]') as unknown;
+        if (Array.isArray(parsed)) idleMs = parsed.filter((v): v is number => typeof v === 'number' && Number.isFinite(v) && v >= 0).slice(-IDLE_TIMES_KEPT);
+      } catch {
+        // Not JSON: learned again from scratch.
+      }
+      this.states.set(fn, { ...initialScalerState(), idleMs });
+    });
   }
 
   /** Each function's measured footprint (bytes) on its active version, where one was measured. */

@@ -79,6 +79,13 @@ describe('room for work', () => {
     await deploySleeper('brief', 2);
     assert.equal((await call('brief')).status, 200);
     await eventually(async () => (await replicasOf('brief')).length === 0, 'brief to go to zero', 30_000);
+    // Called again after the gap: the gap is learned, and kept where the next leader finds it.
+    assert.equal((await call('brief')).status, 200);
+    const learned = await eventually(async () => {
+      const gaps = JSON.parse((await p.redis().hget(keys.idleTimes, 'brief')) ?? '[]') as number[];
+      return gaps.length > 0 ? gaps : null;
+    }, 'the gap to be recorded');
+    assert.ok(learned[0] >= 2_000, `a gap longer than the keep-alive: ${learned}`);
   });
 });
 
