@@ -59,8 +59,13 @@ export function keepAliveWindow(idleMs: readonly number[], maxMs: number): KeepA
  * starts `leadMs` early, so that the replica is ready (its cold start done) when the window opens.
  */
 export function warmAt(k: KeepAlive, sinceLastMs: number, leadMs = 0): boolean {
-  const from = k.prewarmMs > 0 ? Math.max(0, k.prewarmMs - leadMs) : 0;
-  return sinceLastMs >= from && sinceLastMs < k.prewarmMs + k.keepAliveMs;
+  const { from, to } = warmWindow(k, leadMs);
+  return sinceLastMs >= from && sinceLastMs < to;
+}
+
+/** When a replica is wanted, in ms after the last request: [from, to). */
+function warmWindow(k: KeepAlive, leadMs: number): { from: number; to: number } {
+  return { from: k.prewarmMs > 0 ? Math.max(0, k.prewarmMs - leadMs) : 0, to: k.prewarmMs + k.keepAliveMs };
 }
 
 /** When the function's next request is expected, ms after its last one (the median idle time), if it can be told. */
@@ -115,9 +120,8 @@ export function replayKeepAlive(arrivalsMs: readonly number[], policy: (idleMs: 
     else {
       const k = policy(seen);
       const since = t - last;
-      const from = k.prewarmMs > 0 ? Math.max(0, k.prewarmMs - leadMs) : 0;
-      const to = k.prewarmMs + k.keepAliveMs;
-      if (!warmAt(k, since, leadMs)) cold++;
+      const { from, to } = warmWindow(k, leadMs);
+      if (since < from || since >= to) cold++;
       idleMs += Math.max(0, Math.min(since, to) - from);
       seen = recordIdle(seen, since);
     }

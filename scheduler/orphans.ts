@@ -5,7 +5,7 @@
 // hand over (it sees the exit at once); one whose heartbeats merely stalled keeps what it holds.
 import type { Redis } from 'ioredis';
 import { keys } from '../core/contracts.ts';
-import { handOverLiveEntries, LIVE_GROUP, liveStream } from '../core/live-queue.ts';
+import { handOverLiveEntries, leaveLiveGroup, LIVE_GROUP, liveStream } from '../core/live-queue.ts';
 
 export interface Orphaned {
   consumer: string;
@@ -36,10 +36,9 @@ export async function rescueOrphans(redis: Redis, fn: string, liveNodes: Readonl
     const node = nodes[i];
     if (node && liveNodes.has(node)) continue;
     const handedOver = c.pending > 0 ? await handOverLiveEntries(redis, fn, c.name) : 0;
-    // Deleting a consumer drops what it still holds: only once nothing is left pending there.
-    const left = (await redis.xpending(liveStream(fn), LIVE_GROUP, '-', '+', 1, c.name)) as unknown[];
-    const removed = left.length === 0;
-    if (removed) await redis.multi().xgroup('DELCONSUMER', liveStream(fn), LIVE_GROUP, c.name).hdel(keys.replicaNodes, c.name).exec();
+    // It leaves the group only once nothing is left pending there (leaveLiveGroup).
+    const removed = await leaveLiveGroup(redis, fn, c.name);
+    if (removed) await redis.hdel(keys.replicaNodes, c.name);
     out.push({ consumer: c.name, handedOver, removed });
   }
   return out;

@@ -17,7 +17,7 @@ import { expectedIdleMs, IDLE_TIMES_KEPT } from './keep-alive.ts';
 import { LeaderLease } from './leader.ts';
 import { rescueOrphans } from './orphans.ts';
 import { place, type Placement } from './placement.ts';
-import { reclaim, type FunctionView } from './reclaim.ts';
+import { reclaim, type FunctionView, type Reclaim } from './reclaim.ts';
 import { decide, initialScalerState, keepAliveEndsAt, type ScalerSettings, type ScalerState } from './scaler.ts';
 import { Watchlist } from './watchlist.ts';
 
@@ -158,23 +158,7 @@ export class Scheduler {
     });
     // No function waits on another's idle replica: room for work with no replica is reclaimed.
     const { desired, moves } = reclaim(views, totalSlots, now);
-    for (const { from, to } of moves) {
-      this.log.info({ fn: from, for: to }, 'reclaiming an idle replica for a function with work waiting');
-      const victim = this.states.get(from)!;
-      // Reclaimed to zero, it comes back only for new work (its keep-alive ended here).
-      this.states.set(from, { ...victim, desired: desired[from], ...(desired[from] === 0 ? { reclaimed: true } : {}) });
-      this.states.set(to, { ...this.states.get(to)!, desired: 1, lastScaleUpAt: now });
-      // Shown to each function's tenant: neither names the other function.
-      records[from].reason = 'reclaimed: it held no work, and a function with work waiting needed its room';
-      records[to].reason = 'work waiting and no room: an idle replica was reclaimed for it';
-    }
-    for (const v of views) {
-      // Given a free slot the capacity cap had not seen yet.
-      if (desired[v.fn] > v.desired && !moves.some((mv) => mv.to === v.fn)) {
-        this.states.set(v.fn, { ...this.states.get(v.fn)!, desired: desired[v.fn], lastScaleUpAt: now });
-        records[v.fn].reason = 'work waiting with no replica: start one';
-      }
-    }
+    this.applyReclaim(views, desired, moves, records, now);
     let committed = 0;
     for (const [fn, n] of Object.entries(desired)) {
       records[fn].desired = n;
@@ -208,6 +192,28 @@ export class Scheduler {
     await write.exec();
     if (changed) await this.o.redis.publish(keys.registryChannel, JSON.stringify({ type: 'placement' }));
     if (committed > totalSlots) this.log.warn({ committed, totalSlots }, 'more replicas wanted than the nodes have slots');
+  }
+
+  /**
+   * Brings the scale states and reasons of the functions reclaim changed in line with it: one
+   * that gave up its replica stays at zero until it has work; one given room counts a scale-up.
+   */
+  private applyReclaim(views: FunctionView[], desired: Record<string, number>, moves: Reclaim['moves'], records: Record<string, ScaleRecord>, now: number): void {
+    for (const { from, to } of moves) this.log.info({ fn: from, for: to }, 'reclaiming an idle replica for a function with work waiting');
+    const roomFor = new Set(moves.map((m) => m.to));
+    for (const v of views) {
+      const n = desired[v.fn];
+      if (n === v.desired) continue;
+      const s = this.states.get(v.fn)!;
+      // Shown to each function's tenant: neither names the other function.
+      if (n < v.desired) {
+        this.states.set(v.fn, { ...s, desired: n, ...(n === 0 ? { reclaimed: true } : {}) });
+        records[v.fn].reason = 'reclaimed: it held no work, and a function with work waiting needed its room';
+      } else {
+        this.states.set(v.fn, { ...s, desired: n, lastScaleUpAt: now });
+        records[v.fn].reason = roomFor.has(v.fn) ? 'work waiting and no room: an idle replica was reclaimed for it' : 'work waiting with no replica: start one';
+      }
+    }
   }
 
   /** How many functions a pass looks at now. */

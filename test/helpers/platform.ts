@@ -97,6 +97,19 @@ export async function startTestPlatform(env: Record<string, string> = {}): Promi
   return tp;
 }
 
+/** A new tenant named `name` and a key of it with every scope, made with the admin key. */
+export async function tenantWithKey(p: TestPlatform, name: string): Promise<{ id: string; key: string }> {
+  const admin = (route: string, body: unknown) => p.fetch(route, { method: 'POST', body: JSON.stringify(body), headers: { authorization: `Bearer ${p.adminKey}`, 'content-type': 'application/json' } });
+  const created = async <T>(res: Promise<Response>): Promise<T> => {
+    const r = await res;
+    if (r.status !== 201) throw new Error(`expected 201, got ${r.status}: ${await r.text()}`);
+    return (await r.json()) as T;
+  };
+  const { id } = await created<{ id: string }>(admin('/v1/tenants', { name }));
+  const { key } = await created<{ key: string }>(admin(`/v1/tenants/${id}/keys`, {}));
+  return { id, key };
+}
+
 /** Whether a process with this pid exists (signal 0). */
 export const alive = (pid: number): boolean => {
   try {

@@ -12,7 +12,7 @@ import { tenantKeys } from '../../core/tenants.ts';
 import { MAX_BUCKETS_PER_TENANT } from '../../core/buckets.ts';
 import { ObjectStore } from '../../core/s3.ts';
 import { startLocalS3, type LocalS3 } from '../../infra/local/s3.ts';
-import { fixture, shipped, startTestPlatform, eventually, ROOT, type TestPlatform } from '../helpers/platform.ts';
+import { fixture, shipped, startTestPlatform, eventually, tenantWithKey, ROOT, type TestPlatform } from '../helpers/platform.ts';
 
 let p: TestPlatform;
 let own: LocalS3;
@@ -63,11 +63,8 @@ describe('registered buckets', () => {
   const register = (f: ReturnType<typeof as>, body: Record<string, unknown>) => f('/v1/buckets', post({ bucket: BUCKET, endpoint: own.endpoint, ...CREDENTIALS, ...body }));
 
   before(async () => {
-    const admin = as(p.adminKey);
-    a = (await json<{ id: string }>(admin('/v1/tenants', post({ name: 'acme' })), 201)).id;
-    const b = (await json<{ id: string }>(admin('/v1/tenants', post({ name: 'bravo' })), 201)).id;
-    keyA = (await json<{ key: string }>(admin(`/v1/tenants/${a}/keys`, post({})), 201)).key;
-    keyB = (await json<{ key: string }>(admin(`/v1/tenants/${b}/keys`, post({})), 201)).key;
+    ({ id: a, key: keyA } = await tenantWithKey(p, 'acme'));
+    ({ key: keyB } = await tenantWithKey(p, 'bravo'));
     asA = as(keyA);
     asB = as(keyB);
     await deployFile(new EmbersClient({ url: p.url, apiKey: keyA }), shipped('echo.ts'));
@@ -104,9 +101,7 @@ describe('registered buckets', () => {
   });
 
   it('hold at most 100 per tenant, however many registrations arrive at once', async () => {
-    const admin = as(p.adminKey);
-    const c = (await json<{ id: string }>(admin('/v1/tenants', post({ name: 'capped' })), 201)).id;
-    const asC = as((await json<{ key: string }>(admin(`/v1/tenants/${c}/keys`, post({})), 201)).key);
+    const asC = as((await tenantWithKey(p, 'capped')).key);
     const name = (i: number) => `cap-${String(i).padStart(3, '0')}`;
     for (let i = 0; i < MAX_BUCKETS_PER_TENANT + 10; i++) {
       const bucket = new ObjectStore({ endpoint: own.endpoint, bucket: name(i), credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' } });

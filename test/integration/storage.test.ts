@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import { EmbersClient } from '../../cli/client.ts';
 import { deployFile } from '../../cli/deploy.ts';
 import { storeFromConfig, type ObjectStore } from '../../core/s3.ts';
-import { ROOT, eventually, fixture, shipped, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
+import { ROOT, eventually, fixture, shipped, startTestPlatform, tenantWithKey, type TestPlatform } from '../helpers/platform.ts';
 
 let p: TestPlatform;
 let store: ObjectStore;
@@ -100,11 +100,8 @@ describe('S3 scoped to the tenant', () => {
     }, `batch ${id} to finish`, 60_000);
 
   before(async () => {
-    const admin = as(p.adminKey);
-    a = (await json<{ id: string }>(admin('/v1/tenants', post({ name: 'acme' })), 201)).id;
-    b = (await json<{ id: string }>(admin('/v1/tenants', post({ name: 'bravo' })), 201)).id;
-    keyA = (await json<{ key: string }>(admin(`/v1/tenants/${a}/keys`, post({})), 201)).key;
-    keyB = (await json<{ key: string }>(admin(`/v1/tenants/${b}/keys`, post({})), 201)).key;
+    ({ id: a, key: keyA } = await tenantWithKey(p, 'acme'));
+    ({ id: b, key: keyB } = await tenantWithKey(p, 'bravo'));
     asA = as(keyA);
     asB = as(keyB);
     await deployFile(new EmbersClient({ url: p.url, apiKey: keyA }), shipped('echo.ts'));
