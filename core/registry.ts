@@ -141,7 +141,7 @@ export class Registry {
     if (res === 0) return 'not_found';
     await o.beforeDelete?.();
     // A deploy in between put it back in the index with records of its own: those stay.
-    if (!(await evalScript(this.redis, DELETE_UNINDEXED, 3, keys.functionIndex, keys.function(name), keys.versions(name), name))) return 'redeployed';
+    if (!(await evalScript(this.redis, DELETE_UNINDEXED, 4, keys.functionIndex, keys.function(name), keys.versions(name), keys.footprints(name), name))) return 'redeployed';
     await this.publish({ type: 'deleted', name });
     return 'removed';
   }
@@ -161,10 +161,10 @@ local indexed = redis.call('SREM', KEYS[1], ARGV[1])
 if indexed == 0 and redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
 return 1`;
 
-/** Deletes a function's records (KEYS[2], KEYS[3]) unless it is in the index again: 1, or 0 when it is. */
+/** Deletes a function's records (KEYS[2..4]: its record, versions, footprints) unless it is in the index again: 1, or 0 when it is. */
 const DELETE_UNINDEXED = `
 if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 0 end
-redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 return 1`;
 
 function sameSpec(m: Manifest, spec: DeploySpec): boolean {

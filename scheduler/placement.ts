@@ -1,14 +1,14 @@
 // Where replicas run: a pure function from desired counts and live nodes to per-node counts.
-// Keeps what is already placed, fills the node with the most free slots first (spreading
+// Keeps what is already placed, fills the node with the most free room first (spreading
 // replicas of one function), and drops what sat on nodes that are gone.
 //
-// Replicas that run models on CPU also spend cores: each keeps `modelReplicaCores` busy under
-// load (its model instances × their threads). A function's extra replicas go only where the
-// node has those cores to spare; on a node without them another replica adds processes, cold
-// starts and contention, not throughput. Likewise memory: each replica holds its function's
-// measured footprint, and extra replicas go only where the node's memory budget has room for
-// it. A function's first replica is placed whatever the cores and memory, so every function
-// can serve.
+// Slots cap the replicas that run requests: a replica of a function with work holds one, an
+// idle replica none. Memory caps every replica: each holds its function's measured footprint,
+// so many small idle functions stay warm where few large ones fit. Replicas that run models on
+// CPU also spend cores: each keeps `modelReplicaCores` busy under load (its model instances ×
+// their threads), so a function's extra replicas go only where the node has those cores to
+// spare. A function with work gets its first replica whatever the cores and memory, so every
+// function can serve; an idle one (keep-alive, pre-warm) only where its footprint fits.
 
 export interface NodeCapacity {
   id: string;
@@ -24,8 +24,19 @@ export interface NodeCapacity {
 /** fn → node → replica count. */
 export type Placement = Record<string, Record<string, number>>;
 
-/** `footprint`: the bytes one replica of a function holds (its measured footprint, or an estimate). */
-export function place(desired: Record<string, number>, nodes: NodeCapacity[], previous: Placement, runsModels: ReadonlySet<string> = new Set(), footprint: (fn: string) => number = () => 0): Placement {
+export interface PlaceOptions {
+  /** Functions whose replicas run models (they spend cores). */
+  runsModels?: ReadonlySet<string>;
+  /** Functions with work: their replicas hold slots. @default every function */
+  working?: ReadonlySet<string>;
+  /** Bytes one replica of a function holds (its measured footprint, or an estimate). @default 0 */
+  footprint?: (fn: string) => number;
+}
+
+export function place(desired: Record<string, number>, nodes: NodeCapacity[], previous: Placement, o: PlaceOptions = {}): Placement {
+  const runsModels = o.runsModels ?? new Set<string>();
+  const footprint = o.footprint ?? (() => 0);
+  const working = (fn: string) => o.working === undefined || o.working.has(fn);
   const live = new Set(nodes.map((n) => n.id));
   const next: Placement = {};
   const used = new Map(nodes.map((n) => [n.id, 0]));
@@ -41,15 +52,27 @@ export function place(desired: Record<string, number>, nodes: NodeCapacity[], pr
       total--;
     }
     next[fn] = kept;
-    for (const [node, count] of Object.entries(kept)) used.set(node, (used.get(node) ?? 0) + count);
+    if (working(fn)) for (const [node, count] of Object.entries(kept)) used.set(node, (used.get(node) ?? 0) + count);
   }
-  // Over capacity after a node loss: take back from the largest functions on full nodes.
+  // Over a node's slots (after a node loss) or memory (a footprint measured larger than
+  // assumed): take back from the largest functions on it, idle ones first for memory.
+  const memory = new Map(nodes.map((n) => [n.id, 0]));
+  for (const [fn, perNode] of Object.entries(next)) for (const n of nodes) memory.set(n.id, memory.get(n.id)! + (perNode[n.id] ?? 0) * footprint(fn));
+  const takeBack = (fn: string, n: string) => {
+    next[fn][n]--;
+    if (next[fn][n] === 0) delete next[fn][n];
+    if (working(fn)) used.set(n, used.get(n)! - 1);
+    memory.set(n, memory.get(n)! - footprint(fn));
+  };
   for (const n of nodes) {
     while ((used.get(n.id) ?? 0) > n.slots) {
-      const fn = Object.keys(next).sort((a, b) => (next[b][n.id] ?? 0) - (next[a][n.id] ?? 0))[0];
-      next[fn][n.id]--;
-      if (next[fn][n.id] === 0) delete next[fn][n.id];
-      used.set(n.id, used.get(n.id)! - 1);
+      const fn = Object.keys(next).filter(working).sort((a, b) => (next[b][n.id] ?? 0) - (next[a][n.id] ?? 0))[0];
+      takeBack(fn, n.id);
+    }
+    while (n.memoryBytes !== undefined && memory.get(n.id)! > n.memoryBytes) {
+      const idle = Object.keys(next).filter((fn) => !working(fn) && (next[fn][n.id] ?? 0) > 0);
+      if (idle.length === 0) break;
+      takeBack(idle.sort((a, b) => footprint(b) - footprint(a) || a.localeCompare(b))[0], n.id);
     }
   }
   // Cores the model-running replicas placed so far keep busy, per node.
@@ -57,20 +80,21 @@ export function place(desired: Record<string, number>, nodes: NodeCapacity[], pr
   const coreCost = (n: NodeCapacity, fn: string) => (runsModels.has(fn) ? (n.modelReplicaCores ?? 0) : 0);
   for (const [fn, perNode] of Object.entries(next)) for (const n of nodes) cores.set(n.id, cores.get(n.id)! + (perNode[n.id] ?? 0) * coreCost(n, fn));
   const coresFree = (n: NodeCapacity, fn: string) => n.cores === undefined || cores.get(n.id)! + coreCost(n, fn) <= n.cores;
-  // Memory the replicas placed so far hold, per node.
-  const memory = new Map(nodes.map((n) => [n.id, 0]));
-  for (const [fn, perNode] of Object.entries(next)) for (const n of nodes) memory.set(n.id, memory.get(n.id)! + (perNode[n.id] ?? 0) * footprint(fn));
   const memoryFree = (n: NodeCapacity, fn: string) => n.memoryBytes === undefined || memory.get(n.id)! + footprint(fn) <= n.memoryBytes;
-  // Add what is missing, each on the node with the most free slots that holds fewest of this fn.
+  const slotFree = (n: NodeCapacity, fn: string) => !working(fn) || used.get(n.id)! < n.slots;
+  // Room left on a node, for ordering: free slots for a function with work, free memory for an idle one.
+  const roomLeft = (n: NodeCapacity, fn: string) => (working(fn) ? n.slots - used.get(n.id)! : (n.memoryBytes ?? Number.MAX_SAFE_INTEGER) - memory.get(n.id)!);
+  // Add what is missing, each on the node with the most room that holds fewest of this fn.
   for (const fn of Object.keys(desired).sort()) {
     let total = Object.values(next[fn]).reduce((a, b) => a + b, 0);
     while (total < desired[fn]) {
-      const candidates = nodes.filter((n) => (used.get(n.id) ?? 0) < n.slots && (total === 0 || (coresFree(n, fn) && memoryFree(n, fn))));
+      const first = total === 0;
+      const candidates = nodes.filter((n) => slotFree(n, fn) && (first || coresFree(n, fn)) && ((first && working(fn)) || memoryFree(n, fn)));
       if (candidates.length === 0) break;
-      candidates.sort((a, b) => (next[fn][a.id] ?? 0) - (next[fn][b.id] ?? 0) || b.slots - used.get(b.id)! - (a.slots - used.get(a.id)!) || a.id.localeCompare(b.id));
+      candidates.sort((a, b) => (next[fn][a.id] ?? 0) - (next[fn][b.id] ?? 0) || roomLeft(b, fn) - roomLeft(a, fn) || a.id.localeCompare(b.id));
       const node = candidates[0].id;
       next[fn][node] = (next[fn][node] ?? 0) + 1;
-      used.set(node, used.get(node)! + 1);
+      if (working(fn)) used.set(node, used.get(node)! + 1);
       cores.set(node, cores.get(node)! + coreCost(candidates[0], fn));
       memory.set(node, memory.get(node)! + footprint(fn));
       total++;

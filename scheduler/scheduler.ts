@@ -17,7 +17,7 @@ import { expectedIdleMs, IDLE_TIMES_KEPT } from './keep-alive.ts';
 import { LeaderLease } from './leader.ts';
 import { rescueOrphans } from './orphans.ts';
 import { place, type Placement } from './placement.ts';
-import { reclaim, type FunctionView, type Reclaim } from './reclaim.ts';
+import { busySlots, reclaim, type FunctionView, type Reclaim } from './reclaim.ts';
 import { decide, initialScalerState, keepAliveEndsAt, type ScalerSettings, type ScalerState } from './scaler.ts';
 import { Watchlist } from './watchlist.ts';
 
@@ -46,8 +46,8 @@ export class Scheduler {
   private readonly registry: Registry;
   private readonly queues = new Map<string, Queue>();
   private readonly states = new Map<string, ScalerState>();
-  /** Last tick's decisions: what other functions hold bounds each function's capacity. */
-  private lastDesired: Record<string, number> = {};
+  /** Slots each function's replicas held at the last tick (busySlots): what others hold bounds each function's capacity. */
+  private lastBusy: Record<string, number> = {};
   private timer?: NodeJS.Timeout;
   /** Dead replicas whose requests were handed over and are not claimed yet. */
   private readonly rescued = new Set<string>();
@@ -125,6 +125,7 @@ export class Scheduler {
     for (const fn of deleted) await this.unwatch(fn, true);
     const manifests = found.filter((m): m is Manifest => m !== null);
     const totalSlots = nodes.reduce((a, n) => a + n.slots, 0);
+    const totalMemory = nodes.reduce((a, n) => a + (n.memoryBytes ?? Infinity), 0);
     const previous = await this.readPlacement();
 
     // Observe every function in one round trip per kind of read.
@@ -138,6 +139,8 @@ export class Scheduler {
     await Promise.all(manifests.filter((_, i) => counts[i] > 0).map((m) => this.rescue(m.name, liveNodeIds)));
 
     await this.recallIdleTimes(manifests.map((m) => m.name).filter((fn) => !this.states.has(fn)));
+    const footprints = await this.footprints(manifests);
+    const footprint = (fn: string) => footprints.get(fn) ?? UNMEASURED_FOOTPRINT;
     const learned: Record<string, string> = {};
     const records: Record<string, ScaleRecord> = {};
     const views: FunctionView[] = [];
@@ -146,26 +149,28 @@ export class Scheduler {
       const inFlight = counts[i];
       const prevState = this.states.get(m.name) ?? initialScalerState();
       before.set(m.name, prevState.desired);
-      const others = Object.entries(this.lastDesired).filter(([fn]) => fn !== m.name).reduce((a, [, n]) => a + n, 0);
-      const capacity = Math.max(0, totalSlots - others);
+      // Slots bound replicas running requests; an idle function's replicas are bounded by memory (reclaim, placement).
+      const others = Object.entries(this.lastBusy).filter(([fn]) => fn !== m.name).reduce((a, [, n]) => a + n, 0);
+      const capacity = inFlight > 0 ? Math.max(0, totalSlots - others) : Infinity;
       const d = decide(prevState, { now, inFlight, ready: replicas[i].ready, capacity }, m.scaling, this.o.settings);
       this.states.set(m.name, d.state);
       if (d.state.idleMs !== prevState.idleMs) learned[m.name] = JSON.stringify(d.state.idleMs);
       const expectedIn = expectedIdleMs(d.state.idleMs);
       const lastActiveAt = d.state.lastActiveAt;
-      views.push({ fn: m.name, desired: d.desired, wanted: d.wanted, minReplicas: m.scaling.minReplicas, inFlight, lastActiveAt, ...(lastActiveAt !== null && expectedIn !== undefined ? { expectedAt: lastActiveAt + expectedIn } : {}) });
+      views.push({ fn: m.name, desired: d.desired, wanted: d.wanted, minReplicas: m.scaling.minReplicas, inFlight, lastActiveAt, footprint: footprint(m.name), ...(lastActiveAt !== null && expectedIn !== undefined ? { expectedAt: lastActiveAt + expectedIn } : {}) });
       records[m.name] = { desired: d.desired, inFlight, ready: replicas[i].ready, reason: d.reason, at: new Date(now).toISOString() };
     });
     // No function waits on another's idle replica: room for work with no replica is reclaimed.
-    const { desired, moves } = reclaim(views, totalSlots, now);
+    const { desired, moves } = reclaim(views, { slots: totalSlots, memoryBytes: totalMemory }, now);
     this.applyReclaim(views, desired, moves, records, now);
     let committed = 0;
-    for (const [fn, n] of Object.entries(desired)) {
+    for (const v of views) {
+      const [fn, n] = [v.fn, desired[v.fn]];
       records[fn].desired = n;
-      committed += n;
+      committed += busySlots(v, n);
       if (n !== before.get(fn)) this.log.info({ fn, from: before.get(fn), to: n, inFlight: records[fn].inFlight, reason: records[fn].reason }, 'scaling');
     }
-    this.lastDesired = desired;
+    this.lastBusy = Object.fromEntries(views.map((v) => [v.fn, busySlots(v, desired[v.fn])]));
     // Nothing to do for these until a request or a deploy names them again (keys.active).
     for (const [i, m] of manifests.entries()) {
       const ends = keepAliveEndsAt(this.states.get(m.name)!, m.scaling, this.o.settings);
@@ -173,11 +178,11 @@ export class Scheduler {
     }
 
     const runsModels = new Set(manifests.filter((m) => Object.keys(m.models).length > 0).map((m) => m.name));
-    const footprints = await this.footprints(manifests);
-    const placement = place(desired, nodes, Object.fromEntries(Object.entries(previous).map(([fn, r]) => [fn, r.nodes])) as Placement, runsModels, (fn) => footprints.get(fn) ?? UNMEASURED_FOOTPRINT);
+    const working = new Set(manifests.filter((_, i) => counts[i] > 0).map((m) => m.name));
+    const placement = place(desired, nodes, Object.fromEntries(Object.entries(previous).map(([fn, r]) => [fn, r.nodes])) as Placement, { runsModels, working, footprint });
     for (const [fn, r] of Object.entries(records)) {
       const placed = Object.values(placement[fn] ?? {}).reduce((a, n) => a + n, 0);
-      if (placed < r.desired) r.reason += `; ${placed} placed: the nodes have no spare ${runsModels.has(fn) ? 'cores, memory or slots' : 'memory or slots'} for more`;
+      if (placed < r.desired) r.reason += `; ${placed} placed: the nodes have no spare ${runsModels.has(fn) ? 'cores, memory or slots' : working.has(fn) ? 'memory or slots' : 'memory'} for more`;
     }
     const versions = Object.fromEntries(manifests.map((m) => [m.name, m.version]));
     const next: Record<string, string> = {};
@@ -191,7 +196,7 @@ export class Scheduler {
     if (Object.keys(learned).length) write.hset(keys.idleTimes, learned);
     await write.exec();
     if (changed) await this.o.redis.publish(keys.registryChannel, JSON.stringify({ type: 'placement' }));
-    if (committed > totalSlots) this.log.warn({ committed, totalSlots }, 'more replicas wanted than the nodes have slots');
+    if (committed > totalSlots) this.log.warn({ committed, totalSlots }, 'more replicas with work wanted than the nodes have slots');
   }
 
   /**

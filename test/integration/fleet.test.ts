@@ -1,7 +1,8 @@
-// Many functions on few slots: a function with work and no replica gets the room an idle replica
-// held (never a busy one's), keep-alive ends at idleTimeoutS whatever the stable window, and a
-// node that dies with its replicas has its held requests answered by the survivors long before
-// their lock would have let them go.
+// Many functions on few machines: idle replicas hold memory, not slots, so many small functions
+// stay warm at once; a function with work and no room gets the memory an idle replica held (never
+// a busy one's); work waits in its queue while every slot runs requests; keep-alive ends at
+// idleTimeoutS whatever the stable window; and a node that dies with its replicas has its held
+// requests answered by the survivors long before their lock would have let them go.
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
@@ -15,12 +16,14 @@ import { ROOT, eventually, fixture, startTestPlatform, type TestPlatform } from 
 
 let p: TestPlatform;
 let tmp: string;
+const MiB = 2 ** 20;
+const NODE_MEMORY = 1024 * MiB;
 
 before(async () => {
-  // Two slots; a lock and a stable window far longer than any wait below, so only reclaiming,
-  // keep-alive and hand-over can explain what the tests see; a request at a time per replica, so
-  // that every replica holds some of a burst.
-  p = await startTestPlatform({ EMBERS_NODE_SLOTS: '2', EMBERS_REPLICA_CONCURRENCY: '1', EMBERS_SCHEDULER_TICK_MS: '200', EMBERS_SCALE_STABLE_WINDOW_S: '300', EMBERS_JOB_LOCK_MS: '600000', EMBERS_QUEUE_TIMEOUT_MS: '45000' });
+  // Two slots and 1 GiB for replicas; a lock and a stable window far longer than any wait below,
+  // so only reclaiming, keep-alive and hand-over can explain what the tests see; a request at a
+  // time per replica, so that every replica holds some of a burst.
+  p = await startTestPlatform({ EMBERS_NODE_SLOTS: '2', EMBERS_NODE_MEMORY: String(NODE_MEMORY), EMBERS_REPLICA_CONCURRENCY: '1', EMBERS_SCHEDULER_TICK_MS: '200', EMBERS_SCALE_STABLE_WINDOW_S: '300', EMBERS_JOB_LOCK_MS: '600000', EMBERS_QUEUE_TIMEOUT_MS: '45000' });
   tmp = await mkdtemp(path.join(os.tmpdir(), 'embers-fleet-'));
 });
 after(async () => {
@@ -51,28 +54,62 @@ export default defineFunction({
 const call = (fn: string, body: unknown = {}) => p.fetch(`/v1/run/${fn}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
 const replicasOf = async (fn: string) => ((await (await p.fetch(`/v1/functions/${fn}`)).json()) as { replicas: { state: string }[] }).replicas;
 
+const remove = async (...fns: string[]) => {
+  for (const fn of fns) assert.equal((await p.fetch(`/v1/functions/${fn}`, { method: 'DELETE' })).status, 200);
+};
+
 describe('room for work', () => {
-  it('N + 1 functions on room for N: the last is served from an idle replica\'s room; a busy one is never reclaimed', async () => {
+  it('N + 1 functions on memory for N: the last is served from an idle replica\'s room; a busy one is never reclaimed', async () => {
+    // Footprints as if measured: two of these fit the node's memory, three do not.
+    for (const name of ['busy', 'idle', 'late']) await p.redis().hset(keys.footprints(name), 'v1', 450 * MiB);
     for (const name of ['busy', 'idle', 'late']) await deploySleeper(name, 600);
     assert.equal((await call('idle')).status, 200);
-    // busy holds a request while late arrives: both slots are taken, one by a replica with work.
+    // busy holds a request while late arrives: the memory is taken, half by a replica with work.
     const held = call('busy', { ms: 4_000 });
     await eventually(async () => (await replicasOf('busy')).some((r) => r.state === 'ready'), 'busy to be running its request');
     const late = await call('late');
     assert.equal(late.status, 200, await late.text());
     assert.equal((await held).status, 200, 'the busy replica kept its request');
     await eventually(async () => (await replicasOf('idle')).length === 0, 'the idle replica to be reclaimed');
-    // idle comes back when called again: it waits for room, it is not refused.
-    const again = call('idle');
-    assert.equal((await again).status, 200);
+    // idle comes back when called again, from another idle replica's room.
+    assert.equal((await call('idle')).status, 200);
+    await remove('busy', 'idle', 'late');
+  });
+
+  it('many small functions are warm at once on a node with two slots', async () => {
+    const small = ['s0', 's1', 's2', 's3', 's4'];
+    for (const name of small) await deploySleeper(name, 600);
+    for (const name of small) {
+      assert.equal((await call(name)).status, 200);
+      // Measured before the next arrives: an unmeasured one counts as large.
+      await eventually(async () => Number(await p.redis().hget(keys.footprints(name), 'v1')) || null, `the footprint of ${name}`);
+    }
+    const measured = await Promise.all(small.map(async (name) => Number(await p.redis().hget(keys.footprints(name), 'v1'))));
+    assert.ok(measured.reduce((a, b) => a + b, 0) < NODE_MEMORY, `five fit the node's memory: ${measured}`);
+    // Five idle replicas on two slots: none was reclaimed for another.
+    for (const name of small) assert.equal((await replicasOf(name)).filter((r) => r.state === 'ready').length, 1, name);
+    await remove(...small);
+  });
+
+  it('work waits in its queue while every slot runs requests, and is answered when one frees', async () => {
+    for (const name of ['hold1', 'hold2', 'third']) await deploySleeper(name, 600);
+    const held = [call('hold1', { ms: 3_000 }), call('hold2', { ms: 3_000 })];
+    await eventually(async () => (await Promise.all(['hold1', 'hold2'].map(replicasOf))).every((rs) => rs.some((r) => r.state === 'ready')), 'both slots to be running a request');
+    const third = await call('third');
+    assert.equal(third.status, 200, await third.text());
+    assert.deepEqual((await Promise.all(held)).map((r) => r.status), [200, 200]);
+    await remove('hold1', 'hold2', 'third');
   });
 
   it("a replica's footprint is measured and kept per version; nodes advertise a memory budget", async () => {
-    const bytes = await eventually(async () => Number(await p.redis().hget(keys.footprints('idle'), 'v1')) || null, 'the footprint of idle v1');
+    await deploySleeper('measured', 600);
+    assert.equal((await call('measured')).status, 200);
+    const bytes = await eventually(async () => Number(await p.redis().hget(keys.footprints('measured'), 'v1')) || null, 'the footprint of measured v1');
     // At least a Node.js process's worth, and far below the machine.
     assert.ok(bytes > 20 * 2 ** 20 && bytes < os.totalmem(), String(bytes));
     const node = JSON.parse((await p.redis().get(keys.node(p.agent.id)))!) as { memoryBytes?: number };
-    assert.ok(node.memoryBytes && node.memoryBytes > 0 && node.memoryBytes <= os.totalmem());
+    assert.equal(node.memoryBytes, NODE_MEMORY);
+    await remove('measured');
   });
 
   it('a function goes to zero idleTimeoutS after its last request, not after the stable window (300 s here)', async () => {

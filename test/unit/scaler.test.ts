@@ -127,22 +127,33 @@ describe('placement', () => {
     ];
     const models = new Set(['ocr', 'vad']);
     // Two ocr replicas fill a's 4 cores and b's 2: the third and fourth would only contend.
-    assert.deepEqual(place({ ocr: 4 }, cpu, {}, models), { ocr: { a: 2, b: 1 } });
+    assert.deepEqual(place({ ocr: 4 }, cpu, {}, { runsModels: models }), { ocr: { a: 2, b: 1 } });
     // vad's first replica is placed although every core is spoken for; its second is not.
-    assert.deepEqual(place({ ocr: 4, vad: 2 }, cpu, { ocr: { a: 2, b: 1 } }, models), { ocr: { a: 2, b: 1 }, vad: { b: 1 } });
+    assert.deepEqual(place({ ocr: 4, vad: 2 }, cpu, { ocr: { a: 2, b: 1 } }, { runsModels: models }), { ocr: { a: 2, b: 1 }, vad: { b: 1 } });
     // Functions without models (I/O-bound handlers) are limited by slots only.
-    assert.deepEqual(place({ ocr: 3, echo: 4 }, cpu, { ocr: { a: 2, b: 1 } }, models), { ocr: { a: 2, b: 1 }, echo: { a: 2, b: 2 } });
+    assert.deepEqual(place({ ocr: 3, echo: 4 }, cpu, { ocr: { a: 2, b: 1 } }, { runsModels: models }), { ocr: { a: 2, b: 1 }, echo: { a: 2, b: 2 } });
     // A GPU node's model replicas cost no cores.
-    assert.deepEqual(place({ ocr: 3 }, [{ id: 'g', slots: 8, cores: 2, modelReplicaCores: 0 }], {}, models), { ocr: { g: 3 } });
+    assert.deepEqual(place({ ocr: 3 }, [{ id: 'g', slots: 8, cores: 2, modelReplicaCores: 0 }], {}, { runsModels: models }), { ocr: { g: 3 } });
   });
-  it('packs extra replicas by footprint within each node\'s memory; a first replica goes in regardless', () => {
+  it('packs replicas by footprint within each node\'s memory; a function with work gets its first regardless', () => {
     const node = [{ id: 'a', slots: 16, memoryBytes: 1000 }];
     const fp = (fn: string) => (fn.startsWith('big') ? 400 : fn === 'huge' ? 5000 : 50);
-    const p = place({ big: 3, tiny: 3 }, node, {}, new Set(), fp);
+    const p = place({ big: 3, tiny: 3 }, node, {}, { footprint: fp });
     assert.deepEqual(p, { big: { a: 2 }, tiny: { a: 3 } }, 'two of 400 and three of 50 fit 1000; a third big does not');
+    assert.deepEqual(place({ huge: 2 }, node, {}, { footprint: fp }), { huge: { a: 1 } }, 'over the budget with work: its first replica only');
+    assert.deepEqual(place({ huge: 1 }, node, {}, { footprint: fp, working: new Set() }), {}, 'over the budget and idle (a keep-alive): none');
+  });
+  it('counts slots for replicas with work only: many idle functions stay warm on few slots', () => {
+    const node = [{ id: 'a', slots: 2, memoryBytes: 1000 }];
+    const fp = () => 50;
     const many = Object.fromEntries(Array.from({ length: 12 }, (_, i) => [`small-${i}`, 1]));
-    assert.equal(Object.keys(place(many, node, {}, new Set(), fp)).length, 12, 'every small function warm at once');
-    assert.deepEqual(place({ huge: 2 }, node, {}, new Set(), fp), { huge: { a: 1 } }, 'over the budget: its first replica only');
+    const idle = place(many, node, {}, { footprint: fp, working: new Set() });
+    assert.equal(Object.keys(idle).length, 12, 'twelve idle replicas on two slots');
+    const busy = place({ ...many, hot: 4 }, node, idle, { footprint: fp, working: new Set(['hot']) });
+    assert.deepEqual(busy.hot, { a: 2 }, 'the one with work takes the two slots');
+    assert.equal(Object.keys(busy).length, 13, 'and the idle ones stay');
+    const tight = place({ ...many, hot: 1 }, [{ id: 'a', slots: 2, memoryBytes: 500 }], idle, { footprint: fp, working: new Set(['hot']) });
+    assert.equal(Object.values(tight).reduce((a, m) => a + (m.a ?? 0), 0), 11, 'a smaller budget takes idle replicas back: ten of 50 fit 500, plus the first replica of the one with work');
   });
 
   it('never exceeds node slots', () => {
