@@ -3,7 +3,9 @@
 // bench/results/latest.{json,svg}. `BENCH_ONLY=cold` runs only the cold-start section and
 // writes bench/results/latest-cold.json; `BENCH_ONLY=batch` runs only the raw pipeline, live
 // echo and the bulk-batch section and writes bench/results/latest-batch.json (latest.json is
-// left as it is either way).
+// left as it is either way). `BENCH_ONLY=fleet` runs only the fleet section (many functions,
+// keep-alive policies over a trace, 1,000 at zero), which the full run ends with, and writes
+// bench/results/latest-fleet.json and fleet.svg.
 import { execFileSync } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -12,6 +14,7 @@ import { batchSection, formatBatch, type BatchSection } from './batch.ts';
 import { batchingSection, batchingSummaryLine, formatBatching, type BatchingSection } from './batching.ts';
 import { chartSvg } from './chart.ts';
 import { stopAllChildren } from './child.ts';
+import { fleetSection } from './fleet-section.ts';
 import { coldStartSection, coldSummaryLine, formatCold, type ColdStartResult } from './cold.ts';
 import { IMAGE_TEXT, testImage } from './image.ts';
 import { bodySection, formatBodies, type BodySection } from './body.ts';
@@ -239,7 +242,8 @@ async function main(): Promise<void> {
   if (only === 'body') return mainBodyOnly();
   if (only === 'overhead') return mainOverheadOnly();
   if (only === 'batching') return mainBatchingOnly();
-  if (only !== '') throw new Error(`BENCH_ONLY must be "cold", "batch", "body", "overhead", "batching" or unset, got "${only}"`);
+  if (only === 'fleet') return void (await fleetSection(RESULTS, log, { date: new Date().toISOString(), machine: machine(), git: gitInfo() }));
+  if (only !== '') throw new Error(`BENCH_ONLY must be "cold", "batch", "body", "overhead", "batching", "fleet" or unset, got "${only}"`);
   const began = performance.now();
   const host = machine();
   const window = windowFromEnv();
@@ -360,6 +364,12 @@ async function main(): Promise<void> {
     `\n${formatReport(result)}\n${batching ? `\n${formatBatching(batching).join('\n')}\n` : ''}${bodies ? `\n${formatBodies(bodies)}\n` : ''}${batches ? `\n${formatBatch(batches)}\n` : ''}`,
   );
   log(`wrote ${path.relative(process.cwd(), path.join(RESULTS, 'latest.json'))} and latest.svg`);
+  try {
+    await fleetSection(RESULTS, log, { date: new Date().toISOString(), machine: host, git: result.git });
+  } catch (err) {
+    log(`fleet section failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+    process.exitCode = 1;
+  }
 }
 
 try {

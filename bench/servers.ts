@@ -87,9 +87,10 @@ export interface EmbersProcess {
 
 /**
  * Starts `embers dev` with EMBERS_DATA_DIR = `dataDir` (left in place on stop), or on a fresh
- * temporary one (removed on stop and on exit), and waits until it prints its URL and key.
+ * temporary one (removed on stop and on exit), and `env` added, and waits until it prints its
+ * URL and key.
  */
-export async function launchEmbers(o: { dataDir?: string; timeoutMs?: number } = {}): Promise<EmbersProcess> {
+export async function launchEmbers(o: { dataDir?: string; timeoutMs?: number; env?: Record<string, string> } = {}): Promise<EmbersProcess> {
   const timeoutMs = o.timeoutMs ?? 180_000;
   const dataDir = o.dataDir ?? (await mkdtemp(path.join(os.tmpdir(), 'embers-bench-')));
   // As `npm start` runs it (package.json), V8 flag included.
@@ -104,6 +105,7 @@ export async function launchEmbers(o: { dataDir?: string; timeoutMs?: number } =
       // line out: ~5–10 % of `echo`'s req/s at c = 32 in A/Bs on one machine.
       EMBERS_LOG_PRETTY: 'false',
       ...(process.env.BENCH_EXECUTION_PROVIDERS ? { EMBERS_EXECUTION_PROVIDERS: BENCH_PROVIDERS.join(',') } : {}),
+      ...o.env,
     }),
   });
   // Also removed when this process exits another way (Ctrl-C, an error): by then the child is gone.

@@ -8,13 +8,18 @@
 //   their gaps.
 // - Most idle times past the bound (a rare function): no keep-alive after a request; a replica
 //   is pre-warmed shortly before the next arrival the recent idle times predict.
-// - Too few idle times, or too spread to tell (the histogram's coefficient of variation is low):
-//   the fixed window, the bound itself.
+// - Too few idle times: the window the user gave, or with 'auto' a short one
+//   (UNLEARNED_KEEP_ALIVE_MS): holding memory longer needs evidence. When the few seen all pass
+//   the bound, the rare case, predicted from them.
+// - Enough, but too spread to tell (the histogram's coefficient of variation is low): the fixed
+//   window, the bound itself.
 
 /** Idle times a function keeps (a ring: the newest replace the oldest). */
 export const IDLE_TIMES_KEPT = 64;
-/** Fewer than this and the fixed window applies. */
+/** Fewer than this and the histogram is not trusted. */
 export const MIN_IDLE_TIMES = 5;
+/** Keep-alive of an 'auto' function that has shown too few idle times to learn from (or the bound, if shorter). */
+export const UNLEARNED_KEEP_ALIVE_MS = 60_000;
 const MARGIN = 0.1;
 /**
  * A pre-warm window shorter than this keeps the replica instead: draining it and starting another
@@ -31,22 +36,25 @@ export interface KeepAlive {
   prewarmMs: number;
   /** …and is then kept (or pre-warmed) for this many ms more. */
   keepAliveMs: number;
-  why: 'fixed' | 'histogram' | 'rare';
+  why: 'fixed' | 'unlearned' | 'histogram' | 'rare';
 }
 
 /** The windows for idle times `idleMs` (oldest first) under the upper bound `maxMs`. */
-export function keepAliveWindow(idleMs: readonly number[], maxMs: number): KeepAlive {
+/** `unlearnedMs`: the window while there are too few idle times (the user's idleTimeoutS, if a number). */
+export function keepAliveWindow(idleMs: readonly number[], maxMs: number, unlearnedMs = Math.min(maxMs, UNLEARNED_KEEP_ALIVE_MS)): KeepAlive {
   const fixed: KeepAlive = { prewarmMs: 0, keepAliveMs: maxMs, why: 'fixed' };
-  if (idleMs.length < MIN_IDLE_TIMES) return fixed;
   const within = idleMs.filter((t) => t <= maxMs);
-  if (within.length * 2 < idleMs.length) {
-    // Rare: predict the next idle time from the recent ones (their median: robust to one odd
-    // gap) and be warm just before it, for a short while.
+  // Rare: most idle times past the bound (all of them while there are few).
+  const rare = idleMs.length >= MIN_IDLE_TIMES ? within.length * 2 < idleMs.length : idleMs.length >= 2 && within.length === 0;
+  if (rare) {
+    // Predict the next idle time from the recent ones (their median: robust to one odd gap) and
+    // be warm just before it, for a short while.
     const next = percentile(idleMs.slice(-MIN_IDLE_TIMES * 2), 0.5);
     // Gaps this short are cheaper kept warm than drained and started again.
     if (next * (1 - MARGIN) < MIN_PREWARM_MS) return fixed;
     return { prewarmMs: next * (1 - MARGIN), keepAliveMs: Math.min(maxMs, Math.max(MIN_PREWARM_MS, next * 2 * MARGIN)), why: 'rare' };
   }
+  if (idleMs.length < MIN_IDLE_TIMES) return { prewarmMs: 0, keepAliveMs: unlearnedMs, why: 'unlearned' };
   if (coefficientOfVariation(histogram(within, maxMs)) < MIN_CV) return fixed;
   let head = percentile(within, 0.05) * (1 - MARGIN);
   if (head < MIN_PREWARM_MS) head = 0;

@@ -72,7 +72,9 @@ export function keepAliveEndsAt(state: ScalerState, policy: ScalingPolicy, setti
 
 function keepAliveFor(idleMs: readonly number[], policy: ScalingPolicy, settings: ScalerSettings): KeepAlive {
   const boundMs = (policy.idleTimeoutS === 'auto' ? AUTO_IDLE_BOUND_S : policy.idleTimeoutS) * 1000;
-  return settings.keepAlive === 'fixed' ? { prewarmMs: 0, keepAliveMs: boundMs, why: 'fixed' } : keepAliveWindow(idleMs, boundMs);
+  if (settings.keepAlive === 'fixed') return { prewarmMs: 0, keepAliveMs: boundMs, why: 'fixed' };
+  // A number given is also the window until there is enough to learn from.
+  return policy.idleTimeoutS === 'auto' ? keepAliveWindow(idleMs, boundMs) : keepAliveWindow(idleMs, boundMs, boundMs);
 }
 
 export function initialScalerState(): ScalerState {

@@ -2,7 +2,7 @@
 // traces: periodic, bursty, rare, Poisson and drifting.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { IDLE_TIMES_KEPT, MIN_IDLE_TIMES, keepAliveWindow, recordIdle, replayKeepAlive, warmAt } from '../../scheduler/keep-alive.ts';
+import { IDLE_TIMES_KEPT, MIN_IDLE_TIMES, UNLEARNED_KEEP_ALIVE_MS, keepAliveWindow, recordIdle, replayKeepAlive, warmAt } from '../../scheduler/keep-alive.ts';
 
 const S = 1000;
 const BOUND = 600 * S;
@@ -24,9 +24,17 @@ function poisson(meanMs: number, n: number, seed = 7): number[] {
 const all = (arrivals: number[]) => ({ auto: replayKeepAlive(arrivals, auto, LEAD), f60: replayKeepAlive(arrivals, fixed(60 * S), LEAD), f600: replayKeepAlive(arrivals, fixed(BOUND), LEAD) });
 
 describe('keepAliveWindow', () => {
-  it('is the fixed bound until it has seen enough idle times', () => {
-    assert.deepEqual(keepAliveWindow([], BOUND), { prewarmMs: 0, keepAliveMs: BOUND, why: 'fixed' });
-    assert.equal(keepAliveWindow(new Array(MIN_IDLE_TIMES - 1).fill(10 * S), BOUND).why, 'fixed');
+  it('is a short window until it has seen enough idle times, or the one the user gave', () => {
+    assert.deepEqual(keepAliveWindow([], BOUND), { prewarmMs: 0, keepAliveMs: UNLEARNED_KEEP_ALIVE_MS, why: 'unlearned' });
+    assert.deepEqual(keepAliveWindow(new Array(MIN_IDLE_TIMES - 1).fill(10 * S), BOUND, 90 * S), { prewarmMs: 0, keepAliveMs: 90 * S, why: 'unlearned' });
+    assert.equal(keepAliveWindow([], 2 * S).keepAliveMs, 2 * S, 'never past the bound');
+  });
+
+  it('treats a few idle times all past the bound as rare: no keep-alive, a pre-warm before the next', () => {
+    const k = keepAliveWindow([40 * 60 * S, 50 * 60 * S], BOUND);
+    assert.equal(k.why, 'rare');
+    assert.ok(k.prewarmMs > BOUND, JSON.stringify(k));
+    assert.equal(keepAliveWindow([40 * 60 * S], BOUND).why, 'unlearned', 'one gap is not enough to call it rare');
   });
 
   it('falls back to the bound when idle times show no pattern', () => {
