@@ -22,9 +22,10 @@ const TSX = FROM_SOURCE ? import.meta.resolve('tsx') : '';
 /**
  * V8 flags of user-code processes. Tensors crossing from model threads are large and
  * short-lived; with V8's default starting heap limit they set off a full mark-compact every few
- * requests, and a 128 MB starting limit lets them die young.
+ * requests, and a 128 MB starting limit lets them die young. Without the memory reducer, which
+ * would collect over and over while idle to shrink that heap.
  */
-export const USER_CODE_V8_FLAGS = ['--initial-heap-size=128'];
+export const USER_CODE_V8_FLAGS = ['--initial-heap-size=128', '--no-memory-reducer'];
 /** Where the staged bundle and models appear inside the sandbox. */
 const INSIDE = '/opt/embers/fn';
 /** Settings the user-code process may see: logging only, never a platform credential. */

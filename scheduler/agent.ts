@@ -32,8 +32,10 @@ const CLOSE_WAIT_MS = 10_000;
  * V8 flags of replica processes: request and answer bodies (megabytes of image or tensor data)
  * pass through them on their way to and from the user-code process, short-lived; a 128 MB
  * starting heap lets them die young instead of setting off full collections every few requests.
+ * Without the memory reducer: idle, it collects over and over to shrink that heap, which doubles
+ * what an idle replica costs in CPU.
  */
-const REPLICA_V8_FLAGS = ['--initial-heap-size=128'];
+const REPLICA_V8_FLAGS = ['--initial-heap-size=128', '--no-memory-reducer'];
 
 export interface AgentOptions {
   redisUrl: string;
@@ -249,11 +251,19 @@ export class NodeAgent {
     const perReplica: Record<string, string> = gpu ? { CUDA_VISIBLE_DEVICES: String(gpu.index) } : {};
     let child: ChildProcess;
     const standby = this.standby;
-    if (standby && standby.booted && standby.child.connected) {
+    if (standby && standby.child.connected) {
       this.standby = null;
       child = standby.child;
       child.removeAllListeners('message');
-      child.send({ type: 'assign', id, fn, version, spawnedAt, env: perReplica });
+      // The next standby boots as soon as this one is taken: back to back under a run of cold
+      // starts, one boot at a time (a boot takes a core for about a second).
+      const assign = () => {
+        child.send({ type: 'assign', id, fn, version, spawnedAt, env: perReplica });
+        this.prepareStandby();
+      };
+      // One still booting is nearer ready than a fresh fork, which would compete with it for CPU.
+      if (standby.booted) assign();
+      else child.on('message', (m: { type?: string }) => m?.type === 'standby' && assign());
     } else {
       child = this.forkRuntime({ ...perReplica, EMBERS_REPLICA_ID: id, EMBERS_REPLICA_FUNCTION: fn, EMBERS_REPLICA_VERSION: version, EMBERS_REPLICA_SPAWNED_AT: String(spawnedAt) });
     }
@@ -266,7 +276,6 @@ export class NodeAgent {
       if (m?.type === 'ready') {
         r.state = 'ready';
         this.backoff.delete(`${fn}@${version}`);
-        // Refill the standby only now: booting one takes CPU the cold start needs.
         this.prepareStandby();
       }
     });

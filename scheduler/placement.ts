@@ -3,7 +3,8 @@
 // replicas of one function), and drops what sat on nodes that are gone.
 //
 // Slots cap the replicas that run requests: a replica of a function with work holds one, an
-// idle replica none. Memory caps every replica: each holds its function's measured footprint,
+// idle replica none, and a function with work gets no new replica on a node whose slots are
+// all held (one it has keeps running). Memory caps every replica: each holds its function's measured footprint,
 // so many small idle functions stay warm where few large ones fit. Replicas that run models on
 // CPU also spend cores: each keeps `modelReplicaCores` busy under load (its model instances ×
 // their threads), so a function's extra replicas go only where the node has those cores to
@@ -54,25 +55,18 @@ export function place(desired: Record<string, number>, nodes: NodeCapacity[], pr
     next[fn] = kept;
     if (working(fn)) for (const [node, count] of Object.entries(kept)) used.set(node, (used.get(node) ?? 0) + count);
   }
-  // Over a node's slots (after a node loss) or memory (a footprint measured larger than
-  // assumed): take back from the largest functions on it, idle ones first for memory.
+  // Over a node's memory (a footprint measured larger than assumed): take back idle replicas,
+  // the largest first. Slots never take back a replica that runs: they bound starting more.
   const memory = new Map(nodes.map((n) => [n.id, 0]));
   for (const [fn, perNode] of Object.entries(next)) for (const n of nodes) memory.set(n.id, memory.get(n.id)! + (perNode[n.id] ?? 0) * footprint(fn));
-  const takeBack = (fn: string, n: string) => {
-    next[fn][n]--;
-    if (next[fn][n] === 0) delete next[fn][n];
-    if (working(fn)) used.set(n, used.get(n)! - 1);
-    memory.set(n, memory.get(n)! - footprint(fn));
-  };
   for (const n of nodes) {
-    while ((used.get(n.id) ?? 0) > n.slots) {
-      const fn = Object.keys(next).filter(working).sort((a, b) => (next[b][n.id] ?? 0) - (next[a][n.id] ?? 0))[0];
-      takeBack(fn, n.id);
-    }
     while (n.memoryBytes !== undefined && memory.get(n.id)! > n.memoryBytes) {
       const idle = Object.keys(next).filter((fn) => !working(fn) && (next[fn][n.id] ?? 0) > 0);
       if (idle.length === 0) break;
-      takeBack(idle.sort((a, b) => footprint(b) - footprint(a) || a.localeCompare(b))[0], n.id);
+      const fn = idle.sort((a, b) => footprint(b) - footprint(a) || a.localeCompare(b))[0];
+      next[fn][n.id]--;
+      if (next[fn][n.id] === 0) delete next[fn][n.id];
+      memory.set(n.id, memory.get(n.id)! - footprint(fn));
     }
   }
   // Cores the model-running replicas placed so far keep busy, per node.

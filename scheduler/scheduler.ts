@@ -151,7 +151,8 @@ export class Scheduler {
       before.set(m.name, prevState.desired);
       // Slots bound replicas running requests; an idle function's replicas are bounded by memory (reclaim, placement).
       const others = Object.entries(this.lastBusy).filter(([fn]) => fn !== m.name).reduce((a, [, n]) => a + n, 0);
-      const capacity = inFlight > 0 ? Math.max(0, totalSlots - others) : Infinity;
+      // Slots bound starting replicas, never the ones a function has.
+      const capacity = inFlight > 0 ? Math.max(prevState.desired, totalSlots - others) : Infinity;
       const d = decide(prevState, { now, inFlight, ready: replicas[i].ready, capacity }, m.scaling, this.o.settings);
       this.states.set(m.name, d.state);
       if (d.state.idleMs !== prevState.idleMs) learned[m.name] = JSON.stringify(d.state.idleMs);
