@@ -42,6 +42,7 @@ export function formatFleet(r: FleetResult): string {
       ['policy', 'requests', '5xx', 'lost', 'cold', 'cold %', 'cold p50', 'cold p99', 'warm p50', 'warm p99', 'idle replica-s', 'replica-s', 'peak replicas'],
       r.policies.map((p: PolicyResult) => [p.policy, String(p.requests), String(p.status5xx), String(p.lost), String(p.cold), num(p.coldFraction * 100), num(p.coldMs.p50, 0), num(p.coldMs.p99, 0), num(p.warmMs.p50, 0), num(p.warmMs.p99, 0), num(p.idleReplicaSeconds, 0), num(p.replicaSeconds, 0), String(p.peakReplicas)]),
     ),
+    ...r.policies.filter((p) => Object.keys(p.errors ?? {}).length).map((p) => `  ${p.policy} errors: ${Object.entries(p.errors).map(([k, n]) => `${n} × ${k}`).join(', ')}`),
     `  auto: fewer cold starts than fixed 60 s at no more idle replica-seconds: ${r.verdicts.beatsFixed60 ? 'yes' : 'NO'}; no more idle replica-seconds than fixed 600 s within its cold starts + 20 %: ${r.verdicts.nearFixed600 ? 'yes' : 'NO'}; 0 5xx and 0 lost: ${r.verdicts.noErrors ? 'yes' : 'NO'}`,
   ];
   const z = r.atZero;

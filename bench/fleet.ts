@@ -41,6 +41,8 @@ export interface PolicyResult {
   otherStatus: number;
   /** No answer within REQUEST_TIMEOUT_MS, or the connection failed. */
   lost: number;
+  /** Answers other than 200, by status and error code (`504 queue_timeout`), warm-up included. */
+  errors: Record<string, number>;
   cold: number;
   coldFraction: number;
   coldMs: Latency;
@@ -121,9 +123,20 @@ export function describeTrace(t: Trace, seconds: number, seed: number): FleetTra
 
 interface Outcome {
   status: number;
+  /** The error body's code, for answers other than 200. */
+  code?: string;
   ms: number;
   cold: boolean;
   measured: boolean;
+}
+
+/** The `error.code` of an error body, or '?'. */
+function errorCode(body: string): string {
+  try {
+    return (JSON.parse(body) as { error?: { code?: string } }).error?.code ?? '?';
+  } catch {
+    return '?';
+  }
 }
 
 /** Replays `trace` on a fresh `embers dev` under `policy`. */
@@ -182,8 +195,9 @@ async function replay(policy: Policy, trace: Trace, tpl: Record<Kind, Template>,
       const start = performance.now();
       try {
         const res = await fetch(url + r.fn, { method: 'POST', headers, body: bodies[kindOf.get(r.fn)!], signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
-        await res.arrayBuffer();
-        outcomes.push({ status: res.status, ms: performance.now() - start, cold: res.headers.has('embers-cold-start'), measured });
+        const body = await res.text();
+        const code = res.status === 200 ? undefined : errorCode(body);
+        outcomes.push({ status: res.status, ...(code ? { code } : {}), ms: performance.now() - start, cold: res.headers.has('embers-cold-start'), measured });
       } catch {
         outcomes.push({ status: 0, ms: performance.now() - start, cold: false, measured });
       } finally {
@@ -205,6 +219,7 @@ async function replay(policy: Policy, trace: Trace, tpl: Record<Kind, Template>,
       status5xx: outcomes.filter((o) => o.status >= 500).length,
       otherStatus: outcomes.filter((o) => o.status !== 200 && o.status !== 0 && o.status < 500).length,
       lost: outcomes.filter((o) => o.status === 0).length,
+      errors: outcomes.filter((o) => o.status !== 200 && o.status !== 0).reduce<Record<string, number>>((a, o) => ({ ...a, [`${o.status} ${o.code}`]: (a[`${o.status} ${o.code}`] ?? 0) + 1 }), {}),
       cold: cold.length,
       coldFraction: measured.length ? cold.length / measured.length : Number.NaN,
       coldMs: latency(cold.map((o) => o.ms)),

@@ -39,7 +39,7 @@ describe('fleet trace', () => {
 
 describe('fleet verdicts', () => {
   const policy = (name: string, cold: number, idle: number, o: Partial<PolicyResult> = {}): PolicyResult =>
-    ({ policy: name, requests: 100, ok: 100, status5xx: 0, otherStatus: 0, lost: 0, cold, coldFraction: cold / 100, idleReplicaSeconds: idle, replicaSeconds: idle, peakReplicas: 1, seconds: 1, ...o }) as PolicyResult;
+    ({ policy: name, requests: 100, ok: 100, status5xx: 0, otherStatus: 0, lost: 0, errors: {}, cold, coldFraction: cold / 100, idleReplicaSeconds: idle, replicaSeconds: idle, peakReplicas: 1, seconds: 1, ...o }) as PolicyResult;
   const trace = { functions: 1, byKind: { tiny: 1, cls: 0, ocr: 0 }, requests: 100, warmupRequests: 0, functionsCalled: 1, calledAtMostTwice: 0, seconds: 1, seed: 1 };
 
   it('judges auto against both fixed windows', () => {
