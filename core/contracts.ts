@@ -1,5 +1,5 @@
 // The contracts between gateway, runtime and scheduler: names, records and messages.
-// Keep them stable; ARCHITECTURE.md documents them.
+// Keep them stable: gateways, agents and replicas of one deployment read each other's.
 import { z } from 'zod';
 import { checkS3Uri } from './s3-uri.ts';
 import { DEFAULT_TENANT } from './tenants.ts';

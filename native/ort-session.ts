@@ -9,7 +9,7 @@ import type { Feeds, TensorData, TensorType } from './tensor.ts';
  * `spinWhileRunning`: the intra-op threads spin between an inference's parallel sections and stop
  * when it returns (session.force_spinning_stop), for a session that only runs alone (the inline
  * one). Otherwise they never spin: spinning threads steal the cores Redis, the gateway and other
- * sessions need (BASELINE.md pitfall 5), and without the forced stop they spin on after a run.
+ * sessions need, and without the forced stop they spin on after a run.
  */
 export function sessionOptions(providers: string[], threads: number, spinWhileRunning = false): ort.InferenceSession.SessionOptions {
   return {

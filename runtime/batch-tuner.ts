@@ -1,8 +1,8 @@
 // How many rows a model's batches may carry, learned from its own inference times. Batching
 // pays where a model's cost per row falls with batch size (GPUs, small CPU models) and costs
-// where it does not: PaddleOCR's recogniser on one CPU thread ran 23 ms per row alone and 33 ms
-// per row in batches of 16 (../shared/BASELINE.md), so deep batches under load made Embers slower
-// than a server running each request on arrival. The tuner keeps a moving average of ms per row
+// where it does not: on one CPU thread PaddleOCR's recogniser costs more per row in batches of 16
+// than alone, so deep batches under load would serve slower than running each request on
+// arrival. The tuner keeps a moving average of ms per row
 // for batch sizes in powers of two and caps batches at the size with the lowest cost. It measures
 // every smaller size and the next size up, and every `exploreEvery` batches it runs one batch at
 // a neighbour of the cap (the next size up and the next size down, in turn), so the cap follows
