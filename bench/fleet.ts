@@ -65,7 +65,7 @@ export interface FleetTrace {
   seed: number;
 }
 
-/** A replica set at zero or one is sampled this often. */
+/** How often the replicas of every function are counted. */
 const SAMPLE_MS = 1_000;
 const REQUEST_TIMEOUT_MS = 120_000;
 /** Deploys in flight at once. */

@@ -9,7 +9,7 @@ const LOG_FLUSH_MS = 100;
 /**
  * Standard output written off the event loop in chunks of 8 KiB, or 100 ms after a line that did
  * not fill one: a write per line costs a system call per request on a busy gateway. The flush is
- * armed by a write, not by a clock: a periodic one wakes every idle replica ten times a second.
+ * armed by a write, not by a clock, so an idle process is never woken by it.
  * Flushed on exit.
  */
 function chunked(): ReturnType<typeof pino.destination> {

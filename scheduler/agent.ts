@@ -32,8 +32,7 @@ const CLOSE_WAIT_MS = 10_000;
  * V8 flags of replica processes: request and answer bodies (megabytes of image or tensor data)
  * pass through them on their way to and from the user-code process, short-lived; a 128 MB
  * starting heap lets them die young instead of setting off full collections every few requests.
- * Without the memory reducer: idle, it collects over and over to shrink that heap, which doubles
- * what an idle replica costs in CPU.
+ * Without the memory reducer, which would collect over and over while idle to shrink that heap.
  */
 const REPLICA_V8_FLAGS = ['--initial-heap-size=128', '--no-memory-reducer'];
 

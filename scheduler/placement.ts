@@ -4,11 +4,11 @@
 //
 // Slots cap the replicas that run requests: a replica of a function with work holds one, an
 // idle replica none, and a function with work gets no new replica on a node whose slots are
-// all held (one it has keeps running). Memory caps every replica: each holds its function's measured footprint,
-// so many small idle functions stay warm where few large ones fit. Replicas that run models on
-// CPU also spend cores: each keeps `modelReplicaCores` busy under load (its model instances ×
-// their threads), so a function's extra replicas go only where the node has those cores to
-// spare. A function with work gets its first replica whatever the cores and memory, so every
+// all held (one it has keeps running). Memory caps every replica: each holds its function's
+// measured footprint, so many small idle functions stay warm where few large ones fit.
+// Replicas that run models on CPU also spend cores: each keeps `modelReplicaCores` busy under
+// load (its model instances × their threads), so a function's extra replicas go only where the
+// node has those cores to spare. A function with work gets its first replica whatever the cores and memory, so every
 // function can serve; an idle one (keep-alive, pre-warm) only where its footprint fits.
 
 export interface NodeCapacity {

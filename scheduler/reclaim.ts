@@ -65,7 +65,8 @@ export function reclaim(fns: FunctionView[], room: Room, now: number): Reclaim {
     moves.push({ from: v.fn, to });
     return true;
   };
-  const starving = fns.filter((f) => f.inFlight > 0 && f.desired === 0 && f.wanted > 0).sort((a, b) => b.inFlight - a.inFlight || a.fn.localeCompare(b.fn));
+  const busiestFirst = (a: FunctionView, b: FunctionView) => b.inFlight - a.inFlight || a.fn.localeCompare(b.fn);
+  const starving = fns.filter((f) => f.inFlight > 0 && f.desired === 0 && f.wanted > 0).sort(busiestFirst);
   for (const s of starving) {
     if (slotsFree <= 0) break;
     desired[s.fn] = 1;
@@ -74,6 +75,6 @@ export function reclaim(fns: FunctionView[], room: Room, now: number): Reclaim {
     while (memoryFree < 0 && takeOne(s.fn));
   }
   // Memory for the extra replicas the scaler gave functions with work, busiest first.
-  for (const f of fns.filter((f) => f.inFlight > 0 && desired[f.fn] > 1).sort((a, b) => b.inFlight - a.inFlight || a.fn.localeCompare(b.fn))) while (memoryFree < 0 && takeOne(f.fn));
+  for (const f of fns.filter((f) => f.inFlight > 0 && desired[f.fn] > 1).sort(busiestFirst)) while (memoryFree < 0 && takeOne(f.fn));
   return { desired, moves };
 }
