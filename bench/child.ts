@@ -2,6 +2,8 @@
 // what it started (redis-server, replicas) if it does not stop them itself. Every child is
 // killed when this process exits, whatever the reason.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { createWriteStream, mkdirSync } from 'node:fs';
+import path from 'node:path';
 
 const live = new Set<Child>();
 
@@ -26,6 +28,14 @@ export class Child {
     };
     proc.stdout?.on('data', keep);
     proc.stderr?.on('data', keep);
+    // BENCH_LOG_DIR keeps every child's whole output, for a run that needs explaining.
+    const dir = process.env.BENCH_LOG_DIR;
+    if (dir) {
+      mkdirSync(dir, { recursive: true });
+      const file = createWriteStream(path.join(dir, `${name.replace(/\W+/g, '-')}-${proc.pid}.log`));
+      proc.stdout?.pipe(file);
+      proc.stderr?.pipe(file);
+    }
     this.exited = new Promise((resolve) =>
       proc.once('exit', (code, signal) => {
         this.exitCode = code;

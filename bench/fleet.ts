@@ -22,14 +22,16 @@ import { latency, sleep, type Latency } from './stats.ts';
 
 export interface Policy {
   name: string;
+  /** What BENCH_FLEET_POLICIES names it by. */
+  key: string;
   idleTimeoutS: number | 'auto';
   keepAlive: 'fixed' | 'auto';
 }
 
 export const POLICIES: Policy[] = [
-  { name: 'fixed 60 s', idleTimeoutS: 60, keepAlive: 'fixed' },
-  { name: 'fixed 600 s', idleTimeoutS: 600, keepAlive: 'fixed' },
-  { name: 'auto', idleTimeoutS: 'auto', keepAlive: 'auto' },
+  { name: 'fixed 60 s', key: 'fixed-60', idleTimeoutS: 60, keepAlive: 'fixed' },
+  { name: 'fixed 600 s', key: 'fixed-600', idleTimeoutS: 600, keepAlive: 'fixed' },
+  { name: 'auto', key: 'auto', idleTimeoutS: 'auto', keepAlive: 'auto' },
 ];
 
 export interface PolicyResult {
@@ -249,7 +251,8 @@ export async function fleetPolicies(log: (line: string) => void, seconds = Numbe
   const image = await testImage();
   const bodies: Record<Kind, string> = { tiny: JSON.stringify({ n: 7 }), cls: JSON.stringify({ seed: 7 }), ocr: JSON.stringify({ image }) };
   const policies: PolicyResult[] = [];
-  for (const policy of POLICIES) policies.push(await replay(policy, trace, tpl, bodies, log));
+  const only = process.env.BENCH_FLEET_POLICIES?.split(',').map((p) => p.trim());
+  for (const policy of POLICIES.filter((p) => !only || only.includes(p.key))) policies.push(await replay(policy, trace, tpl, bodies, log));
   return { trace: describeTrace(trace, seconds, DEFAULT_TRACE.seed), policies };
 }
 

@@ -17,6 +17,25 @@ import { hourKey, recordArgs, RECORD_FIELDS, RECORDS_MAX, USAGE_LUA, usageKeys, 
 const STREAM_PREFIX = 'embers:stream:';
 /** The stream of a function's live requests. */
 export const liveStream = (fn: string) => `${STREAM_PREFIX}${fn}`;
+
+/**
+ * When a replica last took a request of the stream, in ms since the epoch, from its XINFO GROUPS
+ * reply: the replicas' group's last-delivered-id, whose first part is the time the gateway added
+ * the entry. Null if none was taken yet. What the scheduler learns idle times from: a request
+ * that comes and goes between two of its passes never shows in the stream's length.
+ */
+export function lastTakenAt(groups: unknown): number | null {
+  if (!Array.isArray(groups)) return null;
+  for (const g of groups) {
+    const o: Record<string, unknown> = {};
+    if (Array.isArray(g)) for (let i = 0; i + 1 < g.length; i += 2) o[String(g[i])] = g[i + 1];
+    else if (g && typeof g === 'object') Object.assign(o, g);
+    if (o.name !== LIVE_GROUP) continue;
+    const ms = Number(String(o['last-delivered-id'] ?? '').split('-')[0]);
+    return ms > 0 ? ms : null;
+  }
+  return null;
+}
 /** Every replica of the function reads as one consumer of this group. */
 export const LIVE_GROUP = 'replicas';
 

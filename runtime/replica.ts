@@ -260,9 +260,12 @@ export class Replica {
         else this.cancels.get(b)?.abort();
       }
     });
-    // Cancellations (and hand-overs of live requests), and the node's other replicas saying when
-    // live requests need the cores.
-    await this.cancelSub.subscribe(keys.cancelChannel, liveChannel);
+    // Cancellations (and hand-overs of live requests), and, for a function with models, the
+    // node's other replicas saying when live requests need the cores: only model inferences wait
+    // for them (live-first.ts), and every replica hearing every other's would cost each replica
+    // CPU in proportion to the node's whole traffic.
+    const runsModels = Object.keys(manifest.models).length > 0;
+    await this.cancelSub.subscribe(keys.cancelChannel, ...(runsModels ? [liveChannel] : []));
     // Live requests and batch lines each have their own queue and slots: batch lines can never
     // hold the slots a live request needs, however many are queued.
     this.live = new LiveConsumer({

@@ -5,7 +5,7 @@
 // - Enough idle times, most within the bound: keep warm from the 5th percentile of idle time
 //   (less a 10 % margin: the pre-warm window, at zero until then) to the 99th (plus 10 %).
 //   Periodic functions get a short window around their period; bursty ones stay warm over
-//   their gaps.
+//   their gaps. A window is at least MIN_KEEP_ALIVE_MS long.
 // - Most idle times past the bound (a rare function): no keep-alive after a request; a replica
 //   is pre-warmed shortly before the next arrival the recent idle times predict.
 // - Too few idle times: the window the user gave, or with 'auto' a short one
@@ -26,6 +26,8 @@ const MARGIN = 0.1;
  * costs a cold start's CPU, worth paying only for a gap this long.
  */
 export const MIN_PREWARM_MS = 30_000;
+/** The shortest learned keep-alive (or the bound, if shorter), for the same reason. */
+export const MIN_KEEP_ALIVE_MS = 30_000;
 /** The histogram's bins span the bound in this many parts. */
 const BINS = 60;
 /** Below this coefficient of variation of the bin counts, idle times show no pattern. */
@@ -58,7 +60,7 @@ export function keepAliveWindow(idleMs: readonly number[], maxMs: number, unlear
   if (coefficientOfVariation(histogram(within, maxMs)) < MIN_CV) return fixed;
   let head = percentile(within, 0.05) * (1 - MARGIN);
   if (head < MIN_PREWARM_MS) head = 0;
-  const tail = Math.min(maxMs, percentile(within, 0.99) * (1 + MARGIN));
+  const tail = Math.min(maxMs, Math.max(head + MIN_KEEP_ALIVE_MS, percentile(within, 0.99) * (1 + MARGIN)));
   return { prewarmMs: head, keepAliveMs: Math.max(0, tail - head), why: 'histogram' };
 }
 

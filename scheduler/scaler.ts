@@ -46,6 +46,8 @@ export interface Observation {
   now: number;
   /** Waiting + running requests of the function, summed over the cluster. */
   inFlight: number;
+  /** When a replica last took one of its live requests (ms since the epoch), if known. */
+  lastTakenAt?: number | null;
   /** Replicas ready to serve now. */
   ready: number;
   /** Most replicas of this function the nodes can fit (their free slots plus what it holds). */
@@ -88,7 +90,11 @@ function mean(samples: { inFlight: number }[]): number {
 export function decide(prev: ScalerState, obs: Observation, policy: ScalingPolicy, settings: ScalerSettings = DEFAULT_SCALER_SETTINGS): Decision {
   const { now } = obs;
   const samples = [...prev.samples.filter((s) => s.t > now - settings.stableWindowMs), { t: now, inFlight: obs.inFlight }];
-  const lastActiveAt = obs.inFlight > 0 ? now : prev.lastActiveAt;
+  // A request that came and went between two observations shows only in lastTakenAt (Redis's
+  // clock: never later than this one's now).
+  const taken = obs.lastTakenAt == null ? null : Math.min(obs.lastTakenAt, now);
+  const arrived = (obs.inFlight > 0 && (prev.samples.at(-1)?.inFlight ?? 0) === 0) || (taken !== null && taken > (prev.lastActiveAt ?? -Infinity));
+  const lastActiveAt = obs.inFlight > 0 ? now : taken !== null && taken > (prev.lastActiveAt ?? -Infinity) ? taken : prev.lastActiveAt;
   const target = Math.max(1, policy.targetConcurrency);
   const stableWant = Math.ceil(mean(samples) / target);
   const panicRatio = mean(samples.filter((s) => s.t > now - settings.panicWindowMs)) / target;
@@ -119,7 +125,11 @@ export function decide(prev: ScalerState, obs: Observation, policy: ScalingPolic
   }
   // Keep-alive: after the last request, a replica is kept (or pre-warmed) only while the
   // function's next request is likely to come (keep-alive.ts).
-  const idleMs = obs.inFlight > 0 && prev.lastActiveAt !== null && (prev.samples.at(-1)?.inFlight ?? 0) === 0 ? recordIdle(prev.idleMs, now - prev.lastActiveAt) : prev.idleMs;
+  // One idle time per observation at most: arrivals closer than the scheduler's tick count as one.
+  const idleMs =
+    arrived && prev.lastActiveAt !== null && (prev.samples.at(-1)?.inFlight ?? 0) === 0
+      ? recordIdle(prev.idleMs, (taken !== null && taken > prev.lastActiveAt ? taken : now) - prev.lastActiveAt)
+      : prev.idleMs;
   const k = keepAliveFor(idleMs, policy, settings);
   const reclaimed = obs.inFlight > 0 ? false : (prev.reclaimed ?? false);
   if (obs.inFlight === 0) {

@@ -7,7 +7,7 @@ import { BatchStore } from '../core/batches.ts';
 import { BucketRegistry, TenantStores } from '../core/buckets.ts';
 import { batchQueueName, keys, QUEUE_PREFIX, type Manifest, type NodeRecord, type PlacementRecord, type ScaleRecord } from '../core/contracts.ts';
 import { DEFAULT_MAX_JSON_DEPTH } from '../core/json-depth.ts';
-import { liveStream } from '../core/live-queue.ts';
+import { lastTakenAt, liveStream } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
 import { Registry } from '../core/registry.ts';
 import type { ObjectStore } from '../core/s3.ts';
@@ -136,7 +136,7 @@ export class Scheduler {
     const replicas = await Promise.all(replicaIds.map((ids, i) => this.liveReplicas(manifests[i].name, ids, manifests[i].version)));
     // Requests held by replicas that died with their machine go back to the queue now.
     const liveNodeIds = new Set(nodes.map((n) => n.id));
-    await Promise.all(manifests.filter((_, i) => counts[i] > 0).map((m) => this.rescue(m.name, liveNodeIds)));
+    await Promise.all(manifests.filter((_, i) => counts[i].inFlight > 0).map((m) => this.rescue(m.name, liveNodeIds)));
 
     await this.recallIdleTimes(manifests.map((m) => m.name).filter((fn) => !this.states.has(fn)));
     const footprints = await this.footprints(manifests);
@@ -146,14 +146,14 @@ export class Scheduler {
     const views: FunctionView[] = [];
     const before = new Map<string, number>();
     manifests.forEach((m, i) => {
-      const inFlight = counts[i];
+      const { inFlight, lastTakenAt } = counts[i];
       const prevState = this.states.get(m.name) ?? initialScalerState();
       before.set(m.name, prevState.desired);
       // Slots bound replicas running requests; an idle function's replicas are bounded by memory (reclaim, placement).
       const others = Object.entries(this.lastBusy).filter(([fn]) => fn !== m.name).reduce((a, [, n]) => a + n, 0);
       // Slots bound starting replicas, never the ones a function has.
       const capacity = inFlight > 0 ? Math.max(prevState.desired, totalSlots - others) : Infinity;
-      const d = decide(prevState, { now, inFlight, ready: replicas[i].ready, capacity }, m.scaling, this.o.settings);
+      const d = decide(prevState, { now, inFlight, lastTakenAt, ready: replicas[i].ready, capacity }, m.scaling, this.o.settings);
       this.states.set(m.name, d.state);
       if (d.state.idleMs !== prevState.idleMs) learned[m.name] = JSON.stringify(d.state.idleMs);
       const expectedIn = expectedIdleMs(d.state.idleMs);
@@ -175,11 +175,11 @@ export class Scheduler {
     // Nothing to do for these until a request or a deploy names them again (keys.active).
     for (const [i, m] of manifests.entries()) {
       const ends = keepAliveEndsAt(this.states.get(m.name)!, m.scaling, this.o.settings);
-      if (desired[m.name] === 0 && counts[i] === 0 && replicas[i].live === 0 && m.scaling.minReplicas === 0 && (ends === null || now >= ends)) await this.unwatch(m.name, false);
+      if (desired[m.name] === 0 && counts[i].inFlight === 0 && replicas[i].live === 0 && m.scaling.minReplicas === 0 && (ends === null || now >= ends)) await this.unwatch(m.name, false);
     }
 
     const runsModels = new Set(manifests.filter((m) => Object.keys(m.models).length > 0).map((m) => m.name));
-    const working = new Set(manifests.filter((_, i) => counts[i] > 0).map((m) => m.name));
+    const working = new Set(manifests.filter((_, i) => counts[i].inFlight > 0).map((m) => m.name));
     const placement = place(desired, nodes, Object.fromEntries(Object.entries(previous).map(([fn, r]) => [fn, r.nodes])) as Placement, { runsModels, working, footprint });
     for (const [fn, r] of Object.entries(records)) {
       const placed = Object.values(placement[fn] ?? {}).reduce((a, n) => a + n, 0);
@@ -282,16 +282,17 @@ export class Scheduler {
    * by line (a chunk job holds many) or by job where the batches' records say less. Read from the
    * batch queue's keys directly: no BullMQ object per function watched.
    */
-  private async load(manifests: Manifest[], linesOut: Map<string, number>): Promise<number[]> {
+  private async load(manifests: Manifest[], linesOut: Map<string, number>): Promise<{ inFlight: number; lastTakenAt: number | null }[]> {
     const pipe = this.o.redis.pipeline();
     for (const m of manifests) {
       const q = `${QUEUE_PREFIX}:${batchQueueName(m.name)}:`;
-      pipe.xlen(liveStream(m.name)).llen(`${q}wait`).llen(`${q}active`).zcard(`${q}prioritized`).zcard(`${q}delayed`);
+      pipe.xlen(liveStream(m.name)).llen(`${q}wait`).llen(`${q}active`).zcard(`${q}prioritized`).zcard(`${q}delayed`).xinfo('GROUPS', liveStream(m.name));
     }
-    const res = ((await pipe.exec()) ?? []).map(([, v]) => Number(v) || 0);
+    const res = (await pipe.exec()) ?? [];
     return manifests.map((m, i) => {
-      const [live, ...batch] = res.slice(i * 5, i * 5 + 5);
-      return live + Math.max(linesOut.get(m.name) ?? 0, batch.reduce((a, n) => a + n, 0));
+      const [live, ...batch] = res.slice(i * 6, i * 6 + 5).map(([, v]) => Number(v) || 0);
+      const [err, groups] = res[i * 6 + 5] ?? [null, null];
+      return { inFlight: live + Math.max(linesOut.get(m.name) ?? 0, batch.reduce((a, n) => a + n, 0)), lastTakenAt: err ? null : lastTakenAt(groups) };
     });
   }
 

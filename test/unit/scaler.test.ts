@@ -97,6 +97,22 @@ describe('scaler', () => {
     assert.equal(out[last + 1], 0, 'no keep-alive right after a request: the next is 90 s away');
   });
 
+  it('learns from requests that came and went between two observations (lastTakenAt)', () => {
+    // A request every 2 s that lasts a few ms: never in flight when observed, once a second.
+    let state = initialScalerState();
+    const p: ScalingPolicy = { ...policy, idleTimeoutS: 'auto' };
+    const desired: number[] = [];
+    for (let t = 0; t < 200; t++) {
+      const lastTakenAt = t >= 1 ? Math.floor((t - 1) / 2) * 2_000 + 300 : null;
+      const d = decide(state, { now: t * 1000, inFlight: t === 0 ? 1 : 0, lastTakenAt, ready: state.desired, capacity: 100 }, p, settings);
+      state = d.state;
+      desired.push(d.desired);
+    }
+    assert.ok(desired.every((n) => n === 1), `warm throughout, never drained between requests: ${desired.join('')}`);
+    assert.equal(state.lastActiveAt, 198_300, 'the last request taken');
+    assert.ok(state.idleMs.length >= 60 && state.idleMs.every((ms) => ms === 2_000 || ms === 2_300), `one idle time per request, about 2 s: ${state.idleMs.slice(-5)}`);
+  });
+
   it('EMBERS_KEEP_ALIVE=fixed keeps the bound whatever the pattern', () => {
     const period = 90;
     const trace = Array.from({ length: period * 12 }, (_, t) => (t % period === 0 ? 1 : 0));
@@ -176,5 +192,17 @@ describe('gpu discovery', () => {
       { index: 1, name: 'NVIDIA H100 80GB HBM3', memoryMiB: 81559 },
     ]);
     assert.deepEqual(parseNvidiaSmi(''), []);
+  });
+});
+
+import { lastTakenAt } from '../../core/live-queue.ts';
+
+describe('lastTakenAt', () => {
+  it("reads the replicas group's last-delivered-id as XINFO GROUPS gives it", () => {
+    assert.equal(lastTakenAt([['name', 'replicas', 'consumers', 1, 'pending', 1, 'last-delivered-id', '1795811333503-0', 'entries-read', 1, 'lag', 0]]), 1795811333503);
+    assert.equal(lastTakenAt([{ name: 'replicas', 'last-delivered-id': '1795811333503-2' }]), 1795811333503);
+    assert.equal(lastTakenAt([['name', 'replicas', 'last-delivered-id', '0-0']]), null, 'nothing taken yet');
+    assert.equal(lastTakenAt([['name', 'other', 'last-delivered-id', '5-0']]), null);
+    assert.equal(lastTakenAt(null), null);
   });
 });
