@@ -2,7 +2,7 @@
 // Keep them stable: gateways, agents and replicas of one deployment read each other's.
 import { z } from 'zod';
 import { checkS3Uri } from './s3-uri.ts';
-import { DEFAULT_TENANT } from './tenants.ts';
+import { DEFAULT_TENANT } from './names.ts';
 
 /** Function names end up in URLs, Redis keys and S3 keys: keep them to a safe alphabet. */
 export const FUNCTION_NAME = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;

@@ -1,7 +1,8 @@
 // Function names are per tenant: two tenants may each have an `ocr`. Below the gateway (Redis
 // keys, live streams, the batch queue, S3 keys, the scheduler, replicas) a function goes by one
 // string, its key; the gateway turns (tenant, name) into it and never shows one tenant another's.
-import { DEFAULT_TENANT } from './tenants.ts';
+/** The tenant of the platform's own API key, and of everything deployed before there were tenants. */
+export const DEFAULT_TENANT = 'default';
 
 /**
  * The key of `tenant`'s function `name`. The default tenant's functions keep their plain name, so

@@ -4,7 +4,7 @@ import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { ObjectStore } from './s3.ts';
 import { keys, s3Keys, type DeploySpec, type Manifest, type PlatformEvent } from './contracts.ts';
-import { DEFAULT_TENANT } from './tenants.ts';
+import { DEFAULT_TENANT } from './names.ts';
 import { findOwned } from './names.ts';
 import { evalScript } from './redis.ts';
 

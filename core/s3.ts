@@ -1,15 +1,6 @@
 // Object storage: bundles, manifests and models. Any S3-compatible server (AWS, MinIO, the
 // embedded one under `embers dev`).
-import {
-  S3Client,
-  CreateBucketCommand,
-  DeleteObjectCommand,
-  GetObjectCommand,
-  HeadBucketCommand,
-  HeadObjectCommand,
-  PutObjectCommand,
-  ListObjectsV2Command,
-} from '@aws-sdk/client-s3';
+import type { GetObjectCommandOutput, HeadObjectCommandOutput, ListObjectsV2CommandOutput, S3Client } from '@aws-sdk/client-s3';
 import { createWriteStream } from 'node:fs';
 import { mkdir, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
@@ -21,6 +12,11 @@ export { checkS3Uri, type S3Location };
 
 // Node 20 is supported by the SDK versions we pin; its notice is not actionable for users.
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
+
+type Sdk = typeof import('@aws-sdk/client-s3');
+let sdkLoading: Promise<Sdk> | undefined;
+/** The SDK, loaded on first use: a quarter of a core-second that a replica whose bundle and models are cached never spends. */
+const sdk = (): Promise<Sdk> => (sdkLoading ??= import('@aws-sdk/client-s3'));
 
 export function parseS3Uri(uri: string): S3Location {
   const loc = checkS3Uri(uri);
@@ -41,25 +37,39 @@ export interface ObjectStoreOptions {
 }
 
 export class ObjectStore {
-  readonly client: S3Client;
   readonly bucket: string;
   readonly endpoint?: string;
+  private clientLoading?: Promise<S3Client>;
+  private loadedClient?: S3Client;
 
-  constructor(options: ObjectStoreOptions) {
+  constructor(private readonly options: ObjectStoreOptions) {
     this.bucket = options.bucket;
     this.endpoint = options.endpoint;
-    const hasEnvCreds = Boolean(process.env.AWS_ACCESS_KEY_ID || process.env.AWS_PROFILE);
-    const credentials = options.credentials ?? (!hasEnvCreds ? options.fallbackCredentials : undefined);
-    this.client = new S3Client({
-      endpoint: options.endpoint,
-      forcePathStyle: Boolean(options.endpoint),
-      region: options.region ?? process.env.AWS_REGION ?? process.env.AWS_DEFAULT_REGION ?? 'us-east-1',
-      ...(credentials ? { credentials } : {}),
-      ...(options.timeouts ? { requestHandler: { connectionTimeout: options.timeouts.connectMs, requestTimeout: options.timeouts.requestMs } } : {}),
-      // Checksums on every PUT cost a full pass over model files and trip some S3-compatible servers.
-      requestChecksumCalculation: 'WHEN_REQUIRED',
-      responseChecksumValidation: 'WHEN_REQUIRED',
-    });
+  }
+
+  /** The S3 client, made on first use. */
+  private client(): Promise<S3Client> {
+    return (this.clientLoading ??= sdk().then(({ S3Client }) => {
+      const o = this.options;
+      const hasEnvCreds = Boolean(process.env.AWS_ACCESS_KEY_ID || process.env.AWS_PROFILE);
+      const credentials = o.credentials ?? (!hasEnvCreds ? o.fallbackCredentials : undefined);
+      return (this.loadedClient = new S3Client({
+        endpoint: o.endpoint,
+        forcePathStyle: Boolean(o.endpoint),
+        region: o.region ?? process.env.AWS_REGION ?? process.env.AWS_DEFAULT_REGION ?? 'us-east-1',
+        ...(credentials ? { credentials } : {}),
+        ...(o.timeouts ? { requestHandler: { connectionTimeout: o.timeouts.connectMs, requestTimeout: o.timeouts.requestMs } } : {}),
+        // Checksums on every PUT cost a full pass over model files and trip some S3-compatible servers.
+        requestChecksumCalculation: 'WHEN_REQUIRED',
+        responseChecksumValidation: 'WHEN_REQUIRED',
+      }));
+    }));
+  }
+
+  /** Sends the command `make` builds from the SDK. */
+  private async send<T = unknown>(make: (s: Sdk) => object, abortSignal?: AbortSignal): Promise<T> {
+    const [s, client] = await Promise.all([sdk(), this.client()]);
+    return (await client.send(make(s) as Parameters<S3Client['send']>[0], abortSignal ? { abortSignal } : undefined)) as T;
   }
 
   uri(key: string): string {
@@ -72,41 +82,41 @@ export class ObjectStore {
 
   async ensureBucket(): Promise<void> {
     try {
-      await this.client.send(new HeadBucketCommand({ Bucket: this.bucket }));
+      await this.send((s) => new s.HeadBucketCommand({ Bucket: this.bucket }));
     } catch (err) {
       if (statusOf(err) !== 404) throw err;
-      await this.client.send(new CreateBucketCommand({ Bucket: this.bucket }));
+      await this.send((s) => new s.CreateBucketCommand({ Bucket: this.bucket }));
     }
   }
 
   async ping(abortSignal?: AbortSignal): Promise<void> {
-    await this.client.send(new HeadBucketCommand({ Bucket: this.bucket }), { abortSignal });
+    await this.send((s) => new s.HeadBucketCommand({ Bucket: this.bucket }), abortSignal);
   }
 
   async put(keyOrUri: string, body: Buffer | string | Readable, contentType = 'application/octet-stream', contentLength?: number): Promise<void> {
     const { bucket, key } = this.loc(keyOrUri);
     // Explicit lengths, empty bodies included (the SDK warns about "streams of unknown length" otherwise).
     const length = contentLength ?? (typeof body === 'string' ? Buffer.byteLength(body) : Buffer.isBuffer(body) ? body.length : undefined);
-    await this.client.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: body, ContentType: contentType, ContentLength: length }));
+    await this.send((s) => new s.PutObjectCommand({ Bucket: bucket, Key: key, Body: body, ContentType: contentType, ContentLength: length }));
   }
 
   async get(keyOrUri: string): Promise<Buffer> {
     const { bucket, key } = this.loc(keyOrUri);
-    const res = await this.client.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
+    const res = await this.send<GetObjectCommandOutput>((s) => new s.GetObjectCommand({ Bucket: bucket, Key: key }));
     return Buffer.from(await res.Body!.transformToByteArray());
   }
 
   /** The object as a stream (batch files can be large). */
   async stream(keyOrUri: string): Promise<Readable> {
     const { bucket, key } = this.loc(keyOrUri);
-    const res = await this.client.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
+    const res = await this.send<GetObjectCommandOutput>((s) => new s.GetObjectCommand({ Bucket: bucket, Key: key }));
     return res.Body as Readable;
   }
 
   /** Streams an object to a file atomically (temp file, then rename). */
   async download(keyOrUri: string, file: string): Promise<void> {
     const { bucket, key } = this.loc(keyOrUri);
-    const res = await this.client.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
+    const res = await this.send<GetObjectCommandOutput>((s) => new s.GetObjectCommand({ Bucket: bucket, Key: key }));
     await mkdir(path.dirname(file), { recursive: true });
     const tmp = `${file}.${process.pid}.${Date.now()}.part`;
     try {
@@ -122,7 +132,7 @@ export class ObjectStore {
   async head(keyOrUri: string): Promise<{ etag: string; size: number } | null> {
     const { bucket, key } = this.loc(keyOrUri);
     try {
-      const res = await this.client.send(new HeadObjectCommand({ Bucket: bucket, Key: key }));
+      const res = await this.send<HeadObjectCommandOutput>((s) => new s.HeadObjectCommand({ Bucket: bucket, Key: key }));
       return { etag: (res.ETag ?? '').replaceAll('"', ''), size: res.ContentLength ?? 0 };
     } catch (err) {
       if (statusOf(err) === 404) return null;
@@ -132,14 +142,14 @@ export class ObjectStore {
 
   async delete(keyOrUri: string): Promise<void> {
     const { bucket, key } = this.loc(keyOrUri);
-    await this.client.send(new DeleteObjectCommand({ Bucket: bucket, Key: key }));
+    await this.send((s) => new s.DeleteObjectCommand({ Bucket: bucket, Key: key }));
   }
 
   async list(prefix: string): Promise<string[]> {
     const keys: string[] = [];
     let token: string | undefined;
     do {
-      const res = await this.client.send(new ListObjectsV2Command({ Bucket: this.bucket, Prefix: prefix, ContinuationToken: token }));
+      const res = await this.send<ListObjectsV2CommandOutput>((s) => new s.ListObjectsV2Command({ Bucket: this.bucket, Prefix: prefix, ContinuationToken: token }));
       for (const c of res.Contents ?? []) if (c.Key) keys.push(c.Key);
       token = res.IsTruncated ? res.NextContinuationToken : undefined;
     } while (token);
@@ -147,7 +157,7 @@ export class ObjectStore {
   }
 
   destroy(): void {
-    this.client.destroy();
+    this.loadedClient?.destroy();
   }
 }
 

@@ -1,7 +1,8 @@
 // Which tenant an object of the platform bucket belongs to, judged from its key: every s3:// URI
 // a tenant names (a batch's input, a deploy's models) must be one of its own, and anything else
 // is answered as if it did not exist.
-import { DEFAULT_TENANT, TENANT_ID } from './tenants.ts';
+import { DEFAULT_TENANT } from './names.ts';
+import { TENANT_ID } from './tenants.ts';
 
 /**
  * The owner of `key` in the platform bucket, or null when no tenant may name it (functions'

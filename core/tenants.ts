@@ -5,6 +5,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { evalScript } from './redis.ts';
+import { DEFAULT_TENANT } from './names.ts';
 
 export const SCOPES = ['run', 'deploy', 'read'] as const;
 export type Scope = (typeof SCOPES)[number];
@@ -48,8 +49,6 @@ export interface ApiKey {
   revokedAt?: string;
 }
 
-/** The tenant that owns the platform's own key (EMBERS_API_KEY) and functions deployed before tenants. */
-export const DEFAULT_TENANT = 'default';
 /** Key id of EMBERS_API_KEY (or the key `embers dev` generates) inside the default tenant. */
 export const DEFAULT_KEY_ID = 'default';
 

@@ -21,8 +21,8 @@ import { claimLiveEntry, decodeLiveJob, ensureLiveGroup, finishLiveEntries, hand
 import type { Logger } from '../core/log.ts';
 import { waitAtMost } from '../core/settle.ts';
 
-/** How long one read waits for work before looking again (bounds how long a drain waits for the reader). */
-const BLOCK_MS = 1000;
+/** How long one read waits for work before looking again; a drain or a hand-over wakes it sooner. */
+const BLOCK_MS = 5000;
 /** Longest a busy replica stops reading new requests so that what runs ends and it can take one over alone (read). */
 const TAKE_OVER_WAIT_MS = 2_000;
 /** Tries at finishing a tick's requests (100 and 400 ms apart) before leaving them pending. */
@@ -119,6 +119,11 @@ export class LiveConsumer {
   scanNow(): void {
     if (this.stopped) return;
     this.lookFor();
+    this.wakeReader();
+  }
+
+  /** Ends a read blocked on the stream now (it answers nothing). */
+  private wakeReader(): void {
     if (this.readerBlocked && this.readerId !== undefined) void this.o.redis.client('UNBLOCK', this.readerId).catch(() => 0);
   }
 
@@ -136,7 +141,8 @@ export class LiveConsumer {
   /** Takes no more requests and waits for those it holds; then leaves the group. */
   async drain(): Promise<void> {
     this.stopped = true;
-    // The reader returns within BLOCK_MS, unless Redis is unreachable: then stop waiting for it.
+    this.wakeReader();
+    // The reader returns at once (or within BLOCK_MS), unless Redis is unreachable: then stop waiting for it.
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([this.reading, new Promise((r) => (timer = setTimeout(r, BLOCK_MS + 1000)))]);
     clearTimeout(timer);

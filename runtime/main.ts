@@ -14,7 +14,7 @@ import { Sealer } from '../core/sealed.ts';
 import { Replica } from './replica.ts';
 import { probeSandbox, type SandboxSupport } from './sandbox.ts';
 import { USER_CODE_V8_FLAGS, UserCodeProcess } from './user-code-process.ts';
-import { DEFAULT_TENANT } from '../core/tenants.ts';
+import { DEFAULT_TENANT } from '../core/names.ts';
 
 /** What the agent tells a process to serve. */
 export interface Assignment {

@@ -10,7 +10,7 @@ import { keys, s3Keys, type BatchChunkData, type BatchChunkLine, type RunJobData
 import type { TenantStores } from '../core/buckets.ts';
 import type { Logger } from '../core/log.ts';
 import type { Registry } from '../core/registry.ts';
-import { DEFAULT_TENANT } from '../core/tenants.ts';
+import { DEFAULT_TENANT } from '../core/names.ts';
 import { plainName } from '../core/names.ts';
 import { statusOf, type ObjectStore } from '../core/s3.ts';
 import { compileInputSchema, describeErrors } from '../core/validate.ts';

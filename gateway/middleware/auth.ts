@@ -1,6 +1,7 @@
 import * as crypto from 'node:crypto';
 import type { Context, MiddlewareHandler } from 'hono';
-import { ADMIN_AUTH, DEFAULT_TENANT, TENANT_ID, type Scope, type TenantStore } from '../../core/tenants.ts';
+import { DEFAULT_TENANT } from '../../core/names.ts';
+import { ADMIN_AUTH, TENANT_ID, type Scope, type TenantStore } from '../../core/tenants.ts';
 import { ApiError } from '../errors.ts';
 import type { GatewayEnv } from '../app.ts';
 import type { KeyCache } from '../key-cache.ts';

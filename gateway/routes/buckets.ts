@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { MAX_BUCKETS_PER_TENANT, bucketStore, bucketView, refusedEndpoint, type BucketRecord } from '../../core/buckets.ts';
 import { statusOf } from '../../core/s3.ts';
 import { bucketNameProblem } from '../../core/s3-uri.ts';
-import { DEFAULT_TENANT } from '../../core/tenants.ts';
+import { DEFAULT_TENANT } from '../../core/names.ts';
 import { ApiError, readJson } from '../errors.ts';
 import { actingTenant, requireScope } from '../middleware/auth.ts';
 import type { GatewayDeps, GatewayEnv } from '../app.ts';

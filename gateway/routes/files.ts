@@ -5,7 +5,7 @@ import { createReadStream } from 'node:fs';
 import { Readable } from 'node:stream';
 import { Hono, type Context } from 'hono';
 import { s3Keys } from '../../core/contracts.ts';
-import { DEFAULT_TENANT } from '../../core/tenants.ts';
+import { DEFAULT_TENANT } from '../../core/names.ts';
 import { FILE_PURPOSES, FileStore, fileView, type FileRecord } from '../../core/files.ts';
 import { ApiError } from '../errors.ts';
 import { actingTenant, requireScope } from '../middleware/auth.ts';

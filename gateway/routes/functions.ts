@@ -5,7 +5,7 @@ import { z } from 'zod';
 import { DeployRequestSchema, errorBody, FUNCTION_NAME, keys, type Manifest } from '../../core/contracts.ts';
 import { liveStream, takeUnstarted } from '../../core/live-queue.ts';
 import { answerUnrun } from '../../core/jobs.ts';
-import { DEFAULT_TENANT } from '../../core/tenants.ts';
+import { DEFAULT_TENANT } from '../../core/names.ts';
 import { plainName, qualifiedName } from '../../core/names.ts';
 import { ApiError, readJson } from '../errors.ts';
 import { headOwned } from '../owned-objects.ts';

@@ -3,7 +3,8 @@
 import { Hono, type Context } from 'hono';
 import { limitBody } from '../middleware/body-limit.ts';
 import { z } from 'zod';
-import { CreateKeySchema, CreateTenantSchema, DEFAULT_TENANT, KEY_ID, TENANT_ID, type Tenant } from '../../core/tenants.ts';
+import { DEFAULT_TENANT } from '../../core/names.ts';
+import { CreateKeySchema, CreateTenantSchema, KEY_ID, TENANT_ID, type Tenant } from '../../core/tenants.ts';
 import { ApiError, readJson } from '../errors.ts';
 import { requireAdmin } from '../middleware/auth.ts';
 import type { GatewayDeps, GatewayEnv } from '../app.ts';
