@@ -8,7 +8,7 @@
 import { BATCHED_MAX_BATCH } from './functions/cls.ts';
 import { closedLoop, type Target } from './load.ts';
 import { errorsNote, num, table } from './format.ts';
-import { batchingVerdict, onGpu, TARGETS, type Measured } from './result.ts';
+import { batchingVerdict, onGpu, TARGETS, type BatchingPoint, type BatchingSection } from './result.ts';
 import { batchDelta, deployFunctions, postJson, settledCounters, type EmbersServer } from './servers.ts';
 import type { Window } from './stats.ts';
 import { takeTurns } from './turns.ts';
@@ -19,35 +19,6 @@ export const BATCHING_HEADLINE_CONCURRENCY = 32;
 const FUNCTIONS = { batched: 'cls-batched', single: 'cls-single' } as const;
 const FILES = ['bench/functions/cls-batched.ts', 'bench/functions/cls-single.ts'];
 const BODY = Buffer.from('{"seed":7}');
-
-export interface BatchingSide extends Measured {
-  /** Model rows per execution over the point (Δinferences ÷ Δexecutions, from the replicas' counters). */
-  meanBatch?: number;
-}
-
-export interface BatchingPoint {
-  concurrency: number;
-  batched: BatchingSide;
-  single: BatchingSide;
-  /** batched req/s ÷ single req/s. */
-  gain: number;
-}
-
-export interface BatchingSection {
-  model: string;
-  /** The execution provider both functions' replicas reported for the model ('mixed' when they differ, 'unknown' when one did not say). */
-  provider: string;
-  /** Each function's provider, and why it is not the one asked for (a CUDA that failed to load), if so. */
-  providers: { batched: string; single: string; fallback?: string };
-  maxBatchSize: number;
-  points: BatchingPoint[];
-  /** The gain at `headlineConcurrency`. */
-  gain: number;
-  headlineConcurrency: number;
-  /** Both functions gave the same answer for the same seed (the same angle, scores within 1e-4). */
-  outputsMatch: boolean;
-  seconds: number;
-}
 
 export async function batchingSection(o: { embers: EmbersServer; groups: number[]; window: Window; log: (line: string) => void }): Promise<BatchingSection> {
   const t0 = performance.now();

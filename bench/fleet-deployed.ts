@@ -6,7 +6,7 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { Redis } from 'ioredis';
-import { startLocalRedis, type LocalRedis } from '../infra/local/redis.ts';
+import { startLocalRedis, type LocalRedis } from '../platform/local-redis.ts';
 import { deployMany, rssOf, templates } from './fleet.ts';
 import { launchEmbers, type EmbersProcess } from './servers.ts';
 import { sleep } from './stats.ts';

@@ -13,12 +13,13 @@ import path from 'node:path';
 import { Redis } from 'ioredis';
 import { EmbersClient } from '../cli/client.ts';
 import { bundleFunction, extractManifest, resolveModelFile, uploadModel } from '../cli/deploy.ts';
-import { keys, type DeploySpec } from '../core/contracts.ts';
-import { startLocalRedis, type LocalRedis } from '../infra/local/redis.ts';
+import { type DeploySpec } from '../core/contracts.ts';
+import { startLocalRedis, type LocalRedis } from '../platform/local-redis.ts';
 import { DEFAULT_TRACE, makeTrace, type Kind, type Trace } from './fleet-trace.ts';
 import { testImage } from './image.ts';
 import { launchEmbers, ROOT, type EmbersProcess } from './servers.ts';
 import { latency, sleep, type Latency } from './stats.ts';
+import { keys } from '../core/keys.ts';
 
 export interface Policy {
   name: string;

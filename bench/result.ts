@@ -1,6 +1,5 @@
 // The shape of one benchmark run (what bench/results/latest.json holds) and its verdicts.
 import type { BatchSection } from './batch.ts';
-import type { BatchingSection } from './batching.ts';
 import type { BodySection } from './body.ts';
 import type { ColdStartResult } from './cold.ts';
 import type { PairedC1 } from './paired.ts';
@@ -14,6 +13,36 @@ export interface Measured extends LoadResult {
   cores: Record<string, number>;
   /** When pooled from several runs (Embers and naive taking turns): each run's req/s, in order. */
   runsReqPerSec?: number[];
+}
+
+/** The batching section (bench/batching.ts): the same model with dynamic batching on and off. */
+export interface BatchingSide extends Measured {
+  /** Model rows per execution over the point (Δinferences ÷ Δexecutions, from the replicas' counters). */
+  meanBatch?: number;
+}
+
+export interface BatchingPoint {
+  concurrency: number;
+  batched: BatchingSide;
+  single: BatchingSide;
+  /** batched req/s ÷ single req/s. */
+  gain: number;
+}
+
+export interface BatchingSection {
+  model: string;
+  /** The execution provider both functions' replicas reported for the model ('mixed' when they differ, 'unknown' when one did not say). */
+  provider: string;
+  /** Each function's provider, and why it is not the one asked for (a CUDA that failed to load), if so. */
+  providers: { batched: string; single: string; fallback?: string };
+  maxBatchSize: number;
+  points: BatchingPoint[];
+  /** The gain at `headlineConcurrency`. */
+  gain: number;
+  headlineConcurrency: number;
+  /** Both functions gave the same answer for the same seed (the same angle, scores within 1e-4). */
+  outputsMatch: boolean;
+  seconds: number;
 }
 
 export interface OverheadPoint {

@@ -17,7 +17,7 @@ import type { EmbersClient } from './client.ts';
 import { CliError } from './errors.ts';
 import { ProgressBar, formatBytes } from './progress.ts';
 
-const SDK = fileURLToPath(new URL('../runtime/sdk.ts', import.meta.url));
+const SDK = fileURLToPath(new URL('../sdk/index.ts', import.meta.url));
 const EXTRACT = fileURLToPath(new URL('./extract-manifest.ts', import.meta.url));
 const TSX = import.meta.resolve('tsx');
 /** Native or platform-provided packages: never bundled, resolved from the runtime's node_modules. */

@@ -2,7 +2,7 @@
 // A separate process so a function's top-level code never runs inside the CLI.
 import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
-import { isFunctionDefinition } from '../runtime/sdk.ts';
+import { isFunctionDefinition } from '../sdk/index.ts';
 
 /** A problem with the function's shape: reported as one line, without a stack. */
 class ManifestError extends Error {}

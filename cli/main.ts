@@ -2,7 +2,7 @@
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { ConfigError } from '../core/config.ts';
-import { DataDirInUseError, MissingDependencyError } from '../infra/local/redis.ts';
+import { DataDirInUseError, MissingDependencyError } from '../platform/local-redis.ts';
 import { GatewayStartError } from '../gateway/server.ts';
 import { CliError } from './errors.ts';
 import { devCommand } from './commands/dev.ts';

@@ -4,9 +4,11 @@
 // platform can restart mid-batch.
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { keys, type BatchChunkData, type BatchChunkLine, type RunJobData } from './contracts.ts';
+import { type BatchChunkData, type BatchChunkLine, type RunJobData } from './contracts.ts';
 import { evalScript } from './redis.ts';
 import { plainName } from './names.ts';
+import { lua } from './lua.ts';
+import { keys } from './keys.ts';
 
 export type BatchStatus = 'validating' | 'in_progress' | 'finalizing' | 'completed' | 'failed' | 'cancelling' | 'cancelled';
 export const BATCH_TERMINAL: BatchStatus[] = ['completed', 'failed', 'cancelled'];
@@ -94,24 +96,9 @@ export function chunkOf(line: number, r: Pick<BatchRecord, 'chunkSize' | 'chunkF
   return r.chunkFrom + Math.floor((line - r.chunkFrom) / r.chunkSize) * r.chunkSize;
 }
 
-/** Records a line's outcome once, and counts it, unless the batch is gone or already final. */
-const ITEM_DONE = `
-local s = redis.call('HGET', KEYS[1], 'status')
-if s ~= 'validating' and s ~= 'in_progress' and s ~= 'cancelling' then return -1 end
-if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 0 then return 0 end
-redis.call('HINCRBY', KEYS[1], ARGV[3], 1)
-if ARGV[4] == '1' then redis.call('HINCRBY', KEYS[1], 'invalid', 1) end
-return 1`;
+const ITEM_DONE = lua('batch-item-done');
 
-/** Moves the status only from one of the expected ones; the fields are set with it. */
-const TRANSITION = `
-local s = redis.call('HGET', KEYS[1], 'status')
-if not s then return nil end
-local ok = false
-for w in string.gmatch(ARGV[1], '[^,]+') do if w == s then ok = true end end
-if not ok then return s end
-for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-return 'ok'`;
+const TRANSITION = lua('batch-transition');
 
 /** The ids BatchStore.newId makes (12 random bytes, base64url): routes check an id by it before any lookup. */
 export const BATCH_ID = /^batch_[A-Za-z0-9_-]{16}$/;

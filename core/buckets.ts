@@ -7,8 +7,9 @@ import type { Redis } from 'ioredis';
 import { evalScript } from './redis.ts';
 import { ObjectStore, checkS3Uri } from './s3.ts';
 import type { Sealer } from './sealed.ts';
-import { tenantKeys } from './tenants.ts';
 import { refusedTarget } from './webhook-target.ts';
+import { lua } from './lua.ts';
+import { tenantKeys } from './keys.ts';
 
 export interface BucketRecord {
   tenant: string;
@@ -41,11 +42,7 @@ export const MAX_BUCKETS_PER_TENANT = 100;
 
 const sealContext = (tenant: string, bucket: string) => `bucket:${tenant}:${bucket}`;
 
-/** KEYS: the tenant's buckets; ARGV: bucket, record, most. */
-const PUT_WITHIN = `
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-return 1`;
+const PUT_WITHIN = lua('bucket-put-within');
 
 export class BucketRegistry {
   /** `sealer`: null when EMBERS_SECRETS_KEY is not configured (nothing can be registered or read). */

@@ -41,3 +41,16 @@ export function sinceEnqueued(s: EnqueueStamp, nowWall = Date.now(), nowMono = m
   }
   return Math.max(0, wall);
 }
+
+/** The clock that pure timing logic (the batcher, the live-first gate) is given: tests give a fake one. */
+export interface Clock {
+  now(): number;
+  setTimeout(fn: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+}
+
+export const systemClock: Clock = {
+  now: () => performance.now(),
+  setTimeout: (fn, ms) => setTimeout(fn, ms),
+  clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout),
+};

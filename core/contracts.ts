@@ -109,6 +109,22 @@ export interface RunJobData {
   bin?: number;
 }
 
+/**
+ * Where a request's outcome goes, from the one of RunJobData's `gw`, `job` and `batch` it has: a
+ * sync run's reply to its gateway's channel, an async run's job record, or a batch line's output.
+ */
+export type Destination =
+  | { to: 'gateway'; gateway: string; id?: string }
+  | { to: 'job'; job: string }
+  | { to: 'batch'; line: NonNullable<RunJobData['batch']> };
+
+export function destinationOf(data: RunJobData): Destination | undefined {
+  if (data.gw) return { to: 'gateway', gateway: data.gw, id: data.id };
+  if (data.job) return { to: 'job', job: data.job };
+  if (data.batch) return { to: 'batch', line: data.batch };
+  return undefined;
+}
+
 /** One line of a batch chunk: what RunJobData's `batch`, `input` and `bin` would hold for it alone. */
 export interface BatchChunkLine {
   line: number;
@@ -129,21 +145,12 @@ export interface BatchChunkData {
   k?: string;
 }
 
-/**
- * The BullMQ queue of a function's batch lines. Live requests (sync and async) ride the
- * function's Redis stream instead (core/live-queue.ts); a replica serves both with separate
- * slots, live first. `fn` is the function's key (core/names.ts): no two functions share one, and
- * no other queue name ends in ".batch".
- */
-export const batchQueueName = (fn: string) => `${fn}.batch`;
-
 /** Header of a reply message; the body (result or error JSON, or bytes: `type`) follows after a newline (encodeReply). */
 export interface ReplyHeader {
   rid: string;
   /**
-   * The sync request's unique id (RunJobData.id): its gateway routes the reply by it, never by
-   * `rid`, which a caller may choose (x-request-id) and two callers may share. Absent from
-   * replicas older than it (routed by rid).
+   * On a sync request's reply, its unique id (RunJobData.id): its gateway routes the reply by it,
+   * never by `rid`, which a caller may choose (x-request-id) and two callers may share.
    */
   id?: string;
   status: number;
@@ -155,10 +162,9 @@ export interface ReplyHeader {
    * batch, infer and exec are sums over the request's model calls (calls in parallel count each).
    * input (compute input): from taking the request to its first model call (input validation and
    * pre-processing; all of the handler when it calls no model); output (compute output): from the
-   * last model call's answer to the serialised result. exec, input and output are absent from
-   * replicas older than them.
+   * last model call's answer to the serialised result.
    */
-  timing: { queueMs: number; handlerMs: number; inferMs: number; batchMs: number; execMs?: number; inputMs?: number; outputMs?: number };
+  timing: { queueMs: number; handlerMs: number; inferMs: number; batchMs: number; execMs: number; inputMs: number; outputMs: number };
   /** Present when the request waited for this replica's cold start. */
   cold?: { waitedMs: number; phases: ColdStartPhases };
   /** The handler answered with bytes (binary()) of this Content-Type; absent: the body is JSON. */
@@ -179,62 +185,6 @@ export interface ColdStartPhases {
 export interface ErrorBody {
   error: { code: string; message: string; details?: unknown };
 }
-
-/** On the cancel channel in place of a job id: scan the live queue for handed-over requests now (core/live-queue.ts). */
-export const SCAN_NOW = '+scan';
-
-export const keys = {
-  functionIndex: 'embers:functions',
-  /**
-   * Functions that may have work (a request was queued, a version deployed) since the scheduler
-   * last found them with none: what it watches, besides those with replicas, so that a pass costs
-   * what is active rather than what is deployed (scheduler/scheduler.ts).
-   */
-  active: 'embers:active',
-  function: (name: string) => `embers:function:${name}`,
-  versions: (name: string) => `embers:function:${name}:versions`,
-  versionSeq: (name: string) => `embers:function:${name}:seq`,
-  replica: (id: string) => `embers:replica:${id}`,
-  /** fn → its recent idle times (JSON ms, oldest first): keep-alive's learning, kept across scheduler leaders and restarts. */
-  idleTimes: 'embers:idle-times',
-  /** A function's footprint per version: version → the most bytes a replica of it held (replica process and user code). */
-  footprints: (fn: string) => `embers:footprints:${fn}`,
-  /** Replica id → the node that runs it, from spawn to exit: outlives the replica's record, for scheduler/orphans.ts. */
-  replicaNodes: 'embers:replica-nodes',
-  replicas: (name: string) => `embers:function:${name}:replicas`,
-  replyChannel: (gatewayId: string) => `embers:reply:${gatewayId}`,
-  registryChannel: 'embers:registry',
-  coldStarts: (name: string) => `embers:function:${name}:coldstarts`,
-  node: (id: string) => `embers:node:${id}`,
-  nodes: 'embers:nodes',
-  /** fn → JSON PlacementRecord, written by the leading scheduler. */
-  placement: 'embers:placement',
-  /** fn → JSON ScaleRecord: the last decision and why. */
-  desired: 'embers:desired',
-  leader: 'embers:scheduler:leader',
-  /** Async job record (hash) and the tombstone that outlives it, so an expired id answers "expired". */
-  job: (id: string) => `embers:job:${id}`,
-  jobGone: (id: string) => `embers:job:${id}:gone`,
-  /**
-   * Replicas listen here for cancellations of running async jobs, `<function> <job id>`, and for
-   * `<function> +scan` (SCAN_NOW): live requests of that function were handed over, to be taken now.
-   */
-  cancelChannel: 'embers:cancel',
-  /** Replicas on one node announce "<replica> 1" when busy with live requests, "<replica> 0" when idle (runtime/live-first.ts). */
-  liveChannel: (node: string) => `embers:live:${node}`,
-  batch: (id: string) => `embers:batch:${id}`,
-  /** line → `o{json}` or `e{json}`: a line's outcome, written once (HSETNX) whatever retries happen. */
-  batchResults: (id: string) => `embers:batch:${id}:results`,
-  /** Batches the feeder still works on. */
-  activeBatches: 'embers:batches:active',
-  /** Root of webhook signing secrets when EMBERS_WEBHOOK_SECRET is unset. */
-  webhookSecret: 'embers:webhook-secret',
-  /** Every batch by creation time, for listing. */
-  batches: 'embers:batches',
-  /** A Files API upload's record (hash), and a tenant's uploads by creation time. */
-  file: (id: string) => `embers:file:${id}`,
-  files: (tenant: string) => `embers:tenant:${tenant}:files`,
-};
 
 /** Where a function's replicas should run: the leading scheduler's word to the node agents. */
 export interface PlacementRecord {
@@ -281,9 +231,6 @@ export type PlatformEvent =
 /** Exit code of a replica that asks its node agent to replace it (a handler that would not stop). */
 export const EXIT_REPLACE_ME = 75;
 
-/** BullMQ queues (a function's batch lines, webhook deliveries) live under this prefix. */
-export const QUEUE_PREFIX = 'embers';
-
 /**
  * Where a tenant's objects live in the platform bucket: below `tenants/<id>/`, except the
  * default tenant's, which keep the keys they had before tenants (core/tenant-objects.ts judges
@@ -302,9 +249,6 @@ export const s3Keys = {
   file: (tenant: string, id: string) => `${tenantPrefix(tenant)}files/${id}.jsonl`,
 };
 
-/** Queue (under QUEUE_PREFIX) of webhook deliveries; "_" keeps it apart from function names. */
-export const WEBHOOK_QUEUE = '_webhooks';
-
 /**
  * A reply: its header as JSON, a newline, then its body: the result or error JSON, or, when the
  * header says `type`, the bytes a handler answered with (binary()), as they are. JSON never holds
@@ -320,8 +264,6 @@ export function encodeReply(header: ReplyHeader, body: string | Uint8Array): str
  * Several replies for one gateway in one message (one PUBLISH, one message for the gateway to
  * read): `+<length>,<length>,…\n` then the replies (encodeReply) back to back, lengths in bytes.
  * A single reply stays as it is (it starts with its header's `{`). Text when every reply is.
- * (Replicas before answers could be bytes marked their batches `*` and counted UTF-16 units:
- * gateways still read those, so gateways are upgraded before agents.)
  */
 export function encodeReplies(messages: (string | Buffer)[]): string | Buffer {
   if (messages.length === 1) return messages[0];
@@ -339,7 +281,6 @@ export function decodeReplies(message: Buffer): { header: ReplyHeader; body: Buf
     if (nl < 0 || nl >= end) throw new Error('a reply without a header line');
     return { header: JSON.parse(message.toString('utf8', at, nl)) as ReplyHeader, body: message.subarray(nl + 1, end) };
   };
-  if (message[0] === 0x2a) return decodeUtf16Batch(message.toString());
   if (message[0] !== 0x2b) return [one(0, message.length)];
   const nl = message.indexOf(0x0a);
   const out: { header: ReplyHeader; body: Buffer }[] = [];
@@ -350,13 +291,6 @@ export function decodeReplies(message: Buffer): { header: ReplyHeader; body: Buf
     at += len;
   }
   return out;
-}
-
-/** A batch from a replica of the version before: `*`, lengths in UTF-16 units over the decoded text; each reply is read as a lone one. */
-function decodeUtf16Batch(message: string): { header: ReplyHeader; body: Buffer }[] {
-  const nl = message.indexOf('\n');
-  let at = nl + 1;
-  return message.slice(1, nl).split(',').flatMap((n) => decodeReplies(Buffer.from(message.slice(at, (at += Number(n))))));
 }
 
 export function errorBody(code: string, message: string, details?: unknown): ErrorBody {

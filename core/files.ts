@@ -2,7 +2,7 @@
 // own prefix (s3Keys.file) with a record in Redis, until it deletes them.
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { keys } from './contracts.ts';
+import { keys } from './keys.ts';
 
 /** File ids: checked by shape before any lookup, so a malformed one is as unknown as a missing one. */
 export const FILE_ID = /^file_[A-Za-z0-9_-]{16}$/;

@@ -4,9 +4,11 @@
 import { createHmac, randomBytes } from 'node:crypto';
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { encodeReply, keys, type ReplyHeader, type RunJobData } from './contracts.ts';
+import { encodeReply, type ReplyHeader, type RunJobData } from './contracts.ts';
 import { evalScript } from './redis.ts';
 import { plainName } from './names.ts';
+import { lua } from './lua.ts';
+import { keys } from './keys.ts';
 
 export type JobStatus = 'queued' | 'running' | 'succeeded' | 'failed' | 'canceled';
 const TERMINAL: JobStatus[] = ['succeeded', 'failed', 'canceled'];
@@ -53,23 +55,8 @@ export interface JobOutcome {
   version: string;
 }
 
-const START = `
-local s = redis.call('HGET', KEYS[1], 'status')
-if not s then return 'gone' end
-if s == 'succeeded' or s == 'failed' or s == 'canceled' then return s end
-if redis.call('HGET', KEYS[1], 'cancel') == '1' then return 'cancel' end
-redis.call('HSET', KEYS[1], 'status', 'running', 'startedAt', ARGV[1], 'replica', ARGV[2])
-return 'running'`;
-
-const FINISH = `
-local s = redis.call('HGET', KEYS[1], 'status')
-if not s or s == 'succeeded' or s == 'failed' or s == 'canceled' then return 0 end
-if ARGV[9] == '1' and s ~= 'queued' then return 0 end
-redis.call('HSET', KEYS[1], 'status', ARGV[1], 'finishedAt', ARGV[2], 'httpStatus', ARGV[3], 'result', ARGV[4], 'timing', ARGV[5], 'version', ARGV[6], 'finishedBy', ARGV[9] == '1' and 'gateway' or 'replica')
-if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'type', ARGV[10]) end
-redis.call('EXPIRE', KEYS[1], ARGV[7])
-redis.call('SET', KEYS[2], redis.call('HGET', KEYS[1], 'tenant') or '', 'EX', ARGV[8])
-return 1`;
+const START = lua('job-start');
+const FINISH = lua('job-finish');
 
 /** The ids JobStore.newId makes (12 random bytes, base64url): routes check an id by it before any lookup. */
 export const JOB_ID = /^job_[A-Za-z0-9_-]{16}$/;
@@ -168,7 +155,7 @@ function toView(h: Record<string, string>, baseUrl: string): JobView {
  * replica of a deleted function stopped while holding requests.
  */
 export async function answerUnrun(o: { redis: Redis; jobs: JobStore; webhooks: Queue; by: string }, data: RunJobData, status: number, body: string, onlyIfQueued: boolean): Promise<void> {
-  const timing = { queueMs: 0, handlerMs: 0, inferMs: 0, batchMs: 0 };
+  const timing = { queueMs: 0, handlerMs: 0, inferMs: 0, batchMs: 0, execMs: 0, inputMs: 0, outputMs: 0 };
   if (data.job) {
     const done = await o.jobs.finish(data.job, { httpStatus: status, body, canceled: false, timing, version: '' }, onlyIfQueued);
     if (done.finished && done.webhook) await enqueueWebhook(o.webhooks, { job: data.job, url: done.webhook });

@@ -9,14 +9,13 @@
 // Acknowledged entries are deleted, so the stream's length is what waits plus what runs, and
 // its length less the group's pending count is what waits.
 import type { Redis } from 'ioredis';
-import { encodeReplies, keys, SCAN_NOW, type RunJobData } from './contracts.ts';
+import { encodeReplies, type RunJobData } from './contracts.ts';
 import { evalScript, flushWrites } from './redis.ts';
-import { tenantKeys } from './tenants.ts';
-import { hourKey, recordArgs, RECORD_FIELDS, RECORDS_MAX, USAGE_LUA, usageKeys, type UsageRecord } from './usage.ts';
+import { hourKey, recordArgs, RECORD_FIELDS, RECORDS_MAX, type UsageRecord } from './usage.ts';
+import { lua } from './lua.ts';
+import { keys, liveStream, SCAN_NOW, STREAM_PREFIX, tenantKeys, usageKeys } from './keys.ts';
 
-const STREAM_PREFIX = 'embers:stream:';
 /** The stream of a function's live requests. */
-export const liveStream = (fn: string) => `${STREAM_PREFIX}${fn}`;
 
 /**
  * When a replica last took a request of the stream, in ms since the epoch, from its XINFO GROUPS
@@ -60,32 +59,7 @@ export async function leaveLiveGroup(redis: Redis, fn: string, consumer: string)
   return true;
 }
 
-/**
- * Hands entries over: each one still pending with `ARGV[2]` (another replica may have taken it
- * over meanwhile: left alone) gets the idle time `ARGV[3]` ms, so the next look of any replica
- * takes it, with its delivery count as it is (the delivery ends as a crash would). The ids are
- * `ARGV[5…]`, or, with none given, every entry the consumer holds (a replica that died). When
- * any was handed over, `ARGV[4]` is published on the cancel channel (KEYS[2]): the function's
- * replicas look now instead of at their next tending.
- * KEYS: stream, channel; ARGV: group, consumer, idle ms, message, ids…
- */
-const HAND_OVER = `
-local held = {}
-if #ARGV > 4 then
-  for i = 5, #ARGV do
-    local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)[1]
-    if p and p[2] == ARGV[2] then held[#held + 1] = p end
-  end
-else
-  held = redis.pcall('XPENDING', KEYS[1], ARGV[1], '-', '+', 100000, ARGV[2])
-  -- No stream or group (the function never had a live request): nothing held.
-  if held.err then return 0 end
-end
-for _, p in ipairs(held) do
-  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, p[1], 'IDLE', ARGV[3], 'RETRYCOUNT', p[4], 'JUSTID')
-end
-if #held > 0 then redis.call('PUBLISH', KEYS[2], ARGV[4]) end
-return #held`;
+const HAND_OVER = lua('live-hand-over');
 
 /** The idle time handed-over entries get: past any replica's lock time, so every replica's scan takes them. */
 const HANDED_OVER_IDLE_MS = 24 * 3600_000;
@@ -113,35 +87,7 @@ export interface LiveOutcome {
   reply?: { channel: string; message: string | Buffer };
 }
 
-/**
- * Finishes entries in one call: for each, XACK; when that acknowledged it (it was still pending:
- * no other replica finished it first) its usage record is written; its reply is published; and
- * the entry is deleted. The acknowledgement is the usage dedupe: a request run twice (taken over
- * from a replica that went silent, which then finished too) is metered by whichever finished
- * first. The reply goes out either way: a gateway takes the first reply and drops any other, and
- * one whose stream was lost with Redis's data still gets its answer. Replies to one gateway go
- * out as one message (encodeReplies), published last: a call that fails part way (Redis out of
- * memory) answers nobody, and the entries it did not finish run again. (A replica that finished a
- * lone request publishes its reply before this call instead: LiveConsumer.flushFinished.)
- * KEYS: stream, records stream, tenants set, then an hour key per entry (the stream when none).
- * ARGV: group, records cap, then per entry: id, RECORD_FIELDS (empty: no record); then per
- * gateway: channel, message.
- */
-const FINISH = `${USAGE_LUA}
-local stride = 1 + ${RECORD_FIELDS}
-local n = #KEYS - 3
-local out = {}
-for i = 1, n do
-  local a = 2 + (i - 1) * stride
-  local id = ARGV[a + 1]
-  local ok, acked = pcall(redis.call, 'XACK', KEYS[1], ARGV[1], id)
-  out[i] = (ok and acked == 1) and 1 or 0
-  if out[i] == 1 and ARGV[a + 2] ~= '' then add_record(KEYS[2], ARGV[2], KEYS[3 + i], a + 1) end
-  redis.call('XDEL', KEYS[1], id)
-end
-roll_up(KEYS[3])
-for j = 3 + n * stride, #ARGV, 2 do redis.call('PUBLISH', ARGV[j], ARGV[j + 1]) end
-return out`;
+const FINISH = lua('live-finish', { RECORD_FIELDS });
 
 const NO_RECORD: string[] = new Array<string>(RECORD_FIELDS).fill('');
 
@@ -200,61 +146,17 @@ export class KeyRejectedError extends Error {
   }
 }
 
-/**
- * The adds of one tick in one call: per entry, the XADD of its fields to its stream if its API
- * key (a field of KEYS[1]) exists and is not revoked, or 0 (no such key) or 1 (revoked) instead,
- * and, when the entry names its function, only while that function is deployed (a member of
- * KEYS[2], the registry's index), or 4 instead: a delete (Registry.remove, one call too) is then
- * ordered against every add, so nothing is queued for a function that is gone, whatever a
- * gateway still has cached. A key and a function are each read once per call. One call per tick
- * instead of one per request: a script call's own cost in Redis (with the append-only file on,
- * each one's effects are also wrapped in MULTI/EXEC there) came to ~10 µs of the ~13 µs an
- * `echo` request's add cost, against ~1.5 µs for its HGET and XADD.
- * An entry that fails in Redis (a key record that is not JSON, a stream key of another type)
- * fails alone: { 3, error } in its place, the others queued as usual.
- * Each function queued to joins the set the scheduler watches (KEYS[3]).
- * KEYS: the keys hash, the function index, the active set, then each entry's stream. ARGV per entry: key hash
- * ('' = no check), function name ('' = no check), the number of fields n, then its n fields.
- */
-const ADD_MANY = `
-local out, verdicts, deployed, marked = {}, {}, {}, {}
-local a = 1
-for i = 4, #KEYS do
-  local hash, fn, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
-  local ok, r = pcall(function()
-    if fn ~= '' then
-      if deployed[fn] == nil then deployed[fn] = redis.call('SISMEMBER', KEYS[2], fn) == 1 end
-      if not deployed[fn] then return 4 end
-    end
-    local verdict = 2
-    if hash ~= '' then
-      verdict = verdicts[hash]
-      if verdict == nil then
-        local key = redis.call('HGET', KEYS[1], hash)
-        if not key then verdict = 0 elseif cjson.decode(key).revokedAt then verdict = 1 else verdict = 2 end
-        verdicts[hash] = verdict
-      end
-    end
-    if verdict ~= 2 then return verdict end
-    local id = redis.call('XADD', KEYS[i], '*', unpack(ARGV, a + 3, a + 2 + n))
-    -- The scheduler watches the function from now on (keys.active).
-    if not marked[KEYS[i]] then
-      marked[KEYS[i]] = true
-      redis.call('SADD', KEYS[3], string.sub(KEYS[i], ${STREAM_PREFIX.length + 1}))
-    end
-    return id
-  end)
-  if ok then out[i - 3] = r else out[i - 3] = { 3, type(r) == 'table' and r.err or tostring(r) } end
-  a = a + 3 + n
-end
-return out`;
+/** What core/lua/live-add-many.lua answers for an entry it did not queue (for one it queued, the entry's id). */
+const NOT_ADDED = { UNKNOWN_KEY: 0, REVOKED_KEY: 1, FAILED: 3, FUNCTION_GONE: 4 } as const;
+const ADD_MANY = lua('live-add-many', { STREAM_NAME_START: STREAM_PREFIX.length + 1, KEY_VALID: 2, ...NOT_ADDED });
 
 /**
- * A batch is sent as it is once it holds this many adds or bytes, and the next add starts another:
- * one script call holds Redis for its whole length, and its arguments are spread into one call.
+ * A tick's adds go out at once when they reach this many adds or bytes, and the next add starts
+ * another call: one script call holds Redis for its whole length, and its arguments are spread
+ * into one call.
  */
-const ADD_BATCH_MAX = 512;
-const ADD_BATCH_BYTES = 4 * 1024 * 1024;
+const ADD_TICK_MAX = 512;
+const ADD_TICK_BYTES = 4 * 1024 * 1024;
 
 interface PendingAdd {
   fn: string;
@@ -354,27 +256,7 @@ export function decodeLiveJob(fields: Buffer[]): RunJobData | undefined {
  * Redis nor arrives in one reply.
  * KEYS: stream; ARGV: group, page size, after.
  */
-/** Lua: the job field (`d`) of an entry's field list, '' when it has none. */
-const JOB_FIELD_LUA = `
-local function job_field(fields)
-  for j = 1, #fields, 2 do if fields[j] == 'd' then return fields[j + 1] end end
-  return ''
-end`;
-
-const TAKE_UNSTARTED = `${JOB_FIELD_LUA}
-local from = ARGV[3] == '-' and '-' or '(' .. ARGV[3]
-local entries = redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', ARGV[2])
-local out = { '' }
-for _, e in ipairs(entries) do
-  local id = e[1]
-  out[1] = id
-  local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], id, id, 1)
-  if type(p) ~= 'table' or p.err or p[1] == nil then
-    redis.call('XDEL', KEYS[1], id)
-    out[#out + 1] = job_field(e[2])
-  end
-end
-return out`;
+const TAKE_UNSTARTED = lua('live-take-unstarted');
 
 /** Entries TAKE_UNSTARTED looks at per call. */
 const UNSTARTED_PAGE = 64;
@@ -394,31 +276,9 @@ export async function* takeUnstarted(redis: Redis, fn: string): AsyncGenerator<R
   }
 }
 
-/**
- * The entries the consumer ARGV[2] holds, in one call: id, then job field (`d`; '' for one
- * already deleted from the stream), for each. KEYS: stream; ARGV: group, consumer.
- */
-const HELD = `${JOB_FIELD_LUA}
-local held = redis.pcall('XPENDING', KEYS[1], ARGV[1], '-', '+', 100000, ARGV[2])
-if held.err then return {} end
-local out = {}
-for _, p in ipairs(held) do
-  local e = redis.call('XRANGE', KEYS[1], p[1], p[1])[1]
-  out[#out + 1] = p[1]
-  out[#out + 1] = e and job_field(e[2]) or ''
-end
-return out`;
+const HELD = lua('live-held');
 
-/** Acknowledges and deletes each of ARGV[3…] still pending with the consumer ARGV[2]. KEYS: stream; ARGV: group, consumer, ids… */
-const DROP_HELD = `
-for i = 3, #ARGV do
-  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)[1]
-  if p and p[2] == ARGV[2] then
-    redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
-    redis.call('XDEL', KEYS[1], ARGV[i])
-  end
-end
-return 0`;
+const DROP_HELD = lua('live-drop-held');
 
 /**
  * What a consumer holds (a replica of a deleted function that stopped before finishing it: nobody
@@ -450,8 +310,9 @@ function parseJob(d: string): RunJobData | undefined {
 export class LiveQueue {
   private readonly grouped = new Set<string>();
   /** Adds of this tick, waiting for its check phase (send). */
-  private batch: PendingAdd[] = [];
-  private batchBytes = 0;
+  /** The adds of this tick, sent as one script call. */
+  private tick: PendingAdd[] = [];
+  private tickBytes = 0;
 
   constructor(private readonly redis: Redis) {}
 
@@ -477,24 +338,24 @@ export class LiveQueue {
     if (o.body) fields.push('b', o.body);
     const bytes = fields.reduce((n, f) => n + (typeof f === 'string' ? Buffer.byteLength(f) : f.length), 0);
     // Requests queued in the same tick go in one call (ADD_MANY), sent in the tick's check phase.
-    if (this.batch.length >= ADD_BATCH_MAX || (this.batch.length && this.batchBytes + bytes > ADD_BATCH_BYTES)) this.send();
+    if (this.tick.length >= ADD_TICK_MAX || (this.tick.length && this.tickBytes + bytes > ADD_TICK_BYTES)) this.send();
     return new Promise<string>((resolve, reject) => {
-      this.batch.push({ fn, keyHash: o.keyHash ?? '', mustBeDeployed: o.mustBeDeployed ?? false, fields, resolve, reject });
-      this.batchBytes += bytes;
-      if (this.batch.length === 1) setImmediate(() => this.send());
+      this.tick.push({ fn, keyHash: o.keyHash ?? '', mustBeDeployed: o.mustBeDeployed ?? false, fields, resolve, reject });
+      this.tickBytes += bytes;
+      if (this.tick.length === 1) setImmediate(() => this.send());
     });
   }
 
   /** Sends the adds waiting, in one call, now (not at the end of the check phase: flushWrites). */
   private send(): void {
-    const batch = this.batch;
-    if (!batch.length) return;
-    this.batch = [];
-    this.batchBytes = 0;
+    const adds = this.tick;
+    if (!adds.length) return;
+    this.tick = [];
+    this.tickBytes = 0;
     let sent: Promise<unknown>;
     try {
-      const ks = [tenantKeys.keysByHash, keys.functionIndex, keys.active, ...batch.map((b) => liveStream(b.fn))];
-      const args = batch.flatMap((b) => [b.keyHash, b.mustBeDeployed ? b.fn : '', String(b.fields.length), ...b.fields]);
+      const ks = [tenantKeys.keysByHash, keys.functionIndex, keys.active, ...adds.map((b) => liveStream(b.fn))];
+      const args = adds.flatMap((b) => [b.keyHash, b.mustBeDeployed ? b.fn : '', String(b.fields.length), ...b.fields]);
       sent = evalScript(this.redis, ADD_MANY, ks.length, ...ks, ...args);
       flushWrites(this.redis);
     } catch (err) {
@@ -503,15 +364,15 @@ export class LiveQueue {
     sent.then(
       (out) => {
         (out as (string | number | [number, string])[]).forEach((r, i) => {
-          const b = batch[i];
+          const b = adds[i];
           if (Array.isArray(r)) b.reject(new Error(`Redis refused the entry: ${r[1]}`));
-          else if (r === 0 || r === 1) b.reject(new KeyRejectedError(b.keyHash, r === 1 ? 'revoked' : 'unknown'));
-          else if (r === 4) b.reject(new FunctionGoneError(b.fn));
+          else if (r === NOT_ADDED.UNKNOWN_KEY || r === NOT_ADDED.REVOKED_KEY) b.reject(new KeyRejectedError(b.keyHash, r === NOT_ADDED.REVOKED_KEY ? 'revoked' : 'unknown'));
+          else if (r === NOT_ADDED.FUNCTION_GONE) b.reject(new FunctionGoneError(b.fn));
           else b.resolve(String(r));
         });
       },
       (err: Error) => {
-        for (const b of batch) b.reject(err);
+        for (const b of adds) b.reject(err);
       },
     );
   }
@@ -529,3 +390,6 @@ export class LiveQueue {
     return Math.max(0, (length ?? 0) - (typeof pending?.[0] === 'number' ? pending[0] : 0));
   }
 }
+
+/** The id a live request is metered under: its async job id, the id the gateway gave it, or its stream entry (unique within the function's stream). */
+export const liveJobId = (fn: string, entry: string, data: RunJobData) => data.job ?? data.id ?? `${fn}:${entry}`;

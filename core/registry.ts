@@ -3,10 +3,11 @@
 import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { ObjectStore } from './s3.ts';
-import { keys, s3Keys, type DeploySpec, type Manifest, type PlatformEvent } from './contracts.ts';
-import { DEFAULT_TENANT } from './names.ts';
-import { findOwned } from './names.ts';
+import { s3Keys, type DeploySpec, type Manifest, type PlatformEvent } from './contracts.ts';
+import { DEFAULT_TENANT, findOwned } from './names.ts';
 import { evalScript } from './redis.ts';
+import { lua } from './lua.ts';
+import { keys } from './keys.ts';
 
 export interface FunctionSummary {
   /** Its key (core/names.ts): the gateway shows a tenant the plain name. */
@@ -18,15 +19,7 @@ export interface FunctionSummary {
   tenant: string;
 }
 
-// A key is owned by the tenant whose name it qualifies (core/names.ts); only one deployed while
-// names were global can be another's. A function registered before tenants existed belongs to
-// the default tenant. Atomic, so two deploys of a new key at once cannot disagree on its owner.
-const CLAIM = `
-local owner = redis.call('HGET', KEYS[1], 'tenant')
-if owner then return owner end
-if redis.call('EXISTS', KEYS[1]) == 1 then owner = ARGV[2] else owner = ARGV[1] end
-redis.call('HSET', KEYS[1], 'tenant', owner)
-return owner`;
+const CLAIM = lua('registry-claim');
 
 export type RegistryEvent = Extract<PlatformEvent, { type: 'deployed' | 'deleted' }>;
 
@@ -151,21 +144,9 @@ export class Registry {
   }
 }
 
-/** Takes a function out of the index (unless KEYS[3], its stream, holds entries): 1, or 0 when it is neither indexed nor recorded, or −(entries queued). */
-const UNINDEX = `
-if KEYS[3] then
-  local queued = redis.call('XLEN', KEYS[3])
-  if queued > 0 then return -queued end
-end
-local indexed = redis.call('SREM', KEYS[1], ARGV[1])
-if indexed == 0 and redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
-return 1`;
+const UNINDEX = lua('registry-unindex');
 
-/** Deletes a function's records (KEYS[2..4]: its record, versions, footprints) unless it is in the index again: 1, or 0 when it is. */
-const DELETE_UNINDEXED = `
-if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 0 end
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
-return 1`;
+const DELETE_UNINDEXED = lua('registry-delete-unindexed');
 
 function sameSpec(m: Manifest, spec: DeploySpec): boolean {
   const pick = (x: DeploySpec) => JSON.stringify([x.models, x.inputSchema, x.batching, x.scaling, x.timeoutMs, x.pricing, x.maxQueueLength, x.binaryInput]);

@@ -6,6 +6,8 @@ import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { evalScript } from './redis.ts';
 import { DEFAULT_TENANT } from './names.ts';
+import { lua } from './lua.ts';
+import { tenantKeys } from './keys.ts';
 
 export const SCOPES = ['run', 'deploy', 'read'] as const;
 export type Scope = (typeof SCOPES)[number];
@@ -58,17 +60,6 @@ export const ADMIN_AUTH: AuthContext = Object.freeze({ tenant: DEFAULT_TENANT, k
 export const TENANT_ID = /^[a-z0-9][a-z0-9_-]{0,62}$/;
 export const KEY_ID = TENANT_ID;
 
-export const tenantKeys = {
-  /** tenant id → JSON Tenant */
-  tenants: 'embers:tenants',
-  /** sha256(secret) hex → JSON ApiKey: the one read an authenticated request costs. */
-  keysByHash: 'embers:apikeys',
-  /** key id → sha256(secret) hex, for listing and revoking a tenant's keys. */
-  tenantKeys: (tenant: string) => `embers:tenant:${tenant}:keys`,
-  /** A tenant's registered buckets: bucket name → its record (core/buckets.ts). */
-  buckets: (tenant: string) => `embers:tenant:${tenant}:buckets`,
-};
-
 export const CreateTenantSchema = z.strictObject({
   name: z.string().trim().min(1, 'name must not be empty').max(100, 'name is at most 100 characters'),
 });
@@ -101,13 +92,7 @@ export function canAccess(auth: AuthContext, owner: string): boolean {
   return auth.admin || auth.tenant === owner;
 }
 
-// Creating a key and deleting its tenant must not interleave: the key is written only while the
-// tenant exists, in one step.
-const CREATE_KEY = `
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[2], ARGV[2], ARGV[4])
-redis.call('HSET', KEYS[3], ARGV[3], ARGV[2])
-return 1`;
+const CREATE_KEY = lua('tenant-create-key');
 
 export class TenantStore {
   constructor(private readonly redis: Redis) {}

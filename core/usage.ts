@@ -10,6 +10,8 @@
 import type { Redis } from 'ioredis';
 import { evalScript } from './redis.ts';
 import { plainName } from './names.ts';
+import { lua } from './lua.ts';
+import { usageKeys } from './keys.ts';
 
 export interface UsageRecord {
   /** The queue job's id: one record per accepted request. */
@@ -33,65 +35,15 @@ export interface UsageRecord {
   at: string;
 }
 
-export const usageKeys = {
-  seen: (id: string) => `embers:usage:seen:${id}`,
-  records: 'embers:usage:records',
-  /** fn|metric → value, per tenant and UTC hour (YYYYMMDDHH). */
-  hour: (tenant: string, hour: string) => `embers:usage:${tenant}:${hour}`,
-  tenants: 'embers:usage:tenants',
-};
-
 /** How long a batch line's id is remembered against double counting; retries happen within minutes. */
 const SEEN_S = 24 * 3600;
 /** The raw record stream is capped (approximately); the hourly roll-ups are kept. */
 export const RECORDS_MAX = 1_000_000;
 
-/**
- * Lua shared by the scripts that write usage: `add_record` keeps one record (stream entry, and
- * its sums per hour × function), `roll_up` adds the sums to the hourly hashes. A burst of
- * requests costs a few hash increments in all rather than ten each. A record is ten ARGV fields
- * from `a + 1` (see recordArgs); its hour key is given with it.
- */
-export const USAGE_LUA = `
-local sums, order, tenants = {}, {}, {}
-local function add_record(records, cap, hour, a)
-  redis.call('XADD', records, 'MAXLEN', '~', cap, '*', 'r', ARGV[a + 1])
-  local f = ARGV[a + 2] .. '|'
-  local g = hour .. ' ' .. f
-  local t = sums[g]
-  if not t then
-    t = { hour = hour, f = f, requests = 0, compute_ms = 0, infer_ms = 0, queue_ms = 0, cold_starts = 0, errors = 0, bytes_in = 0, bytes_out = 0 }
-    sums[g] = t
-    order[#order + 1] = g
-  end
-  t.requests = t.requests + 1
-  t.compute_ms = t.compute_ms + tonumber(ARGV[a + 3])
-  t.infer_ms = t.infer_ms + tonumber(ARGV[a + 4])
-  t.queue_ms = t.queue_ms + tonumber(ARGV[a + 5])
-  if tonumber(ARGV[a + 6]) > 0 then t.cold_starts = t.cold_starts + 1 end
-  if tonumber(ARGV[a + 7]) >= 400 then t.errors = t.errors + 1 end
-  t.bytes_in = t.bytes_in + tonumber(ARGV[a + 8])
-  t.bytes_out = t.bytes_out + tonumber(ARGV[a + 9])
-  tenants[ARGV[a + 10]] = true
-end
-local function roll_up(tenants_key)
-  for _, g in ipairs(order) do
-    local t = sums[g]
-    for _, m in ipairs({ 'requests', 'cold_starts', 'errors', 'bytes_in', 'bytes_out' }) do
-      if t[m] > 0 then redis.call('HINCRBY', t.hour, t.f .. m, t[m]) end
-    end
-    for _, m in ipairs({ 'compute_ms', 'infer_ms', 'queue_ms' }) do
-      redis.call('HINCRBYFLOAT', t.hour, t.f .. m, string.format('%.17g', t[m]))
-    end
-  end
-  for tenant in pairs(tenants) do redis.call('SADD', tenants_key, tenant) end
-end
-`;
-
-/** Fields per record in USAGE_LUA's ARGV layout. */
+/** Fields per record in the ARGV layout of core/lua/usage.lua. */
 export const RECORD_FIELDS = 10;
 
-/** A record's ARGV fields for USAGE_LUA; numbers Redis cannot add (NaN, Infinity) become 0, or they would fail the whole call. */
+/** A record's ARGV fields for core/lua/usage.lua; numbers Redis cannot add (NaN, Infinity) become 0, or they would fail the whole call. */
 export function recordArgs(r: UsageRecord): string[] {
   const n = (x: number) => String(Number.isFinite(x) ? x : 0);
   return [JSON.stringify(r), r.fn, n(r.computeMs), n(r.inferMs), n(r.queueMs), n(r.coldMs), n(r.status), n(r.bytesIn), n(r.bytesOut), r.tenant];
@@ -103,25 +55,7 @@ export const hourKey = (r: UsageRecord) => usageKeys.hour(r.tenant, ISO_UTC.test
 /** What toISOString writes (a UTC time): its hour is in its first 13 characters, no Date needed. */
 const ISO_UTC = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/;
 
-/**
- * Records of one tick, each kept only if its id is new (SET NX on a seen key). Live requests do
- * not come here: their stream entry's acknowledgement dedupes them (core/live-queue.ts).
- * KEYS: records stream, tenants set, then (seen key, hour key) per record.
- * ARGV: seen ttl, stream cap, then RECORD_FIELDS per record.
- */
-const RECORD_MANY = `${USAGE_LUA}
-local n = (#KEYS - 2) / 2
-local out = {}
-for i = 1, n do
-  if redis.call('SET', KEYS[1 + 2 * i], '1', 'NX', 'EX', ARGV[1]) then
-    out[i] = 1
-    add_record(KEYS[1], ARGV[2], KEYS[2 + 2 * i], 2 + (i - 1) * ${RECORD_FIELDS})
-  else
-    out[i] = 0
-  end
-end
-roll_up(KEYS[2])
-return out`;
+const RECORD_MANY = lua('usage-record-many', { RECORD_FIELDS });
 
 export const hourOf = (d: Date) => d.toISOString().slice(0, 13).replace(/[-T]/g, '');
 

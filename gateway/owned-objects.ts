@@ -2,11 +2,11 @@
 // tenant's space (core/tenant-objects.ts) or in a bucket it registered with its own credentials
 // (core/buckets.ts): anything else is reported as missing, exactly as an object that does not
 // exist, so nothing tells a tenant what another one holds.
-import { keys } from '../core/contracts.ts';
 import { checkS3Uri } from '../core/s3.ts';
 import { keyOwner } from '../core/tenant-objects.ts';
 import { ApiError } from './errors.ts';
-import type { GatewayDeps } from './app.ts';
+import type { GatewayDeps } from './deps.ts';
+import { keys } from '../core/keys.ts';
 
 /**
  * ETag and size of the object `uri` names, or null when it does not exist or is not `tenant`'s

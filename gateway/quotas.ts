@@ -7,20 +7,12 @@ import type { LiveQueue } from '../core/live-queue.ts';
 import type { AuthContext } from '../core/tenants.ts';
 import { ApiError } from './errors.ts';
 import { evalScript } from '../core/redis.ts';
+import { lua } from '../core/lua.ts';
+import { quotaKeys } from '../core/keys.ts';
 
-/** Fixed one-second windows: INCR and expire in one call. */
-const RATE = `
-local n = redis.call('INCR', KEYS[1])
-if n == 1 then redis.call('PEXPIRE', KEYS[1], 2000) end
-return n`;
+const RATE = lua('quota-rate');
 
-/** In-flight slots as a sorted set of request id → expiry, so a gateway that dies leaks nothing for long. */
-const ACQUIRE = `
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
-redis.call('ZADD', KEYS[1], ARGV[3], ARGV[4])
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-return 1`;
+const ACQUIRE = lua('quota-acquire');
 
 /** A refusal with Retry-After (the error handler sets the header from `retryAfter`). */
 const refusal = (status: 429 | 503, code: string, message: string, retryAfterS: number) => {
@@ -35,7 +27,7 @@ export async function checkRate(redis: Redis, auth: AuthContext): Promise<void> 
   const rps = auth.limits?.rps;
   if (!rps) return;
   const second = Math.floor(Date.now() / 1000);
-  const n = (await evalScript(redis, RATE, 1, `embers:quota:rate:${auth.tenant}:${auth.keyId}:${second}`)) as number;
+  const n = (await evalScript(redis, RATE, 1, quotaKeys.rate(auth.tenant, auth.keyId, second))) as number;
   if (n > rps) throw tooMany('rate_limited', `key ${auth.keyId} is limited to ${rps} requests per second; retry after the Retry-After header's seconds`, 1);
 }
 
@@ -43,7 +35,7 @@ export async function checkRate(redis: Redis, auth: AuthContext): Promise<void> 
 export async function acquireSlot(redis: Redis, auth: AuthContext, member: string, holdMs: number): Promise<() => void> {
   const limit = auth.limits?.concurrency;
   if (!limit) return () => {};
-  const key = `embers:quota:inflight:${auth.tenant}:${auth.keyId}`;
+  const key = quotaKeys.inFlight(auth.tenant, auth.keyId);
   const now = Date.now();
   const ok = (await evalScript(redis, ACQUIRE, 1, key, String(now), String(limit), String(now + holdMs), member, String(holdMs))) as number;
   if (!ok) throw tooMany('too_many_in_flight', `key ${auth.keyId} may have ${limit} requests in flight at once; retry when one finishes`, 1);

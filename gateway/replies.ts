@@ -2,7 +2,8 @@
 // function, and never through BullMQ's events stream, which drops completions once trimmed);
 // a replica sends the replies of one tick for this gateway as one message (encodeReplies).
 import type { Redis } from 'ioredis';
-import { decodeReplies, keys, type ReplyHeader } from '../core/contracts.ts';
+import { decodeReplies, type ReplyHeader } from '../core/contracts.ts';
+import { keys } from '../core/keys.ts';
 
 export interface Reply {
   header: ReplyHeader;
@@ -11,8 +12,8 @@ export interface Reply {
 }
 
 export class ReplyHub {
-  /** By the request's unique id (RunJobData.id), oldest first; `rid` routes replies from replicas that send no id. */
-  private readonly waiting = new Map<string, { resolve: (r: Reply | null) => void; rid?: string }>();
+  /** By the request's unique id (RunJobData.id). */
+  private readonly waiting = new Map<string, { resolve: (r: Reply | null) => void }>();
   readonly channel: string;
   private channels: string[] = [];
   private subscribed = false;
@@ -38,7 +39,7 @@ export class ReplyHub {
       try {
         if (channel !== this.channel) return this.onOther(channel, message.toString());
         for (const reply of decodeReplies(message)) {
-          const id = reply.header.id ?? this.oldestByRid(reply.header.rid);
+          const id = reply.header.id;
           const waiter = id === undefined ? undefined : this.waiting.get(id);
           if (waiter) {
             this.waiting.delete(id!);
@@ -71,17 +72,15 @@ export class ReplyHub {
 
   /**
    * Registers interest (by the request's unique id, RunJobData.id) before the job is enqueued;
-   * resolves null on timeout. `rid`, the request id, routes a reply from a replica older than
-   * RunJobData.id (a rolling upgrade updates gateways first), which answers by it alone.
+   * resolves null on timeout.
    */
-  expect(id: string, timeoutMs: number, rid?: string): Promise<Reply | null> {
+  expect(id: string, timeoutMs: number): Promise<Reply | null> {
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
         this.waiting.delete(id);
         resolve(null);
       }, timeoutMs);
       this.waiting.set(id, {
-        rid,
         resolve: (r) => {
           clearTimeout(timer);
           resolve(r);
@@ -93,16 +92,6 @@ export class ReplyHub {
   cancel(id: string): void {
     this.waiting.get(id)?.resolve(null);
     this.waiting.delete(id);
-  }
-
-  /**
-   * The longest-waiting request with this request id. Only replies without an id (older replicas)
-   * look here, so its walk costs nothing on the usual path; callers who share a request id may
-   * get each other's answers from such replicas, as they did before ids.
-   */
-  private oldestByRid(rid: string): string | undefined {
-    for (const [id, w] of this.waiting) if (w.rid === rid) return id;
-    return undefined;
   }
 
   get inFlight(): number {

@@ -1,7 +1,8 @@
 // What /readyz says about sandboxing: per node agent, whether it isolates user code and what it
 // cannot enforce, so an operator sees a node that runs only the default tenant's functions.
 import type { Redis } from 'ioredis';
-import { keys, type NodeRecord } from '../core/contracts.ts';
+import { type NodeRecord } from '../core/contracts.ts';
+import { keys } from '../core/keys.ts';
 
 export interface SandboxReport {
   /** Every live node isolates user code. */

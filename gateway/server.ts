@@ -10,7 +10,7 @@ import { BatchStore } from '../core/batches.ts';
 import { BucketRegistry, TenantStores } from '../core/buckets.ts';
 import { FileStore } from '../core/files.ts';
 import { Sealer } from '../core/sealed.ts';
-import { errorBody, keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type PlatformEvent } from '../core/contracts.ts';
+import { errorBody, type PlatformEvent } from '../core/contracts.ts';
 import { DEFAULT_MAX_JSON_DEPTH } from '../core/json-depth.ts';
 import { LiveQueue } from '../core/live-queue.ts';
 import { JobStore } from '../core/jobs.ts';
@@ -28,6 +28,7 @@ import { KeyCache } from './key-cache.ts';
 import { startWebhookWorker } from './webhooks.ts';
 import { QueueDepth, RedisMemory } from './quotas.ts';
 import type { Pricing } from '../core/usage.ts';
+import { keys, QUEUE_PREFIX, WEBHOOK_QUEUE } from '../core/keys.ts';
 
 /** How long closing waits for requests in flight before cutting their connections. */
 const CLOSE_GRACE_MS = 10_000;

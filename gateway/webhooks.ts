@@ -2,13 +2,13 @@
 // to its webhook, signed per tenant, and retries with exponential backoff on any failure.
 import { UnrecoverableError, Worker, type Job } from 'bullmq';
 import { Hono } from 'hono';
-import { QUEUE_PREFIX, WEBHOOK_QUEUE } from '../core/contracts.ts';
 import { signWebhook, tenantWebhookSecret, type JobStore, type WebhookDelivery } from '../core/jobs.ts';
 import type { Logger } from '../core/log.ts';
 import { createRedis } from '../core/redis.ts';
 import { closeOrDisconnect } from '../core/settle.ts';
 import { refusedTarget } from '../core/webhook-target.ts';
-import type { GatewayDeps, GatewayEnv } from './app.ts';
+import type { GatewayDeps, GatewayEnv } from './deps.ts';
+import { QUEUE_PREFIX, WEBHOOK_QUEUE } from '../core/keys.ts';
 
 const DELIVERY_TIMEOUT_MS = 10_000;
 

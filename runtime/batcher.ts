@@ -3,24 +3,17 @@
 // until the oldest has waited maxDelayMs, concatenate along dim 0, run once, split back.
 // While every instance of the model is busy, calls keep gathering, so load turns into larger
 // batches; a free instance takes the next batch at once.
-// Calls are live or low priority (batch lines): the two never share an inference, live ones go
-// first, and low ones start only while `lowMayRun()` says so (see live-first.ts).
+// Calls come from one of two lanes, live requests or batch lines: the two never share an
+// inference, live ones go first, and batch ones start only while `batchMayRun()` says so
+// (see live-first.ts).
 // maxBatchSize is an upper bound: batches stop growing at the size the model's own timings say
 // is cheapest per row (batch-tuner.ts).
 import { batchKey, concatFeeds, rows, splitOutputs, type Feeds } from '../native/tensor.ts';
 import { BatchTuner } from './batch-tuner.ts';
+import { systemClock, type Clock } from '../core/clock.ts';
 
-export interface Clock {
-  now(): number;
-  setTimeout(fn: () => void, ms: number): unknown;
-  clearTimeout(handle: unknown): void;
-}
-
-export const systemClock: Clock = {
-  now: () => performance.now(),
-  setTimeout: (fn, ms) => setTimeout(fn, ms),
-  clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout),
-};
+/** Where a call comes from: a live request, or a bulk batch's line (which yields to live ones). */
+export type Lane = 'live' | 'batch';
 
 export interface BatchResult {
   outputs: Feeds;
@@ -35,21 +28,21 @@ export interface BatchResult {
 export interface BatcherOptions {
   maxBatchSize: number;
   maxDelayMs: number;
-  /** Runs one batch; `low` when it carries low-priority (batch line) calls. */
-  execute: (feeds: Feeds, low: boolean) => Promise<BatchResult>;
+  /** Runs one inference batch, of one lane's calls. */
+  execute: (feeds: Feeds, lane: Lane) => Promise<BatchResult>;
   clock?: Clock;
   /**
    * How many callers of a priority could still join a batch (e.g. the replica's requests in
    * flight). When every one of them is already waiting here, waiting longer gains nothing: run at once.
    */
-  potentialCallers?: (low: boolean) => number;
-  /** Whether low-priority calls may start an inference now; when it turns true, call poke(). @default always */
-  lowMayRun?: () => boolean;
+  potentialCallers?: (lane: Lane) => number;
+  /** Whether batch lines' calls may start an inference now; when it turns true, call poke(). @default always */
+  batchMayRun?: () => boolean;
   /**
-   * Most calls in one low-priority inference: a live call arriving while it runs waits for it,
+   * Most calls in one inference of batch lines: a live call arriving while it runs waits for it,
    * since inferences are not preempted. @default no limit beyond maxBatchSize
    */
-  lowMaxCalls?: number;
+  batchMaxCalls?: number;
   /** Learn the cheapest batch size from inference times and cap batches there. @default true */
   tune?: boolean;
   /** Inferences that may run at once (the model's loaded instances). @default 1 */
@@ -106,7 +99,7 @@ interface Pending {
 
 interface Group {
   key: string;
-  low: boolean;
+  lane: Lane;
   calls: Pending[];
   rows: number;
   oldest: number;
@@ -119,8 +112,8 @@ export class DynamicBatcher {
   private readonly full: Group[] = [];
   /** Inferences running now. */
   private running = 0;
-  /** Calls in the running inferences, by priority: their callers cannot join another batch now. */
-  private readonly inFlight = { live: 0, low: 0 };
+  /** Calls in the running inferences, by lane: their callers cannot join another batch now. */
+  private readonly inFlight: Record<Lane, number> = { live: 0, batch: 0 };
   private timer: unknown = null;
   private readonly clock: Clock;
 
@@ -133,14 +126,14 @@ export class DynamicBatcher {
   }
 
   /** Calls waiting for a batch (not yet executing), of one priority or of both. */
-  pending(low?: boolean): number {
+  pending(lane?: Lane): number {
     let n = 0;
-    for (const g of [...this.full, ...this.groups.values()]) if (low === undefined || g.low === low) n += g.calls.length;
+    for (const g of [...this.full, ...this.groups.values()]) if (lane === undefined || g.lane === lane) n += g.calls.length;
     return n;
   }
 
-  /** Runs the feeds in the next batch of their shape; `low` for batch lines, which yield to live calls. */
-  run(feeds: Feeds, low = false, o: RunOptions = {}): Promise<RunResult> {
+  /** Runs the feeds in the next batch of their shape and lane; batch lines yield to live calls. */
+  run(feeds: Feeds, lane: Lane = 'live', o: RunOptions = {}): Promise<RunResult> {
     const n = rows(feeds);
     if (!(n >= 1)) return Promise.reject(new RangeError('feeds need at least one input with a batch dimension ≥ 1'));
     const { signal } = o;
@@ -162,7 +155,7 @@ export class DynamicBatcher {
       };
       const call: Pending = { feeds, rows: n, at: this.clock.now(), resolve: settle(resolve), reject: settle(reject), onStart: o.onStart };
       signal?.addEventListener('abort', onAbort, { once: true });
-      const key = `${low ? 'low' : 'live'}|${batchKey(feeds)}`;
+      const key = `${lane}|${batchKey(feeds)}`;
       const cap = this.stats.cap;
       let group = this.groups.get(key);
       if (group && group.rows + n > cap) {
@@ -170,12 +163,12 @@ export class DynamicBatcher {
         group = undefined;
       }
       if (!group) {
-        group = { key, low, calls: [], rows: 0, oldest: call.at };
+        group = { key, lane, calls: [], rows: 0, oldest: call.at };
         this.groups.set(key, group);
       }
       group.calls.push(call);
       group.rows += n;
-      if (group.rows >= cap || (low && group.calls.length >= (this.options.lowMaxCalls ?? Infinity))) this.seal(group);
+      if (group.rows >= cap || (lane === 'batch' && group.calls.length >= (this.options.batchMaxCalls ?? Infinity))) this.seal(group);
       this.dispatch();
     });
   }
@@ -198,13 +191,13 @@ export class DynamicBatcher {
     this.full.push(group);
   }
 
-  /** Re-checks what may run (e.g. low-priority calls were allowed again). */
+  /** Re-checks what may run (e.g. batch lines' calls were allowed again). */
   poke(): void {
     this.dispatch();
   }
 
   /**
-   * Starts batches while an instance is free: live before low priority, and within each a full
+   * Starts batches while an instance is free: live before batch lines, and within each a full
    * one first, else the oldest once past its delay.
    */
   private dispatch(): void {
@@ -231,19 +224,19 @@ export class DynamicBatcher {
 
   /** The batch to start now (taken out of the waiting ones), or when to look again (Infinity: nothing waits). */
   private next(): Group | number {
-    const liveWaiting = this.pending(false) > 0;
-    const classes = liveWaiting || !(this.options.lowMayRun?.() ?? true) ? [false] : [false, true];
+    const liveWaiting = this.pending('live') > 0;
+    const lanes: Lane[] = liveWaiting || !(this.options.batchMayRun?.() ?? true) ? ['live'] : ['live', 'batch'];
     let wakeAt = Number.POSITIVE_INFINITY;
-    for (const low of classes) {
-      const full = this.full.findIndex((g) => g.low === low);
+    for (const lane of lanes) {
+      const full = this.full.findIndex((g) => g.lane === lane);
       if (full >= 0) return this.full.splice(full, 1)[0];
       const now = this.clock.now();
       let oldest: Group | undefined;
-      for (const g of this.groups.values()) if (g.low === low && (!oldest || g.oldest < oldest.oldest)) oldest = g;
+      for (const g of this.groups.values()) if (g.lane === lane && (!oldest || g.oldest < oldest.oldest)) oldest = g;
       if (!oldest) continue;
       const due = oldest.oldest + this.options.maxDelayMs;
       // Callers whose calls are running on another instance cannot join: count only the others.
-      const nobodyElse = this.options.potentialCallers !== undefined && this.options.potentialCallers(low) - this.inFlight[low ? 'low' : 'live'] <= this.pending(low);
+      const nobodyElse = this.options.potentialCallers !== undefined && this.options.potentialCallers(lane) - this.inFlight[lane] <= this.pending(lane);
       if (due <= now || nobodyElse) {
         this.groups.delete(oldest.key);
         return oldest;
@@ -255,7 +248,7 @@ export class DynamicBatcher {
 
   private async execute(group: Group): Promise<void> {
     this.running++;
-    const lane = group.low ? 'low' : 'live';
+    const { lane } = group;
     this.inFlight[lane] += group.calls.length;
     const started = this.clock.now();
     const calls = group.calls;
@@ -266,7 +259,7 @@ export class DynamicBatcher {
     s.callsPerBatch[calls.length] = (s.callsPerBatch[calls.length] ?? 0) + 1;
     for (const c of calls) c.onStart?.();
     try {
-      const { outputs, inferMs, wide, lone } = await this.options.execute(concatFeeds(calls.map((c) => c.feeds)), group.low);
+      const { outputs, inferMs, wide, lone } = await this.options.execute(concatFeeds(calls.map((c) => c.feeds)), group.lane);
       s.inferMsTotal += inferMs;
       if (wide) s.wide++;
       // A lone run's cost (wide, or narrow with the machine to itself) says nothing about batch

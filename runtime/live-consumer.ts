@@ -17,9 +17,10 @@
 // (scanNow); a replica also looks as it starts, so a replacement takes them within a moment.
 import type { Redis } from 'ioredis';
 import type { RunJobData } from '../core/contracts.ts';
-import { claimLiveEntry, decodeLiveJob, ensureLiveGroup, finishLiveEntries, handOverLiveEntries, hasLiveEntryToClaim, leaveLiveGroup, LIVE_GROUP, liveStream, readLiveEntries, type LiveEntry, type LiveOutcome, type TakenOver } from '../core/live-queue.ts';
+import { claimLiveEntry, decodeLiveJob, ensureLiveGroup, finishLiveEntries, handOverLiveEntries, hasLiveEntryToClaim, leaveLiveGroup, LIVE_GROUP, readLiveEntries, type LiveEntry, type LiveOutcome, type TakenOver } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
 import { waitAtMost } from '../core/settle.ts';
+import { liveStream } from '../core/keys.ts';
 
 /** How long one read waits for work before looking again; a drain or a hand-over wakes it sooner. */
 const BLOCK_MS = 5000;

@@ -5,7 +5,7 @@
 // from the environment instead.
 import { readdir } from 'node:fs/promises';
 import { loadConfig, ortInstances } from '../core/config.ts';
-import { EXIT_REPLACE_ME, keys, type Manifest } from '../core/contracts.ts';
+import { EXIT_REPLACE_ME, type Manifest } from '../core/contracts.ts';
 import { createLogger } from '../core/log.ts';
 import { createRedis } from '../core/redis.ts';
 import { BucketRegistry, TenantStores } from '../core/buckets.ts';
@@ -15,18 +15,10 @@ import { Replica } from './replica.ts';
 import { probeSandbox, type SandboxSupport } from './sandbox.ts';
 import { USER_CODE_V8_FLAGS, UserCodeProcess } from './user-code-process.ts';
 import { DEFAULT_TENANT } from '../core/names.ts';
+import { keys } from '../core/keys.ts';
+import type { Assignment, ToAgent } from './agent-messages.ts';
 
 /** What the agent tells a process to serve. */
-export interface Assignment {
-  type: 'assign';
-  id: string;
-  fn: string;
-  version: string;
-  /** When the agent decided to start this replica (ms since epoch): the spawn phase starts here. */
-  spawnedAt: number;
-  env?: Record<string, string>;
-}
-
 const env = process.env;
 const log = createLogger('replica');
 
@@ -109,7 +101,7 @@ const assignment: Assignment =
   env.EMBERS_REPLICA_STANDBY === '1'
     ? await new Promise<Assignment>((resolve) => {
         process.on('message', (m: Assignment) => m?.type === 'assign' && resolve(m));
-        void userCode.ready().then(() => process.send?.({ type: 'standby' }), () => {});
+        void userCode.ready().then(() => process.send?.({ type: 'standby' } satisfies ToAgent), () => {});
       })
     : {
         type: 'assign',
@@ -178,7 +170,7 @@ try {
   await replica.start();
   // Models are fetched: the tenant's S3 clients (and their sockets) are not needed again.
   modelStores.close();
-  process.send?.({ type: 'ready' });
+  process.send?.({ type: 'ready' } satisfies ToAgent);
 } catch {
   redis.disconnect();
   process.exit(1);

@@ -1,5 +1,5 @@
 // How a handler's result becomes its answer: JSON, or bytes with their own Content-Type.
-import { binaryOf } from './sdk.ts';
+import { binaryOf } from '../sdk/index.ts';
 
 /** Bytes a handler answered with, and their Content-Type. */
 export interface BinaryBody {

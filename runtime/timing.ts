@@ -3,7 +3,7 @@
 import type { ReplyHeader } from '../core/contracts.ts';
 
 /** A request's model calls: when the first began and the last ended (performance.now()), and their sums. */
-export interface CallClock {
+export interface CallTimes {
   firstAt?: number;
   lastEndAt?: number;
   /** Calls not answered yet. */
@@ -22,44 +22,44 @@ export interface CallClock {
   heldMs: number;
 }
 
-export const newClock = (): CallClock => ({ pending: 0, inferMs: 0, execMs: 0, batchMs: 0, waiting: 0, waitingSince: 0, heldMs: 0 });
+export const newCallTimes = (): CallTimes => ({ pending: 0, inferMs: 0, execMs: 0, batchMs: 0, waiting: 0, waitingSince: 0, heldMs: 0 });
 
 /** How long, up to `now`, at least one of the request's model calls was waiting for its batch to start (ms). */
-export const heldMs = (clock: CallClock, now: number): number => clock.heldMs + (clock.waiting > 0 ? now - clock.waitingSince : 0);
+export const heldMs = (times: CallTimes, now: number): number => times.heldMs + (times.waiting > 0 ? now - times.waitingSince : 0);
 
 /** Marks one model call waiting for its batch; the function returned ends the wait (once). */
-export function holdCall(clock: CallClock): () => void {
-  if (clock.waiting++ === 0) clock.waitingSince = performance.now();
+export function holdCall(times: CallTimes): () => void {
+  if (times.waiting++ === 0) times.waitingSince = performance.now();
   let ended = false;
   return () => {
     if (ended) return;
     ended = true;
-    if (--clock.waiting === 0) clock.heldMs += performance.now() - clock.waitingSince;
+    if (--times.waiting === 0) times.heldMs += performance.now() - times.waitingSince;
   };
 }
 
 const ms2 = (n: number) => Math.round(n * 100) / 100;
 
 /**
- * A request's timing from its clock, in Triton's terms: compute input (from taking the request,
+ * A request's timing from its call times, in Triton's terms: compute input (from taking the request,
  * input validation included, to its first model call; all of a handler that calls none) and
  * compute output (from its last model call's answer to the serialised result; none while a call
  * is still unanswered, as after a timeout), around the calls' batch waits and inference (exec:
  * the runs they rode in; infer: the request's share).
  */
-export function splitTiming(queueMs: number, t0: number, end: number, clock: CallClock): ReplyHeader['timing'] {
-  const first = clock.firstAt ?? end;
-  const last = clock.pending > 0 ? end : (clock.lastEndAt ?? end);
+export function splitTiming(queueMs: number, t0: number, end: number, times: CallTimes): ReplyHeader['timing'] {
+  const first = times.firstAt ?? end;
+  const last = times.pending > 0 ? end : (times.lastEndAt ?? end);
   return {
     queueMs,
     handlerMs: ms2(end - t0),
-    inferMs: ms2(clock.inferMs),
-    execMs: ms2(clock.execMs),
-    batchMs: ms2(clock.batchMs),
+    inferMs: ms2(times.inferMs),
+    execMs: ms2(times.execMs),
+    batchMs: ms2(times.batchMs),
     inputMs: ms2(Math.max(0, first - t0)),
     outputMs: ms2(Math.max(0, end - Math.max(last, first))),
   };
 }
 
 /** The timing of a request answered without running its handler (replica shutting down, job canceled). */
-export const unrunTiming = (queueMs: number): ReplyHeader['timing'] => splitTiming(queueMs, 0, 0, newClock());
+export const unrunTiming = (queueMs: number): ReplyHeader['timing'] => splitTiming(queueMs, 0, 0, newCallTimes());

@@ -8,17 +8,20 @@ import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
 import { errorBody } from '../core/contracts.ts';
 import type { Logger } from '../core/log.ts';
-import { ModelSession } from '../native/session.ts';
+import { ModelSession, type ModelSessionInit } from '../native/session.ts';
 import type { Feeds } from '../native/tensor.ts';
-import { DynamicBatcher } from './batcher.ts';
+import { DynamicBatcher, type Lane } from './batcher.ts';
 import { LiveFirst } from './live-first.ts';
 import { AnswerTooLargeError, resultBody, writeTypedArraysAsJson } from './result-body.ts';
-import { HandlerError, isFunctionDefinition, type FunctionDefinition, type HandlerContext, type ModelHandle } from './sdk.ts';
-import { heldMs, holdCall, newClock, splitTiming, type CallClock } from './timing.ts';
+import { HandlerError, isFunctionDefinition, type FunctionDefinition, type HandlerContext, type ModelHandle } from '../sdk/index.ts';
+import { heldMs, holdCall, newCallTimes, splitTiming, type CallTimes } from './timing.ts';
 import { StartFailure, type AssignMessage, type FromUserCode, type RunMessage, type UserStats } from './user-code-messages.ts';
 
+/** What the user code needs of a loaded model: a ModelSession, or a fake one in tests. */
+export type ModelRunner = Pick<ModelSession, 'provider' | 'fallback' | 'instances' | 'lone' | 'inputNames' | 'outputNames' | 'wantsWide' | 'run' | 'noteLone' | 'grow' | 'loadWide' | 'close'>;
+
 interface LoadedModel {
-  session: ModelSession;
+  session: ModelRunner;
   batcher: DynamicBatcher;
 }
 
@@ -30,6 +33,8 @@ export interface UserCodeOptions {
   announce: (busy: boolean) => void;
   /** A handler will not stop after its timeout and grace: the replica should be replaced. */
   onStuck: (rid: string) => void;
+  /** Loads one model. @default ModelSession.create (onnxruntime) */
+  openModel?: (init: ModelSessionInit) => Promise<ModelRunner>;
 }
 
 export class UserCode {
@@ -82,7 +87,7 @@ export class UserCode {
       // Each session loads on its own thread: in parallel.
       const sessions = await Promise.all(
         entries.map(([name, file]) =>
-          ModelSession.create({
+          (this.o.openModel ?? ModelSession.create)({
             path: file.path,
             providers: s.providers,
             threads: s.threads,
@@ -98,13 +103,13 @@ export class UserCode {
         if (session.fallback) this.o.log.warn({ model: name }, session.fallback);
         const batcher = new DynamicBatcher({
           ...a.fn.batching,
-          execute: (feeds, low) => this.infer(session, feeds, low),
+          execute: (feeds, lane) => this.infer(session, feeds, lane),
           instances: () => session.instances,
-          potentialCallers: (low) => (low ? this.lanes.batch : this.lanes.live),
-          lowMayRun: () => this.gate.open,
+          potentialCallers: (lane) => this.lanes[lane],
+          batchMayRun: () => this.gate.open,
           // On CPU, rows cost about the same alone or batched, and a live request may have to wait
           // for a batch line's inference already running: keep those one call long there.
-          lowMaxCalls: session.provider === 'cpu' ? 1 : undefined,
+          batchMaxCalls: session.provider === 'cpu' ? 1 : undefined,
         });
         this.models.set(name, { session, batcher });
       });
@@ -155,7 +160,7 @@ export class UserCode {
   /** Runs one request: checks its input against the function's schema, calls the handler, encodes its answer. */
   async run(m: RunMessage): Promise<Result> {
     const t0 = performance.now();
-    const clock = newClock();
+    const times = newCallTimes();
     const lane = m.batch ? 'batch' : 'live';
     this.lanes[lane]++;
     if (lane === 'live') this.gate.liveStarted();
@@ -175,7 +180,7 @@ export class UserCode {
         status = 400;
         body = JSON.stringify(errorBody('invalid_input', `input does not match the schema of ${this.a.fn.name}: ${z.prettifyError(parsed.error)}`, parsed.error.issues));
       } else {
-        const result = await this.runHandler(parsed.data, m, ctl, clock, log);
+        const result = await this.runHandler(parsed.data, m, ctl, times, log);
         const encoded = resultBody(result, this.a.settings.maxAnswerBytes);
         if (encoded.binary) bytes = { contentType: encoded.binary.contentType, base64: Buffer.from(encoded.binary.bytes.buffer, encoded.binary.bytes.byteOffset, encoded.binary.bytes.byteLength).toString('base64') };
         else body = encoded.json;
@@ -190,7 +195,7 @@ export class UserCode {
       this.maybeGrow();
       this.maybeLoadWide();
     }
-    const timing = splitTiming(m.queueMs, t0, performance.now(), clock);
+    const timing = splitTiming(m.queueMs, t0, performance.now(), times);
     // A handler that stopped because it was canceled ends "canceled", not "failed".
     const canceled = ctl.signal.reason instanceof CanceledError && (status >= 400 || (body === '' && !bytes));
     return { type: 'result', n: m.n, status, body, bytes, timing, canceled: canceled || undefined };
@@ -224,7 +229,7 @@ export class UserCode {
    */
   private maybeLoadWide(): void {
     if (this.loadingWide || !this.ready || this.closing || this.lanes.live + this.lanes.batch > 0) return;
-    let model: ModelSession | undefined;
+    let model: ModelRunner | undefined;
     for (const m of this.models.values()) if (m.session.wantsWide) model ??= m.session;
     if (!model) return;
     this.loadingWide = true;
@@ -238,30 +243,30 @@ export class UserCode {
   }
 
   /**
-   * The handler's models; a batch line's (`low`) calls yield to live ones. `clock` times a
+   * The handler's models; a batch line's calls (`lane` batch) yield to live ones. `times` times a
    * request's calls. `signal` (read only once a model is called: an AbortSignal per request
    * costs an echo replica measurable CPU) takes back its calls still waiting for their batch.
    */
-  private handles(clock: CallClock = newClock(), low = false, signal?: () => AbortSignal): Record<string, ModelHandle> {
+  private handles(times: CallTimes = newCallTimes(), lane: Lane = 'live', signal?: () => AbortSignal): Record<string, ModelHandle> {
     const out: Record<string, ModelHandle> = {};
     for (const [name, m] of this.models) {
       out[name] = {
         inputNames: m.session.inputNames,
         outputNames: m.session.outputNames,
         run: async (feeds: Feeds) => {
-          clock.firstAt ??= performance.now();
-          clock.pending++;
-          const started = holdCall(clock);
+          times.firstAt ??= performance.now();
+          times.pending++;
+          const started = holdCall(times);
           try {
-            const r = await m.batcher.run(feeds, low, { signal: signal?.(), onStart: started });
-            clock.inferMs += r.inferMs;
-            clock.execMs += r.execMs;
-            clock.batchMs += r.waitMs;
+            const r = await m.batcher.run(feeds, lane, { signal: signal?.(), onStart: started });
+            times.inferMs += r.inferMs;
+            times.execMs += r.execMs;
+            times.batchMs += r.waitMs;
             return r.outputs;
           } finally {
             started();
-            clock.pending--;
-            clock.lastEndAt = performance.now();
+            times.pending--;
+            times.lastEndAt = performance.now();
           }
         },
       };
@@ -277,10 +282,10 @@ export class UserCode {
    * here, a lone live inference runs wide all the same: on this thread it holds off their pre-
    * and post-processing, which would otherwise share the cores with it.
    */
-  private async infer(session: ModelSession, feeds: Feeds, low: boolean): Promise<{ outputs: Feeds; inferMs: number; wide: boolean; lone: boolean }> {
+  private async infer(session: ModelRunner, feeds: Feeds, lane: Lane): Promise<{ outputs: Feeds; inferMs: number; wide: boolean; lone: boolean }> {
     // Not during setup and warmup: a replica that never sees a lone request never loads it.
-    const lone = !low && this.ready && this.liveInferring === 0 && this.lanes.live <= 1 && !this.gate.peersLive;
-    if (low) this.batchInferring++;
+    const lone = lane === 'live' && this.ready && this.liveInferring === 0 && this.lanes.live <= 1 && !this.gate.peersLive;
+    if (lane === 'batch') this.batchInferring++;
     else this.liveInferring++;
     const started = ++this.inferStarts;
     try {
@@ -292,18 +297,18 @@ export class UserCode {
       if (r.timed && this.inferStarts === started && !batchBeside()) session.noteLone(r.timed);
       return r;
     } finally {
-      if (low) this.batchInferring--;
+      if (lane === 'batch') this.batchInferring--;
       else this.liveInferring--;
     }
   }
 
-  private async runHandler(input: unknown, m: RunMessage, ctl: AbortController, clock: CallClock, log: () => Logger): Promise<unknown> {
+  private async runHandler(input: unknown, m: RunMessage, ctl: AbortController, times: CallTimes, log: () => Logger): Promise<unknown> {
     if (m.deadline !== undefined && Date.now() > m.deadline) throw new TimeoutError(`request waited in the queue past its limit (EMBERS_QUEUE_TIMEOUT_MS) before a replica could run it`);
     const { fn, settings } = this.a;
     const budget = fn.timeoutMs;
-    const low = m.batch;
+    const lane: Lane = m.batch ? 'batch' : 'live';
     const ctx: HandlerContext = {
-      models: this.handles(clock, low, () => {
+      models: this.handles(times, lane, () => {
         // One listener per waiting model call: a pipeline may have dozens waiting at once.
         setMaxListeners(0, ctl.signal);
         return ctl.signal;
@@ -330,7 +335,7 @@ export class UserCode {
     const began = performance.now();
     const timeout = new Promise<never>((_, reject) => {
       const expire = () => {
-        const used = performance.now() - began - (low ? heldMs(clock, performance.now()) : 0);
+        const used = performance.now() - began - (lane === 'batch' ? heldMs(times, performance.now()) : 0);
         if (used < budget) {
           timer = setTimeout(expire, Math.max(50, budget - used));
           return;

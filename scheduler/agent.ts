@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
-import { errorBody, EXIT_REPLACE_ME, keys, QUEUE_PREFIX, WEBHOOK_QUEUE, type NodeRecord, type PlacementRecord, type PlatformEvent } from '../core/contracts.ts';
+import { errorBody, EXIT_REPLACE_ME, type NodeRecord, type PlacementRecord, type PlatformEvent } from '../core/contracts.ts';
 import type { Logger } from '../core/log.ts';
 import { createRedis } from '../core/redis.ts';
 import type { ObjectStore } from '../core/s3.ts';
@@ -20,6 +20,8 @@ import { waitAtMost } from '../core/settle.ts';
 import { dropHeld, handOverLiveEntries, heldBy, leaveLiveGroup } from '../core/live-queue.ts';
 import { answerUnrun, JobStore } from '../core/jobs.ts';
 import { Queue } from 'bullmq';
+import { keys, QUEUE_PREFIX, WEBHOOK_QUEUE } from '../core/keys.ts';
+import type { Assignment, ToAgent } from '../runtime/agent-messages.ts';
 
 const REPLICA_SOURCE = fileURLToPath(new URL('../runtime/main.ts', import.meta.url));
 const TSX = import.meta.resolve('tsx');
@@ -232,7 +234,7 @@ export class NodeAgent {
     const child = this.forkRuntime({ EMBERS_REPLICA_STANDBY: '1' });
     const entry = { child, booted: false };
     this.standby = entry;
-    child.on('message', (m: { type?: string }) => {
+    child.on('message', (m: ToAgent) => {
       if (m?.type === 'standby') entry.booted = true;
     });
     child.once('exit', () => {
@@ -257,12 +259,12 @@ export class NodeAgent {
       // The next standby boots as soon as this one is taken: back to back under a run of cold
       // starts, one boot at a time (a boot takes a core for about a second).
       const assign = () => {
-        child.send({ type: 'assign', id, fn, version, spawnedAt, env: perReplica });
+        child.send({ type: 'assign', id, fn, version, spawnedAt, env: perReplica } satisfies Assignment);
         this.prepareStandby();
       };
       // One still booting is nearer ready than a fresh fork, which would compete with it for CPU.
       if (standby.booted) assign();
-      else child.on('message', (m: { type?: string }) => m?.type === 'standby' && assign());
+      else child.on('message', (m: ToAgent) => m?.type === 'standby' && assign());
     } else {
       child = this.forkRuntime({ ...perReplica, EMBERS_REPLICA_ID: id, EMBERS_REPLICA_FUNCTION: fn, EMBERS_REPLICA_VERSION: version, EMBERS_REPLICA_SPAWNED_AT: String(spawnedAt) });
     }
@@ -271,7 +273,7 @@ export class NodeAgent {
     this.replicas.set(id, r);
     void this.redis.hset(keys.replicaNodes, id, this.id).catch(() => {});
     this.log.info({ replica: id, pid: child.pid, gpu: gpu?.index }, 'replica spawned');
-    child.on('message', (m: { type?: string }) => {
+    child.on('message', (m: ToAgent) => {
       if (m?.type === 'ready') {
         r.state = 'ready';
         this.backoff.delete(`${fn}@${version}`);

@@ -6,15 +6,16 @@ import { createInterface } from 'node:readline';
 import type { Job, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { BATCH_TERMINAL, BatchStore, chunkJob, chunkOf, errorLine, lineJob, type BatchRecord, type BatchStatus } from '../core/batches.ts';
-import { keys, s3Keys, type BatchChunkData, type BatchChunkLine, type RunJobData } from '../core/contracts.ts';
+import { s3Keys, type BatchChunkData, type BatchChunkLine, type RunJobData } from '../core/contracts.ts';
 import type { TenantStores } from '../core/buckets.ts';
 import type { Logger } from '../core/log.ts';
 import type { Registry } from '../core/registry.ts';
-import { DEFAULT_TENANT } from '../core/names.ts';
-import { plainName } from '../core/names.ts';
+import { DEFAULT_TENANT, plainName } from '../core/names.ts';
 import { statusOf, type ObjectStore } from '../core/s3.ts';
 import { compileInputSchema, describeErrors } from '../core/validate.ts';
-import { nestsDeeperThan, tooDeepMessage } from '../core/json-depth.ts';
+import { keys } from '../core/keys.ts';
+import { chunkLines, DECIDE_SPAN_MS, FEED_LINES, nextLookMs, Pace, POLL_MS } from './batch-pace.ts';
+import { parseLine, splitUnwritable, type FeedJob } from './batch-lines.ts';
 
 export interface BatchFeederOptions {
   redis: Redis;
@@ -34,23 +35,12 @@ export interface BatchFeederOptions {
   queue(fn: string): Queue;
 }
 
-const POLL_MS = 100;
-const MIN_LOOK_MS = 10;
-/** Lines queued with one addBulk (a chunk is never split across two). */
-const FEED_LINES = 64;
-/** Most lines in one chunk job. */
-const MAX_CHUNK = 64;
-/** A chunk holds about this many ms of the batch's lines at the rate they finished (chunkLines). */
-const CHUNK_MS = 10;
-/** How far back Pace looks. */
-const PACE_SPAN_MS = 1000;
-/** The least span of samples a chunk size is decided on. */
-const DECIDE_SPAN_MS = 250;
 /**
  * A tenant's input schema runs here, in the leading scheduler (beside a gateway under `npm
  * start`): a batch's lines are checked against it for this long at most, then passed on unchecked
- * (the replicas check every line with the function's zod). 600 lines of 126 KB, each within the
- * gateway's budget (core/validate.ts), took 30 s here, the gateway beside it stalled 1.4 s at a time.
+ * (the replicas check every line with the function's zod): a batch of large lines, each within
+ * the gateway's budget (core/validate.ts), would otherwise hold the scheduler, and the gateway
+ * beside it, for many seconds.
  */
 const CHECK_MS = 2_000;
 /** The validation loop lets other work run (a gateway's requests) after this long without a pause. */
@@ -60,53 +50,6 @@ const YIELD_MS = 20;
 class Interrupted extends Error {}
 /** The batch's input cannot be read any more (its bucket unregistered, or refusing its credentials): the batch fails. */
 class InputGone extends Error {}
-
-/**
- * When the feeder, short of `short` lines of room in the batch's window, looks again: when
- * about half of them should have finished at the rate lines finished at lately (`perMs` lines
- * a ms, from Pace; undefined until it knows), within [10, 100] ms. The window must not drain between
- * two looks: at a fixed 100 ms a 256-line window held `echo` (~4k lines/s) to ~2.7–3.2k lines/s
- * with a sixth of the machine idle, as it emptied in ~60 ms and then waited. A slow function
- * (`ocr`, ~25 lines/s) is still looked at every 100 ms: one HGETALL a look.
- */
-export function nextLookMs(short: number, perMs: number | undefined): number {
-  if (perMs === undefined) return MIN_LOOK_MS;
-  if (perMs <= 0) return POLL_MS;
-  return Math.min(POLL_MS, Math.max(MIN_LOOK_MS, short / perMs / 2));
-}
-
-/**
- * Lines a chunk job holds, from the rate the batch's lines finished at (`perMs` a ms, over all
- * replicas): about CHUNK_MS of them, so a function of a few ms a line or more keeps one line a
- * job (and its lines spread over replicas), and a sub-ms one (`echo`) pays BullMQ's job scripts,
- * ~125 µs of Redis a job here (addStandardJob and moveToFinished, from SLOWLOG), once for tens of
- * lines. At most a quarter of the window, so several chunks are out at once.
- */
-export function chunkLines(perMs: number, maxOutstanding: number): number {
-  return Math.max(1, Math.min(MAX_CHUNK, Math.floor(maxOutstanding / 4), Math.floor(perMs * CHUNK_MS)));
-}
-
-/**
- * The rate a batch's lines finish at, over its last second or so: lines finish in bursts (a
- * chunk at a time), so a look's own interval (10 ms) says little.
- */
-export class Pace {
-  private readonly seen: { at: number; done: number }[] = [];
-
-  note(at: number, done: number): void {
-    this.seen.push({ at, done });
-    // Keep the newest sample at least a second old, and nothing older.
-    while (this.seen.length > 2 && at - this.seen[1]!.at >= PACE_SPAN_MS) this.seen.shift();
-  }
-
-  /** Lines a ms since the oldest sample kept, once that spans at least `minSpanMs`. */
-  perMs(minSpanMs = 100): number | undefined {
-    const first = this.seen[0];
-    const last = this.seen.at(-1);
-    if (!first || !last || last.at - first.at < minSpanMs) return undefined;
-    return (last.done - first.done) / (last.at - first.at);
-  }
-}
 
 export class BatchFeeder {
   private readonly batches: BatchStore;
@@ -422,53 +365,6 @@ export class BatchFeeder {
       }
     })();
   }
-}
-
-type FeedJob = ReturnType<typeof lineJob> | ReturnType<typeof chunkJob>;
-
-/**
- * The lines among `jobs` whose input JSON.stringify cannot write (so BullMQ cannot queue them),
- * and the jobs without them: a chunk keeps its id (its first line's) with the lines left.
- */
-export function splitUnwritable(jobs: FeedJob[]): { queueable: FeedJob[]; unwritable: { line: number; cid: string; reason: string }[] } {
-  const unwritable: { line: number; cid: string; reason: string }[] = [];
-  const writable = (l: Pick<BatchChunkLine, 'line' | 'cid' | 'input'>): boolean => {
-    try {
-      JSON.stringify(l.input);
-      return true;
-    } catch (err) {
-      unwritable.push({ line: l.line, cid: l.cid, reason: (err as Error).message });
-      return false;
-    }
-  };
-  const queueable: FeedJob[] = [];
-  for (const job of jobs) {
-    if ('chunk' in job.data) {
-      const kept = job.data.chunk.lines.filter(writable);
-      if (kept.length === job.data.chunk.lines.length) queueable.push(job);
-      else if (kept.length > 0) queueable.push({ ...job, data: { ...job.data, chunk: { ...job.data.chunk, lines: kept } } });
-    } else if (writable({ line: job.data.batch!.line, cid: job.data.batch!.cid, input: job.data.input })) queueable.push(job);
-  }
-  return { queueable, unwritable };
-}
-
-/**
- * One input line: `{ "custom_id": "…", "input": … }`, or why it is not one. An input nesting
- * more than `maxDepth` arrays and objects is refused before anything walks it.
- */
-export function parseLine(text: string, maxDepth: number): { cid: string; input: unknown } | { error: { code: string; message: string }; cid?: string } {
-  let v: unknown;
-  try {
-    v = JSON.parse(text);
-  } catch (err) {
-    return { error: { code: 'invalid_json', message: `line is not valid JSON: ${(err as Error).message}` } };
-  }
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) return { error: { code: 'invalid_line', message: 'each line must be a JSON object {"custom_id": "…", "input": {…}}' } };
-  const { custom_id: cid, input } = v as { custom_id?: unknown; input?: unknown };
-  if (typeof cid !== 'string' || cid === '') return { error: { code: 'missing_custom_id', message: 'line has no "custom_id" (a non-empty string)' } };
-  // The input, as a run's body would be: it is what BullMQ and the replica walk.
-  if (nestsDeeperThan(input, maxDepth)) return { error: { code: 'too_deep', message: tooDeepMessage('input', maxDepth) }, cid };
-  return { cid, input };
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

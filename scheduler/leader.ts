@@ -1,10 +1,12 @@
 // One scheduler leads at a time: a Redis key with expiry, renewed while alive. When the leader
 // dies its key expires and another candidate takes over.
 import type { Redis } from 'ioredis';
-import { keys } from '../core/contracts.ts';
 import { evalScript } from '../core/redis.ts';
+import { lua } from '../core/lua.ts';
+import { keys } from '../core/keys.ts';
 
-const RENEW = `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end`;
+const RENEW = lua('leader-renew');
+const RELEASE = lua('leader-release');
 
 export class LeaderLease {
   private leading = false;
@@ -33,6 +35,6 @@ export class LeaderLease {
   async release(): Promise<void> {
     if (!this.leading) return;
     this.leading = false;
-    await evalScript(this.redis, `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end`, 1, keys.leader, this.id);
+    await evalScript(this.redis, RELEASE, 1, keys.leader, this.id);
   }
 }

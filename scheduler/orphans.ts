@@ -4,8 +4,8 @@
 // removes the dead consumers from the group. A replica whose agent is alive is its agent's to
 // hand over (it sees the exit at once); one whose heartbeats merely stalled keeps what it holds.
 import type { Redis } from 'ioredis';
-import { keys } from '../core/contracts.ts';
-import { handOverLiveEntries, leaveLiveGroup, LIVE_GROUP, liveStream } from '../core/live-queue.ts';
+import { handOverLiveEntries, leaveLiveGroup, LIVE_GROUP } from '../core/live-queue.ts';
+import { keys, liveStream } from '../core/keys.ts';
 
 export interface Orphaned {
   consumer: string;

@@ -3,7 +3,7 @@
 // so a replica's spawn costs Node's start-up and one file's compile, not loading tsx,
 // transpiling TypeScript and resolving hundreds of package files on every cold start.
 import { createHash } from 'node:crypto';
-import { readdir, readFile, stat } from 'node:fs/promises';
+import { cp, readdir, readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
@@ -25,6 +25,8 @@ export async function buildRuntime(dir: string): Promise<BuiltRuntime> {
   const main = path.join(out, 'main.mjs');
   if (!(await stat(main).catch(() => null))) {
     await linkPlatformModules(out);
+    // The Lua scripts, read beside the bundle (core/lua.ts); main.mjs, written last, marks a whole build.
+    await cp(path.join(ROOT, 'core', 'lua'), path.join(out, 'lua'), { recursive: true });
     await build({
       entryPoints: ENTRIES.map((e) => path.join(ROOT, e)),
       outdir: out,
@@ -50,9 +52,9 @@ export async function buildRuntime(dir: string): Promise<BuiltRuntime> {
 /** Changes whenever a runtime source changes, so a stale build is never used. */
 async function sourceKey(): Promise<string> {
   const hash = createHash('sha256');
-  for (const folder of ['runtime', 'native', 'core']) {
+  for (const folder of ['runtime', 'native', 'core', 'core/lua', 'sdk']) {
     for (const f of (await readdir(path.join(ROOT, folder))).sort()) {
-      if (!/\.(ts|mjs)$/.test(f)) continue;
+      if (!/\.(ts|mjs|lua)$/.test(f)) continue;
       hash.update(f).update(await readFile(path.join(ROOT, folder, f)));
     }
   }

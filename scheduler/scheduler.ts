@@ -5,9 +5,9 @@ import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { BatchStore } from '../core/batches.ts';
 import { BucketRegistry, TenantStores } from '../core/buckets.ts';
-import { batchQueueName, keys, QUEUE_PREFIX, type Manifest, type NodeRecord, type PlacementRecord, type ScaleRecord } from '../core/contracts.ts';
+import { type Manifest, type NodeRecord, type PlacementRecord, type ScaleRecord } from '../core/contracts.ts';
 import { DEFAULT_MAX_JSON_DEPTH } from '../core/json-depth.ts';
-import { lastTakenAt, liveStream } from '../core/live-queue.ts';
+import { lastTakenAt } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
 import { Registry } from '../core/registry.ts';
 import type { ObjectStore } from '../core/s3.ts';
@@ -20,6 +20,7 @@ import { place, type Placement } from './placement.ts';
 import { busySlots, reclaim, type FunctionView, type Reclaim } from './reclaim.ts';
 import { decide, initialScalerState, keepAliveEndsAt, type ScalerSettings, type ScalerState } from './scaler.ts';
 import { Watchlist } from './watchlist.ts';
+import { batchQueueName, keys, liveStream, QUEUE_PREFIX } from '../core/keys.ts';
 
 /** What placement assumes a replica holds until one of its version has been measured. */
 const UNMEASURED_FOOTPRINT = 256 * 2 ** 20;

@@ -3,14 +3,11 @@
 // reason to watch (replicas, a keep-alive or pre-warm under way). A function with none of these
 // leaves the list, and deployed functions at zero cost a pass nothing.
 import type { Redis } from 'ioredis';
-import { keys } from '../core/contracts.ts';
-import { liveStream } from '../core/live-queue.ts';
 import { evalScript } from '../core/redis.ts';
+import { lua } from '../core/lua.ts';
+import { keys, liveStream } from '../core/keys.ts';
 
-/** Leaves the active set only while its stream is empty: a request queued meanwhile keeps it. KEYS: active set, stream; ARGV: fn. */
-const UNWATCH = `
-if redis.call('XLEN', KEYS[2]) > 0 then return 0 end
-return redis.call('SREM', KEYS[1], ARGV[1])`;
+const UNWATCH = lua('watchlist-unwatch');
 
 export class Watchlist {
   private readonly watched = new Set<string>();

@@ -11,7 +11,7 @@ import { statusOf, storeFromConfig, type ObjectStore } from '../../core/s3.ts';
 import { startGateway } from '../../gateway/server.ts';
 import { NodeAgent } from '../../scheduler/agent.ts';
 import { CliError } from '../errors.ts';
-import { agentOptions, gatewayOptions } from '../platform.ts';
+import { agentOptions, gatewayOptions } from '../../platform/embedded.ts';
 
 /** Redis answers within 5 s, or a message that says where it was looked for (not a silent retry loop). */
 async function reachRedis(url: string): Promise<void> {

@@ -6,7 +6,7 @@ import { createLogger } from '../../core/log.ts';
 import { caCert, EmbersClient } from '../client.ts';
 import { deployFile } from '../deploy.ts';
 import { discoverFunctions } from '../discover.ts';
-import { startPlatform } from '../platform.ts';
+import { startPlatform } from '../../platform/embedded.ts';
 import { onStop } from './common.ts';
 import { CliError } from '../errors.ts';
 

@@ -3,7 +3,7 @@ import type { Context, MiddlewareHandler } from 'hono';
 import { DEFAULT_TENANT } from '../../core/names.ts';
 import { ADMIN_AUTH, TENANT_ID, type Scope, type TenantStore } from '../../core/tenants.ts';
 import { ApiError } from '../errors.ts';
-import type { GatewayEnv } from '../app.ts';
+import type { GatewayEnv } from '../deps.ts';
 import type { KeyCache } from '../key-cache.ts';
 
 /** Runs, the one route whose enqueue re-checks the key (LiveQueue.add): only they use the key cache. */
@@ -16,7 +16,7 @@ const RUN_PATH = '/v1/run/';
  * enqueue checks the key again in the same call (`verifyHash`): a key revoked while its request
  * was on its way, cached or not, queues nothing.
  */
-export function authenticate(tenants: TenantStore, adminKey?: string, cache?: KeyCache): MiddlewareHandler<GatewayEnv> {
+export function authenticate(tenants: Pick<TenantStore, 'resolveHash'>, adminKey?: string, cache?: KeyCache): MiddlewareHandler<GatewayEnv> {
   // Digests make the comparison constant-time whatever the lengths. The one-shot hash (Node
   // 20.12+) costs ~1.0 µs against ~1.7 for a Hash object (2.8 % of the gateway's CPU on `echo`
   // in a profile); on 20.10–20.11, which Embers supports, a Hash object.

@@ -6,13 +6,15 @@ import { canAccess } from '../../core/tenants.ts';
 import { actingTenant, requireScope } from '../middleware/auth.ts';
 import { z } from 'zod';
 import { BATCH_ID, BatchStore, type BatchView } from '../../core/batches.ts';
-import { FUNCTION_NAME, keys, s3Keys, type PlatformEvent } from '../../core/contracts.ts';
+import { FUNCTION_NAME, s3Keys, type PlatformEvent } from '../../core/contracts.ts';
 import { checkS3Uri, statusOf } from '../../core/s3.ts';
-import { ApiError, readJson } from '../errors.ts';
+import { ApiError, functionNotFound } from '../errors.ts';
+import { readJson } from '../request-body.ts';
 import { limitBody } from '../middleware/body-limit.ts';
 import { headOwned } from '../owned-objects.ts';
 import { storeBody } from '../spool.ts';
-import type { GatewayDeps, GatewayEnv } from '../app.ts';
+import type { GatewayDeps, GatewayEnv } from '../deps.ts';
+import { keys } from '../../core/keys.ts';
 
 const FromInput = z
   .object({
@@ -35,7 +37,7 @@ export function batchRoutes(deps: GatewayDeps) {
   /** The acting tenant's function `name`: its key (what the batch records) and owner. */
   const mustExist = async (c: Context<GatewayEnv>, name: string): Promise<{ key: string; owner: string }> => {
     const found = FUNCTION_NAME.test(name) ? await deps.functions.find(actingTenant(c), name) : null;
-    if (!found) throw new ApiError(404, 'function_not_found', `no function named "${name}"; deploy it first (\`embers functions\` lists them)`);
+    if (!found) throw functionNotFound(name, 'batch');
     return { key: found.key, owner: found.fn.tenant };
   };
 

@@ -7,9 +7,10 @@ import { MAX_BUCKETS_PER_TENANT, bucketStore, bucketView, refusedEndpoint, type 
 import { statusOf } from '../../core/s3.ts';
 import { bucketNameProblem } from '../../core/s3-uri.ts';
 import { DEFAULT_TENANT } from '../../core/names.ts';
-import { ApiError, readJson } from '../errors.ts';
+import { ApiError } from '../errors.ts';
+import { readJson } from '../request-body.ts';
 import { actingTenant, requireScope } from '../middleware/auth.ts';
-import type { GatewayDeps, GatewayEnv } from '../app.ts';
+import type { GatewayDeps, GatewayEnv } from '../deps.ts';
 
 const Registration = z.strictObject({
   bucket: z.string().superRefine((b, ctx) => {

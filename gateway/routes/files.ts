@@ -11,7 +11,7 @@ import { ApiError } from '../errors.ts';
 import { actingTenant, requireScope } from '../middleware/auth.ts';
 import { spoolMultipart } from '../multipart.ts';
 import { storeBody } from '../spool.ts';
-import type { GatewayDeps, GatewayEnv } from '../app.ts';
+import type { GatewayDeps, GatewayEnv } from '../deps.ts';
 
 const CONTENT_TYPE = 'application/x-ndjson';
 

@@ -2,16 +2,18 @@
 import { Hono, type Context } from 'hono';
 import { limitBody } from '../middleware/body-limit.ts';
 import { z } from 'zod';
-import { DeployRequestSchema, errorBody, FUNCTION_NAME, keys, type Manifest } from '../../core/contracts.ts';
-import { liveStream, takeUnstarted } from '../../core/live-queue.ts';
+import { DeployRequestSchema, errorBody, FUNCTION_NAME, type Manifest } from '../../core/contracts.ts';
+import { takeUnstarted } from '../../core/live-queue.ts';
 import { answerUnrun } from '../../core/jobs.ts';
-import { DEFAULT_TENANT } from '../../core/names.ts';
-import { plainName, qualifiedName } from '../../core/names.ts';
-import { ApiError, readJson } from '../errors.ts';
+import { DEFAULT_TENANT, plainName, qualifiedName } from '../../core/names.ts';
+import { ApiError, functionNotFound } from '../errors.ts';
+import { readJson } from '../request-body.ts';
 import { headOwned } from '../owned-objects.ts';
 import { compileInputSchema, schemaTooLarge } from '../../core/validate.ts';
 import { actingTenant, requireScope } from '../middleware/auth.ts';
-import type { GatewayDeps, GatewayEnv } from '../app.ts';
+import { replicasOf } from '../replicas.ts';
+import type { GatewayDeps, GatewayEnv } from '../deps.ts';
+import { keys, liveStream } from '../../core/keys.ts';
 
 export function functionRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
@@ -71,7 +73,7 @@ export function functionRoutes(deps: GatewayDeps) {
     const { name, key, tenant } = await visible(c);
     const versions = await registry.versions(key);
     const active = await registry.active(key);
-    if (!active) throw notFound(name);
+    if (!active) throw functionNotFound(name);
     return c.json({
       name,
       tenant,
@@ -100,7 +102,7 @@ export function functionRoutes(deps: GatewayDeps) {
       }
     };
     const removed = await registry.remove(key, force === 'true' ? { beforeDelete: answer } : { unlessQueuedIn: liveStream(key) });
-    if (removed === 'not_found') throw notFound(name);
+    if (removed === 'not_found') throw functionNotFound(name);
     if (removed === 'redeployed') throw new ApiError(409, 'function_redeployed', `${name} was deployed again while it was being deleted; the new deployment stays (delete it again to remove it)`);
     if (removed !== 'removed') {
       throw new ApiError(409, 'function_busy', `${name} has ${removed.queued} request(s) queued or running; wait for them to finish, or delete with ?force=true (\`embers functions delete ${name} --force\`), which answers the ones not yet started 410`);
@@ -114,7 +116,7 @@ export function functionRoutes(deps: GatewayDeps) {
     const name = checkName(c.req.param('name') ?? '');
     const tenant = actingTenant(c);
     const key = await registry.find(tenant, name);
-    if (!key) throw notFound(name);
+    if (!key) throw functionNotFound(name);
     return { name, key, tenant };
   }
 
@@ -146,11 +148,9 @@ async function answerUnstarted(deps: GatewayDeps, key: string): Promise<number> 
 }
 
 function checkName(name: string): string {
-  if (!FUNCTION_NAME.test(name)) throw new ApiError(404, 'function_not_found', `no function named "${name}" (names are lower-case letters, digits and "-")`);
+  if (!FUNCTION_NAME.test(name)) throw functionNotFound(name, 'malformed');
   return name;
 }
-
-const notFound = (name: string) => new ApiError(404, 'function_not_found', `no function named "${name}"`);
 
 function describeVersion(m: Manifest) {
   return {
@@ -165,14 +165,4 @@ function describeVersion(m: Manifest) {
     ...(m.binaryInput ? { binaryInput: m.binaryInput } : {}),
     bundle: m.bundle,
   };
-}
-
-/** Live replicas from their heartbeat records; ids whose record expired are pruned. */
-export async function replicasOf(redis: GatewayDeps['redis'], name: string): Promise<unknown[]> {
-  const ids = await redis.smembers(keys.replicas(name));
-  if (ids.length === 0) return [];
-  const records = await redis.mget(ids.map(keys.replica));
-  const gone = ids.filter((_, i) => records[i] === null);
-  if (gone.length) await redis.srem(keys.replicas(name), ...gone);
-  return records.filter((r): r is string => r !== null).map((r) => JSON.parse(r));
 }

@@ -3,10 +3,10 @@ import { Hono, type Context } from 'hono';
 import { canAccess } from '../../core/tenants.ts';
 import { recordUsage } from '../../core/usage.ts';
 import { requireScope } from '../middleware/auth.ts';
-import { keys } from '../../core/contracts.ts';
 import { CANCELED_BODY, enqueueWebhook, JOB_ID } from '../../core/jobs.ts';
 import { ApiError } from '../errors.ts';
-import type { GatewayDeps, GatewayEnv } from '../app.ts';
+import type { GatewayDeps, GatewayEnv } from '../deps.ts';
+import { keys } from '../../core/keys.ts';
 
 export function jobRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();

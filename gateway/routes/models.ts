@@ -6,7 +6,7 @@ import { createReadStream } from 'node:fs';
 import { Hono, type Context } from 'hono';
 import { s3Keys } from '../../core/contracts.ts';
 import { ApiError } from '../errors.ts';
-import type { GatewayDeps, GatewayEnv } from '../app.ts';
+import type { GatewayDeps, GatewayEnv } from '../deps.ts';
 import { actingTenant, requireScope } from '../middleware/auth.ts';
 import { spoolBody } from '../spool.ts';
 

@@ -3,17 +3,19 @@ import { refusedHost } from '../../core/webhook-target.ts';
 import { randomUUID } from 'node:crypto';
 import { Hono, type Context } from 'hono';
 import { limitBody } from '../middleware/body-limit.ts';
-import { FUNCTION_NAME, isJsonType, keys, type ColdStartPhases, type RunJobData } from '../../core/contracts.ts';
+import { FUNCTION_NAME, isJsonType, type ColdStartPhases, type RunJobData } from '../../core/contracts.ts';
 import { JobStore } from '../../core/jobs.ts';
 import { enqueueStamp } from '../../core/clock.ts';
 import { checkInput, describeErrors } from '../../core/validate.ts';
-import { ApiError, readBytes, readJsonText } from '../errors.ts';
+import { ApiError, functionNotFound } from '../errors.ts';
+import { readBytes, readJsonText } from '../request-body.ts';
 import { acquireSlot, checkRate } from '../quotas.ts';
-import type { GatewayEnv, GatewayDeps } from '../app.ts';
+import type { GatewayEnv, GatewayDeps } from '../deps.ts';
 import type { AuthContext } from '../../core/tenants.ts';
 import { plainName } from '../../core/names.ts';
 import { FunctionGoneError, KeyRejectedError } from '../../core/live-queue.ts';
 import { actingTenant, invalidKey, requireScope, revokedKey } from '../middleware/auth.ts';
+import { keys } from '../../core/keys.ts';
 
 /** Waiting past the deadline by this much lets a reply that is on its way arrive. */
 const REPLY_GRACE_MS = 2_000;
@@ -38,9 +40,9 @@ export function runRoutes(deps: GatewayDeps) {
       const t0 = performance.now();
       const name = c.req.param('name');
       const rid = c.get('rid');
-      if (!FUNCTION_NAME.test(name)) throw new ApiError(404, 'function_not_found', `no function named "${name}" (names are lower-case letters, digits and "-")`);
+      if (!FUNCTION_NAME.test(name)) throw functionNotFound(name, 'malformed');
       const found = await functions.find(actingTenant(c), name);
-      if (!found) throw new ApiError(404, 'function_not_found', `no function named "${name}"; deploy it with \`embers deploy\` or list them with \`embers functions\``);
+      if (!found) throw functionNotFound(name, 'run');
       // Below the gateway the function goes by its key: its queue, metrics, replicas.
       const { key, fn } = found;
       requireScope(c, 'run');
@@ -81,7 +83,7 @@ export function runRoutes(deps: GatewayDeps) {
       const id = randomUUID();
       const data: RunJobData = { rid, id, gw: gatewayId, input, raw, ...stamp, deadline: stamp.enq + deps.queueTimeoutMs, ...bill };
       const release = await counted(key, () => acquireSlot(deps.redis, auth, id, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS));
-      const wait = replies.expect(id, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS, rid);
+      const wait = replies.expect(id, deps.queueTimeoutMs + fn.manifest.timeoutMs + REPLY_GRACE_MS);
       metrics.inflight.inc();
       let entry: string | undefined;
       let reply;
@@ -109,11 +111,8 @@ export function runRoutes(deps: GatewayDeps) {
       metrics.queue.observe({ function: key }, header.timing.queueMs / 1000);
       const t = header.timing;
       const cold = header.cold ? `cold;dur=${round(header.cold.waitedMs)}, ` : '';
-      // infer: how long the inferences it rode in ran, summed over its calls (usage meters its share). Replicas older than
-      // the compute input/output split send neither, nor exec.
-      const inSplit = t.inputMs === undefined ? '' : `input;dur=${t.inputMs}, `;
-      const outSplit = t.outputMs === undefined ? '' : `output;dur=${t.outputMs}, `;
-      c.header('server-timing', `${cold}queue;dur=${round(t.queueMs)}, ${inSplit}batch;dur=${round(t.batchMs)}, infer;dur=${round(t.execMs ?? t.inferMs)}, ${outSplit}handler;dur=${t.handlerMs}, total;dur=${round(totalMs)}`);
+      // infer: how long the inferences it rode in ran, summed over its calls (usage meters its share).
+      c.header('server-timing', `${cold}queue;dur=${round(t.queueMs)}, input;dur=${t.inputMs}, batch;dur=${round(t.batchMs)}, infer;dur=${round(t.execMs)}, output;dur=${t.outputMs}, handler;dur=${t.handlerMs}, total;dur=${round(totalMs)}`);
       if (header.cold) c.header('embers-cold-start', coldStartHeader(header.cold.phases));
       // The handler answered with bytes (binary()): they go out as they are, with their type.
       c.header('content-type', header.type ?? 'application/json');
@@ -181,7 +180,7 @@ function notQueued(deps: GatewayDeps, err: unknown, key: string, keyId: string):
   }
   if (err instanceof FunctionGoneError) {
     deps.functions.forget(key);
-    return new ApiError(404, 'function_not_found', `no function named "${plainName(key)}": it was deleted`);
+    return functionNotFound(plainName(key), 'deleted');
   }
   return new ApiError(503, 'unavailable', `could not queue the request (Redis unreachable?): ${(err as Error).message}; retry shortly`);
 }

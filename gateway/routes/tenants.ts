@@ -5,13 +5,14 @@ import { limitBody } from '../middleware/body-limit.ts';
 import { z } from 'zod';
 import { DEFAULT_TENANT } from '../../core/names.ts';
 import { CreateKeySchema, CreateTenantSchema, KEY_ID, TENANT_ID, type Tenant } from '../../core/tenants.ts';
-import { ApiError, readJson } from '../errors.ts';
+import { ApiError } from '../errors.ts';
+import { readJson } from '../request-body.ts';
 import { requireAdmin } from '../middleware/auth.ts';
-import type { GatewayDeps, GatewayEnv } from '../app.ts';
+import type { GatewayDeps, GatewayEnv } from '../deps.ts';
 
 const MAX_BODY_BYTES = 16 * 1024;
 
-export function tenantRoutes(deps: GatewayDeps) {
+export function tenantRoutes(deps: Pick<GatewayDeps, 'tenants' | 'maxJsonDepth'>) {
   const app = new Hono<GatewayEnv>();
   const { tenants } = deps;
 

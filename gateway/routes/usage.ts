@@ -1,10 +1,11 @@
 // GET /v1/usage — requests, compute seconds, cold starts and cost per tenant × function × hour or day.
 import { Hono } from 'hono';
 import { z } from 'zod';
-import { usageKeys, usageReport } from '../../core/usage.ts';
+import { usageReport } from '../../core/usage.ts';
 import { ApiError } from '../errors.ts';
 import { requireScope } from '../middleware/auth.ts';
-import type { GatewayDeps, GatewayEnv } from '../app.ts';
+import type { GatewayDeps, GatewayEnv } from '../deps.ts';
+import { usageKeys } from '../../core/keys.ts';
 
 const DAY_MS = 24 * 3_600_000;
 const When = z.union([z.iso.datetime({ offset: true }), z.iso.date()]);

@@ -10,7 +10,7 @@ import { createRedis, type Redis } from '../../core/redis.ts';
 import { createLogger } from '../../core/log.ts';
 import { EmbersClient } from '../../cli/client.ts';
 import { deployFile } from '../../cli/deploy.ts';
-import { agentOptions, gatewayOptions, localSecretsKey, startPlatform, type Platform } from '../../cli/platform.ts';
+import { agentOptions, gatewayOptions, localSecretsKey, startPlatform, type Platform } from '../../platform/embedded.ts';
 import { storeFromConfig } from '../../core/s3.ts';
 import { startGateway } from '../../gateway/server.ts';
 import { NodeAgent } from '../../scheduler/agent.ts';

@@ -2,8 +2,8 @@
 // `redis_full` and queued nowhere; smaller runs still pass. Real Redis, real gateway.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { liveStream } from '../../core/live-queue.ts';
 import { eventually, shipped, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
+import { liveStream } from '../../core/keys.ts';
 
 let p: TestPlatform;
 

@@ -8,11 +8,11 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { EmbersClient } from '../../cli/client.ts';
 import { deployFile } from '../../cli/deploy.ts';
-import { tenantKeys } from '../../core/tenants.ts';
 import { MAX_BUCKETS_PER_TENANT } from '../../core/buckets.ts';
 import { ObjectStore } from '../../core/s3.ts';
-import { startLocalS3, type LocalS3 } from '../../infra/local/s3.ts';
+import { startLocalS3, type LocalS3 } from '../../platform/local-s3.ts';
 import { fixture, shipped, startTestPlatform, eventually, tenantWithKey, ROOT, type TestPlatform } from '../helpers/platform.ts';
+import { tenantKeys } from '../../core/keys.ts';
 
 let p: TestPlatform;
 let own: LocalS3;

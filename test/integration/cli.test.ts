@@ -4,7 +4,7 @@ import { execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { copyFile, mkdir, readdir, readFile, readlink } from 'node:fs/promises';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { startLocalRedis } from '../../infra/local/redis.ts';
+import { startLocalRedis } from '../../platform/local-redis.ts';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';

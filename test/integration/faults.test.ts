@@ -2,7 +2,7 @@
 // and every accepted request gets an answer.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { startLocalRedis } from '../../infra/local/redis.ts';
+import { startLocalRedis } from '../../platform/local-redis.ts';
 import { eventually, fixture, shipped, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
 
 let p: TestPlatform;

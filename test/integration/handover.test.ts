@@ -5,9 +5,10 @@
 // answered 504, so an answer of 200 is the hand-over.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { keys, type RunJobData } from '../../core/contracts.ts';
-import { handOverLiveEntries, LIVE_GROUP, liveStream } from '../../core/live-queue.ts';
+import { type RunJobData } from '../../core/contracts.ts';
+import { handOverLiveEntries, LIVE_GROUP } from '../../core/live-queue.ts';
 import { eventually, fixture, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
+import { keys, liveStream } from '../../core/keys.ts';
 
 let p: TestPlatform;
 

@@ -8,8 +8,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
 import { createRedis } from '../../core/redis.ts';
-import { freePort } from '../../infra/local/ports.ts';
-import { DataDirInUseError, startLocalRedis } from '../../infra/local/redis.ts';
+import { freePort } from '../../platform/ports.ts';
+import { DataDirInUseError, startLocalRedis } from '../../platform/local-redis.ts';
 import { ROOT, alive, eventually } from '../helpers/platform.ts';
 
 const dirs: string[] = [];
@@ -92,7 +92,7 @@ describe('embedded redis-server', () => {
   it('stops when its owner is killed outright (SIGKILL runs no exit handler)', async () => {
     const dir = await mkdtemp(path.join(os.tmpdir(), 'embers-local-redis-'));
     dirs.push(dir);
-    const owner = spawn(process.execPath, ['--import', 'tsx', '-e', `import('./infra/local/redis.ts').then((m) => m.startLocalRedis(${JSON.stringify(dir)})).then((r) => console.log('url', r.url))`], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
+    const owner = spawn(process.execPath, ['--import', 'tsx', '-e', `import('./platform/local-redis.ts').then((m) => m.startLocalRedis(${JSON.stringify(dir)})).then((r) => console.log('url', r.url))`], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
     let pid: number | undefined;
     try {
       const url = await new Promise<string>((resolve, reject) => {

@@ -3,9 +3,10 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import sharp from 'sharp';
-import { decodeReplies, keys, type ReplyHeader } from '../../core/contracts.ts';
+import { decodeReplies, type ReplyHeader } from '../../core/contracts.ts';
 import { LiveQueue } from '../../core/live-queue.ts';
 import { eventually, shipped, startTestPlatform, textImage, type TestPlatform } from '../helpers/platform.ts';
+import { keys } from '../../core/keys.ts';
 
 let p: TestPlatform;
 let helloPng: string;

@@ -12,11 +12,11 @@ import { deployFile } from '../../cli/deploy.ts';
 import { loadConfig } from '../../core/config.ts';
 import { createLogger } from '../../core/log.ts';
 import { storeFromConfig } from '../../core/s3.ts';
-import { liveStream } from '../../core/live-queue.ts';
 import { hashSecret } from '../../core/tenants.ts';
 import { qualifiedName } from '../../core/names.ts';
 import { startGateway, type RunningGateway } from '../../gateway/server.ts';
 import { ROOT, eventually, fixture, shipped, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
+import { liveStream } from '../../core/keys.ts';
 
 interface Created {
   id: string;

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { chunkOf } from '../../core/batches.ts';
-import { chunkLines, nextLookMs, Pace } from '../../scheduler/batch-feeder.ts';
+import { chunkLines, nextLookMs, Pace } from '../../scheduler/batch-pace.ts';
 
 describe('nextLookMs (when the batch feeder looks for room in its window again)', () => {
   it('looks soon the first time, to learn how fast lines finish', () => {

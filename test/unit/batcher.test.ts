@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { BatchTuner } from '../../runtime/batch-tuner.ts';
-import { DynamicBatcher, type Clock } from '../../runtime/batcher.ts';
+import { type Clock } from '../../core/clock.ts';
+import { DynamicBatcher } from '../../runtime/batcher.ts';
 import { LiveFirst } from '../../runtime/live-first.ts';
 import { tensor, type Feeds } from '../../native/tensor.ts';
 
@@ -245,10 +246,10 @@ describe('DynamicBatcher', () => {
     const clock = new FakeClock();
     const { batches, execute } = recorder();
     const b = new DynamicBatcher({ maxBatchSize: 4, maxDelayMs: 10, execute, clock });
-    const first = b.run(rowsOf([1]), true);
+    const first = b.run(rowsOf([1]), 'batch');
     clock.advance(10);
     assert.equal(batches.length, 1, 'a low call runs when nothing live waits');
-    const low = [b.run(rowsOf([2]), true), b.run(rowsOf([3]), true)];
+    const low = [b.run(rowsOf([2]), 'batch'), b.run(rowsOf([3]), 'batch')];
     const live = b.run(rowsOf([4]));
     batches[0].release();
     await first;
@@ -263,12 +264,12 @@ describe('DynamicBatcher', () => {
     await Promise.all(low);
   });
 
-  it('holds low-priority calls while lowMayRun is false, until poked', async () => {
+  it('holds low-priority calls while batchMayRun is false, until poked', async () => {
     const clock = new FakeClock();
     const { batches, execute } = recorder();
     let mayRun = false;
-    const b = new DynamicBatcher({ maxBatchSize: 2, maxDelayMs: 5, execute, clock, lowMayRun: () => mayRun });
-    const low = [b.run(rowsOf([1]), true), b.run(rowsOf([2]), true)];
+    const b = new DynamicBatcher({ maxBatchSize: 2, maxDelayMs: 5, execute, clock, batchMayRun: () => mayRun });
+    const low = [b.run(rowsOf([1]), 'batch'), b.run(rowsOf([2]), 'batch')];
     clock.advance(50);
     assert.equal(batches.length, 0, 'a full low batch waits');
     const live = b.run(rowsOf([3]));
@@ -288,16 +289,16 @@ describe('DynamicBatcher', () => {
     const clock = new FakeClock();
     const { batches, execute } = recorder();
     let mayRun = false;
-    const b = new DynamicBatcher({ maxBatchSize: 4, maxDelayMs: 5, execute, clock, lowMayRun: () => mayRun });
+    const b = new DynamicBatcher({ maxBatchSize: 4, maxDelayMs: 5, execute, clock, batchMayRun: () => mayRun });
     const held = new AbortController();
     const started: number[] = [];
-    const taken = b.run(rowsOf([1]), true, { signal: held.signal, onStart: () => started.push(1) });
-    const kept = b.run(rowsOf([2]), true, { onStart: () => started.push(2) });
+    const taken = b.run(rowsOf([1]), 'batch', { signal: held.signal, onStart: () => started.push(1) });
+    const kept = b.run(rowsOf([2]), 'batch', { onStart: () => started.push(2) });
     clock.advance(50);
-    assert.equal(b.pending(true), 2, 'both wait while live requests run');
+    assert.equal(b.pending('batch'), 2, 'both wait while live requests run');
     held.abort(new Error('handler ran past its budget'));
     await assert.rejects(taken, /ran past its budget/);
-    assert.equal(b.pending(true), 1, 'the aborted call left its group');
+    assert.equal(b.pending('batch'), 1, 'the aborted call left its group');
     mayRun = true;
     b.poke();
     clock.advance(5);
@@ -307,20 +308,20 @@ describe('DynamicBatcher', () => {
     batches[0].release();
     assert.deepEqual([...((await kept).outputs.y.data as Float32Array)], [4, 4]);
     const running = new AbortController();
-    const late = b.run(rowsOf([3]), false, { signal: running.signal, onStart: () => started.push(3) });
+    const late = b.run(rowsOf([3]), 'live', { signal: running.signal, onStart: () => started.push(3) });
     clock.advance(5);
     assert.deepEqual(started, [2, 3]);
     running.abort(new Error('too late'));
     batches[1].release();
     assert.deepEqual([...((await late).outputs.y.data as Float32Array)], [6, 6], 'a call whose batch started is not taken back');
-    await assert.rejects(b.run(rowsOf([4]), false, { signal: running.signal }), /too late/, 'an aborted signal refuses a new call');
+    await assert.rejects(b.run(rowsOf([4]), 'live', { signal: running.signal }), /too late/, 'an aborted signal refuses a new call');
   });
 
-  it('caps the calls of a low-priority inference at lowMaxCalls', async () => {
+  it('caps the calls of a low-priority inference at batchMaxCalls', async () => {
     const clock = new FakeClock();
     const { batches, execute } = recorder();
-    const b = new DynamicBatcher({ maxBatchSize: 8, maxDelayMs: 5, execute, clock, lowMaxCalls: 1 });
-    const low = [1, 2, 3].map((v) => b.run(rowsOf([v]), true));
+    const b = new DynamicBatcher({ maxBatchSize: 8, maxDelayMs: 5, execute, clock, batchMaxCalls: 1 });
+    const low = [1, 2, 3].map((v) => b.run(rowsOf([v]), 'batch'));
     assert.deepEqual([...batches[0].dims], [1, 2]);
     for (let i = 0; i < 3; i++) {
       batches[i].release();

@@ -9,8 +9,9 @@ import { JOB_ID, JobStore } from '../../core/jobs.ts';
 import { DEFAULT_MAX_JSON_DEPTH, nestsDeeperThan } from '../../core/json-depth.ts';
 import { createLogger } from '../../core/log.ts';
 import { CHECK_BYTES_BUDGET, CHECK_PARTS_BUDGET, checkInput, compileInputSchema, MAX_SCHEMA_PARTS, schemaTooLarge } from '../../core/validate.ts';
-import { onError, readJson } from '../../gateway/errors.ts';
-import { parseLine, splitUnwritable } from '../../scheduler/batch-feeder.ts';
+import { onError } from '../../gateway/errors.ts';
+import { readJson } from '../../gateway/request-body.ts';
+import { parseLine, splitUnwritable } from '../../scheduler/batch-lines.ts';
 
 const nested = (n: number, inner = '1') => `${'['.repeat(n)}${inner}${']'.repeat(n)}`;
 

@@ -2,12 +2,11 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Hono } from 'hono';
 import { FUNCTION_NAME } from '../../core/contracts.ts';
-import { findOwned, plainName, qualifiedName } from '../../core/names.ts';
-import { DEFAULT_TENANT } from '../../core/names.ts';
+import { DEFAULT_TENANT, findOwned, plainName, qualifiedName } from '../../core/names.ts';
 import { ADMIN_AUTH, TENANT_ID, type AuthContext } from '../../core/tenants.ts';
 import { onError } from '../../gateway/errors.ts';
 import { actingTenant } from '../../gateway/middleware/auth.ts';
-import type { GatewayEnv } from '../../gateway/app.ts';
+import type { GatewayEnv } from '../../gateway/deps.ts';
 import { createLogger } from '../../core/log.ts';
 
 describe('function names per tenant', () => {

@@ -2,10 +2,11 @@ import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import { describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
-import { encodeReplies, encodeReply, keys, type ReplyHeader } from '../../core/contracts.ts';
+import { encodeReplies, encodeReply, type ReplyHeader } from '../../core/contracts.ts';
 import { ReplyHub } from '../../gateway/replies.ts';
+import { keys } from '../../core/keys.ts';
 
-const timing = { queueMs: 0, handlerMs: 0, inferMs: 0, batchMs: 0 };
+const timing = { queueMs: 0, handlerMs: 0, inferMs: 0, batchMs: 0, execMs: 0, inputMs: 0, outputMs: 0 };
 
 /** A hub on a stand-in subscriber: the test delivers messages as ioredis would ('messageBuffer'). */
 function hub() {
@@ -19,37 +20,32 @@ function hub() {
 describe('reply routing', () => {
   it('routes by the gateway’s own id, never by a request id two callers share', async () => {
     const { replies, deliver } = hub();
-    const a = replies.expect('id-a', 5_000, 'shared');
-    const b = replies.expect('id-b', 5_000, 'shared');
+    const a = replies.expect('id-a', 5_000);
+    const b = replies.expect('id-b', 5_000);
     deliver({ rid: 'shared', id: 'id-b', body: '"for b"' }, { rid: 'shared', id: 'id-a', body: '"for a"' });
     assert.equal((await a)!.body.toString(), '"for a"');
     assert.equal((await b)!.body.toString(), '"for b"');
     assert.equal(replies.inFlight, 0);
   });
 
-  it('a reply without an id (a replica older than ids, mid-upgrade) goes to the oldest request with its request id', async () => {
+  it('a reply without an id, or for a request nobody waits for, goes nowhere', async () => {
     const { replies, deliver } = hub();
-    const first = replies.expect('id-1', 5_000, 'rid-x');
-    const other = replies.expect('id-2', 5_000, 'rid-y');
-    const second = replies.expect('id-3', 5_000, 'rid-x');
-    deliver({ rid: 'rid-x', body: '1' });
-    deliver({ rid: 'rid-y', body: '2' }, { rid: 'rid-x', body: '3' });
-    deliver({ rid: 'rid-z', body: 'nobody waits' });
-    assert.equal((await first)!.body.toString(), '1');
-    assert.equal((await other)!.body.toString(), '2');
-    assert.equal((await second)!.body.toString(), '3');
-    assert.equal(replies.inFlight, 0);
+    const waiting = replies.expect('id-1', 5_000);
+    deliver({ rid: 'rid-x', body: 'no id' }, { rid: 'rid-x', id: 'id-gone', body: 'gone' });
+    assert.equal(replies.inFlight, 1);
+    deliver({ rid: 'rid-x', id: 'id-1', body: '1' });
+    assert.equal((await waiting)!.body.toString(), '1');
   });
 
   it('a request that timed out or was cancelled takes no later reply', async () => {
     const { replies, deliver } = hub();
-    const late = replies.expect('id-late', 10, 'r1');
+    const late = replies.expect('id-late', 10);
     assert.equal(await late, null);
-    const cancelled = replies.expect('id-c', 5_000, 'r2');
+    const cancelled = replies.expect('id-c', 5_000);
     replies.cancel('id-c');
     assert.equal(await cancelled, null);
-    const waiting = replies.expect('id-w', 5_000, 'r1');
-    deliver({ rid: 'r1', body: '"w"' });
+    const waiting = replies.expect('id-w', 5_000);
+    deliver({ rid: 'r1', id: 'id-w', body: '"w"' });
     assert.equal((await waiting)!.body.toString(), '"w"');
   });
 });

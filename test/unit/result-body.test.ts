@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { binaryAsJson, resultBody, writeTypedArraysAsJson } from '../../runtime/result-body.ts';
-import { binary } from '../../runtime/sdk.ts';
+import { binary } from '../../sdk/index.ts';
 
 writeTypedArraysAsJson();
 

@@ -36,7 +36,7 @@ describe('sandboxCommand', () => {
 });
 
 describe('checkResult', () => {
-  const ok = { type: 'result' as const, n: 1, status: 200, body: '{"a":1}', timing: { queueMs: 1, handlerMs: 2, inferMs: 0, batchMs: 0 } };
+  const ok = { type: 'result' as const, n: 1, status: 200, body: '{"a":1}', timing: { queueMs: 1, handlerMs: 2, inferMs: 0, batchMs: 0, execMs: 0, inputMs: 0, outputMs: 0 } };
   const code = (r: { body: string }) => (JSON.parse(r.body) as { error: { code: string } }).error.code;
 
   it('takes a well-formed answer as it is', () => {
@@ -66,7 +66,7 @@ describe('checkResult', () => {
   });
 
   it('drops timing values that are not finite, non-negative numbers', () => {
-    const r = checkResult({ ...ok, timing: { queueMs: -1, handlerMs: Number.NaN, inferMs: 'x' as unknown as number, batchMs: 3 } }, 1024);
+    const r = checkResult({ ...ok, timing: { queueMs: -1, handlerMs: Number.NaN, inferMs: 'x' as unknown as number, batchMs: 3, execMs: 0, inputMs: 0, outputMs: 0 } }, 1024);
     assert.deepEqual(r.timing, { queueMs: 0, handlerMs: 0, inferMs: 0, execMs: 0, batchMs: 3, inputMs: 0, outputMs: 0 });
   });
 });

@@ -7,8 +7,8 @@ import { ortInstances, type Config } from '../core/config.ts';
 import type { Logger } from '../core/log.ts';
 import { storeFromConfig, type ObjectStore } from '../core/s3.ts';
 import { startGateway, type GatewayOptions, type RunningGateway } from '../gateway/server.ts';
-import { startLocalRedis, type LocalRedis } from '../infra/local/redis.ts';
-import { startLocalS3, type LocalS3 } from '../infra/local/s3.ts';
+import { startLocalRedis, type LocalRedis } from './local-redis.ts';
+import { startLocalS3, type LocalS3 } from './local-s3.ts';
 import { NodeAgent, type AgentOptions } from '../scheduler/agent.ts';
 import type { SchedulerOptions } from '../scheduler/scheduler.ts';
 

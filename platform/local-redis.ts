@@ -2,7 +2,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { createRedis } from '../../core/redis.ts';
+import { createRedis } from '../core/redis.ts';
 import { freePort } from './ports.ts';
 
 export interface LocalRedis {

@@ -1,0 +1,101 @@
+// Every Redis key, channel and BullMQ queue name the platform uses, built here and nowhere else.
+// Keys are `embers:`-prefixed; a function goes by its key (core/names.ts) in every name below.
+
+export const keys = {
+  functionIndex: 'embers:functions',
+  /**
+   * Functions that may have work (a request was queued, a version deployed) since the scheduler
+   * last found them with none: what it watches, besides those with replicas, so that a pass costs
+   * what is active rather than what is deployed (scheduler/scheduler.ts).
+   */
+  active: 'embers:active',
+  function: (name: string) => `embers:function:${name}`,
+  versions: (name: string) => `embers:function:${name}:versions`,
+  versionSeq: (name: string) => `embers:function:${name}:seq`,
+  replica: (id: string) => `embers:replica:${id}`,
+  /** fn → its recent idle times (JSON ms, oldest first): keep-alive's learning, kept across scheduler leaders and restarts. */
+  idleTimes: 'embers:idle-times',
+  /** A function's footprint per version: version → the most bytes a replica of it held (replica process and user code). */
+  footprints: (fn: string) => `embers:footprints:${fn}`,
+  /** Replica id → the node that runs it, from spawn to exit: outlives the replica's record, for scheduler/orphans.ts. */
+  replicaNodes: 'embers:replica-nodes',
+  replicas: (name: string) => `embers:function:${name}:replicas`,
+  replyChannel: (gatewayId: string) => `embers:reply:${gatewayId}`,
+  registryChannel: 'embers:registry',
+  coldStarts: (name: string) => `embers:function:${name}:coldstarts`,
+  node: (id: string) => `embers:node:${id}`,
+  nodes: 'embers:nodes',
+  /** fn → JSON PlacementRecord, written by the leading scheduler. */
+  placement: 'embers:placement',
+  /** fn → JSON ScaleRecord: the last decision and why. */
+  desired: 'embers:desired',
+  leader: 'embers:scheduler:leader',
+  /** Async job record (hash) and the tombstone that outlives it, so an expired id answers "expired". */
+  job: (id: string) => `embers:job:${id}`,
+  jobGone: (id: string) => `embers:job:${id}:gone`,
+  /**
+   * Replicas listen here for cancellations of running async jobs, `<function> <job id>`, and for
+   * `<function> +scan` (SCAN_NOW): live requests of that function were handed over, to be taken now.
+   */
+  cancelChannel: 'embers:cancel',
+  /** Replicas on one node announce "<replica> 1" when busy with live requests, "<replica> 0" when idle (runtime/live-first.ts). */
+  liveChannel: (node: string) => `embers:live:${node}`,
+  batch: (id: string) => `embers:batch:${id}`,
+  /** line → `o{json}` or `e{json}`: a line's outcome, written once (HSETNX) whatever retries happen. */
+  batchResults: (id: string) => `embers:batch:${id}:results`,
+  /** Batches the feeder still works on. */
+  activeBatches: 'embers:batches:active',
+  /** Root of webhook signing secrets when EMBERS_WEBHOOK_SECRET is unset. */
+  webhookSecret: 'embers:webhook-secret',
+  /** Every batch by creation time, for listing. */
+  batches: 'embers:batches',
+  /** A Files API upload's record (hash), and a tenant's uploads by creation time. */
+  file: (id: string) => `embers:file:${id}`,
+  files: (tenant: string) => `embers:tenant:${tenant}:files`,
+};
+
+export const tenantKeys = {
+  /** tenant id → JSON Tenant */
+  tenants: 'embers:tenants',
+  /** sha256(secret) hex → JSON ApiKey: the one read an authenticated request costs. */
+  keysByHash: 'embers:apikeys',
+  /** key id → sha256(secret) hex, for listing and revoking a tenant's keys. */
+  tenantKeys: (tenant: string) => `embers:tenant:${tenant}:keys`,
+  /** A tenant's registered buckets: bucket name → its record (core/buckets.ts). */
+  buckets: (tenant: string) => `embers:tenant:${tenant}:buckets`,
+};
+
+export const usageKeys = {
+  seen: (id: string) => `embers:usage:seen:${id}`,
+  records: 'embers:usage:records',
+  /** fn|metric → value, per tenant and UTC hour (YYYYMMDDHH). */
+  hour: (tenant: string, hour: string) => `embers:usage:${tenant}:${hour}`,
+  tenants: 'embers:usage:tenants',
+};
+
+/** Per API key: its requests this second, and the requests it has in flight (gateway/quotas.ts). */
+export const quotaKeys = {
+  rate: (tenant: string, keyId: string, second: number) => `embers:quota:rate:${tenant}:${keyId}:${second}`,
+  inFlight: (tenant: string, keyId: string) => `embers:quota:inflight:${tenant}:${keyId}`,
+};
+
+/** A function's live requests: a stream whose name is this prefix and the function's key (core/live-queue.ts). */
+export const STREAM_PREFIX = 'embers:stream:';
+export const liveStream = (fn: string) => `${STREAM_PREFIX}${fn}`;
+
+/** On the cancel channel in place of a job id: scan the live queue for handed-over requests now (core/live-queue.ts). */
+export const SCAN_NOW = '+scan';
+
+/** BullMQ queues (a function's batch lines, webhook deliveries) live under this prefix. */
+export const QUEUE_PREFIX = 'embers';
+
+/**
+ * The BullMQ queue of a function's batch lines. Live requests (sync and async) ride the
+ * function's Redis stream instead (core/live-queue.ts); a replica serves both with separate
+ * slots, live first. `fn` is the function's key (core/names.ts): no two functions share one, and
+ * no other queue name ends in ".batch".
+ */
+export const batchQueueName = (fn: string) => `${fn}.batch`;
+
+/** Queue (under QUEUE_PREFIX) of webhook deliveries; "_" keeps it apart from function names. */
+export const WEBHOOK_QUEUE = '_webhooks';
