@@ -40,6 +40,8 @@ export interface ScalerState {
   idleMs: number[];
   /** Its replica was reclaimed for another function: none again until it has work. */
   reclaimed?: boolean;
+  /** The lastTakenAt last observed (null: none taken yet; absent: not observed yet). */
+  takenSeen?: number | null;
 }
 
 export interface Observation {
@@ -91,10 +93,13 @@ export function decide(prev: ScalerState, obs: Observation, policy: ScalingPolic
   const { now } = obs;
   const samples = [...prev.samples.filter((s) => s.t > now - settings.stableWindowMs), { t: now, inFlight: obs.inFlight }];
   // A request that came and went between two observations shows only in lastTakenAt (Redis's
-  // clock: never later than this one's now).
+  // clock: never later than this one's now). The first observation only sets where to count
+  // from: what replicas took before this scheduler looked (a restart, a new leader) is not taken
+  // as activity, so a restarted platform starts from zero as it always did.
   const taken = obs.lastTakenAt == null ? null : Math.min(obs.lastTakenAt, now);
-  const arrived = (obs.inFlight > 0 && (prev.samples.at(-1)?.inFlight ?? 0) === 0) || (taken !== null && taken > (prev.lastActiveAt ?? -Infinity));
-  const lastActiveAt = obs.inFlight > 0 ? now : taken !== null && taken > (prev.lastActiveAt ?? -Infinity) ? taken : prev.lastActiveAt;
+  const newlyTaken = taken !== null && prev.takenSeen !== undefined && taken > (prev.takenSeen ?? -Infinity);
+  const arrived = (obs.inFlight > 0 && (prev.samples.at(-1)?.inFlight ?? 0) === 0) || newlyTaken;
+  const lastActiveAt = obs.inFlight > 0 ? now : newlyTaken ? Math.max(taken, prev.lastActiveAt ?? -Infinity) : prev.lastActiveAt;
   const target = Math.max(1, policy.targetConcurrency);
   const stableWant = Math.ceil(mean(samples) / target);
   const panicRatio = mean(samples.filter((s) => s.t > now - settings.panicWindowMs)) / target;
@@ -128,7 +133,7 @@ export function decide(prev: ScalerState, obs: Observation, policy: ScalingPolic
   // One idle time per observation at most: arrivals closer than the scheduler's tick count as one.
   const idleMs =
     arrived && prev.lastActiveAt !== null && (prev.samples.at(-1)?.inFlight ?? 0) === 0
-      ? recordIdle(prev.idleMs, (taken !== null && taken > prev.lastActiveAt ? taken : now) - prev.lastActiveAt)
+      ? recordIdle(prev.idleMs, Math.max(0, (newlyTaken ? taken : now) - prev.lastActiveAt))
       : prev.idleMs;
   const k = keepAliveFor(idleMs, policy, settings);
   const reclaimed = obs.inFlight > 0 ? false : (prev.reclaimed ?? false);
@@ -160,6 +165,6 @@ export function decide(prev: ScalerState, obs: Observation, policy: ScalingPolic
     desired,
     wanted,
     reason,
-    state: { samples, desired, lastActiveAt, panicUntil, lastScaleUpAt: desired > prev.desired ? now : prev.lastScaleUpAt, idleMs, ...(reclaimed ? { reclaimed } : {}) },
+    state: { samples, desired, lastActiveAt, panicUntil, lastScaleUpAt: desired > prev.desired ? now : prev.lastScaleUpAt, idleMs, takenSeen: taken ?? prev.takenSeen ?? null, ...(reclaimed ? { reclaimed } : {}) },
   };
 }

@@ -113,6 +113,16 @@ describe('scaler', () => {
     assert.ok(state.idleMs.length >= 60 && state.idleMs.every((ms) => ms === 2_000 || ms === 2_300), `one idle time per request, about 2 s: ${state.idleMs.slice(-5)}`);
   });
 
+  it('a request taken before the scheduler first looked (a restart) is not activity', () => {
+    const p: ScalingPolicy = { ...policy, idleTimeoutS: 'auto' };
+    const first = decide(initialScalerState(), { now: 10_000, inFlight: 0, lastTakenAt: 9_000, ready: 0, capacity: 100 }, p, settings);
+    assert.equal(first.desired, 0, 'starts from zero');
+    assert.equal(first.state.lastActiveAt, null);
+    const next = decide(first.state, { now: 11_000, inFlight: 0, lastTakenAt: 10_500, ready: 0, capacity: 100 }, p, settings);
+    assert.equal(next.state.lastActiveAt, 10_500, 'a request taken since it looked is');
+    assert.equal(next.desired, 1);
+  });
+
   it('EMBERS_KEEP_ALIVE=fixed keeps the bound whatever the pattern', () => {
     const period = 90;
     const trace = Array.from({ length: period * 12 }, (_, t) => (t % period === 0 ? 1 : 0));
