@@ -97,5 +97,8 @@ export const QUEUE_PREFIX = 'embers';
  */
 export const batchQueueName = (fn: string) => `${fn}.batch`;
 
+/** A key of BullMQ's own under a function's batch queue (its `wait` list, `active` list, `prioritized` and `delayed` sets), read directly by the scheduler. */
+export const batchQueueKey = (fn: string, part: 'wait' | 'active' | 'prioritized' | 'delayed') => `${QUEUE_PREFIX}:${batchQueueName(fn)}:${part}`;
+
 /** Queue (under QUEUE_PREFIX) of webhook deliveries; "_" keeps it apart from function names. */
 export const WEBHOOK_QUEUE = '_webhooks';

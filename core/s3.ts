@@ -16,7 +16,12 @@ process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
 type Sdk = typeof import('@aws-sdk/client-s3');
 let sdkLoading: Promise<Sdk> | undefined;
 /** The SDK, loaded on first use: a quarter of a core-second that a replica whose bundle and models are cached never spends. */
-const sdk = (): Promise<Sdk> => (sdkLoading ??= import('@aws-sdk/client-s3'));
+const sdk = (): Promise<Sdk> =>
+  (sdkLoading ??= import('@aws-sdk/client-s3').catch((err: unknown) => {
+    // Tried again on the next use rather than failing every later one.
+    sdkLoading = undefined;
+    throw err;
+  }));
 
 export function parseS3Uri(uri: string): S3Location {
   const loc = checkS3Uri(uri);
@@ -63,6 +68,9 @@ export class ObjectStore {
         requestChecksumCalculation: 'WHEN_REQUIRED',
         responseChecksumValidation: 'WHEN_REQUIRED',
       }));
+    }).catch((err: unknown) => {
+      this.clientLoading = undefined;
+      throw err;
     }));
   }
 
@@ -158,6 +166,8 @@ export class ObjectStore {
 
   destroy(): void {
     this.loadedClient?.destroy();
+    // A client still being made is destroyed as soon as it exists.
+    void this.clientLoading?.then((c) => c.destroy(), () => {});
   }
 }
 

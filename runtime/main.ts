@@ -167,10 +167,10 @@ replica = new Replica({
 });
 
 try {
-  await replica.start();
+  const serving = await replica.start();
   // Models are fetched: the tenant's S3 clients (and their sockets) are not needed again.
   modelStores.close();
-  process.send?.({ type: 'ready' } satisfies ToAgent);
+  if (serving) process.send?.({ type: 'ready' } satisfies ToAgent);
 } catch {
   redis.disconnect();
   process.exit(1);

@@ -138,7 +138,8 @@ export class Replica {
     };
   }
 
-  async start(): Promise<void> {
+  /** Starts the replica; false when it was stopped (or its user code failed) while loading, and never serves. */
+  async start(): Promise<boolean> {
     const { manifest } = this.o;
     // spawn: from the agent's spawn() to this process running our code.
     const began = this.o.spawnedAt ?? Date.now();
@@ -164,6 +165,7 @@ export class Replica {
         .catch((e) => this.log.warn({ err: (e as Error).message }, 'could not answer waiting requests'));
       throw err;
     }
+    if (this.state !== 'starting') return false;
     // Listening for cancellations before the first job can arrive (the worker starts fetching at once).
     this.cancelSub = this.o.redis.duplicate();
     this.cancelSub.on('error', () => {});
@@ -205,11 +207,14 @@ export class Replica {
       run: (jobId, data, crashes, signal) => this.process(jobId, data, crashes, signal),
     });
     this.batch.start();
+    // Stopped while it subscribed and started its consumers: the stop drains them.
+    if (this.state !== 'starting') return false;
     this.moveTo('ready');
     this.readyAt = Date.now();
     await this.beat();
     await this.announceColdStart();
     this.log.info({ coldStart: this.coldStart }, 'replica ready');
+    return true;
   }
 
   /** Records the cold start for the API and metrics, and tells gateways this function serves. */

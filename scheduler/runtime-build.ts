@@ -49,7 +49,10 @@ export async function buildRuntime(dir: string): Promise<BuiltRuntime> {
   return { main };
 }
 
-/** Changes whenever a runtime source changes, so a stale build is never used. */
+/**
+ * Changes whenever what goes into the bundle changes (a runtime source, a bundled package's
+ * version, this build's options), so a stale build is never used.
+ */
 async function sourceKey(): Promise<string> {
   const hash = createHash('sha256');
   for (const folder of ['runtime', 'native', 'core', 'core/lua', 'sdk']) {
@@ -58,5 +61,6 @@ async function sourceKey(): Promise<string> {
       hash.update(f).update(await readFile(path.join(ROOT, folder, f)));
     }
   }
+  for (const file of ['package-lock.json', 'scheduler/runtime-build.ts']) hash.update(file).update(await readFile(path.join(ROOT, file)).catch(() => Buffer.alloc(0)));
   return hash.digest('hex').slice(0, 16);
 }

@@ -48,7 +48,7 @@ export interface Observation {
   now: number;
   /** Waiting + running requests of the function, summed over the cluster. */
   inFlight: number;
-  /** When a replica last took one of its live requests (ms since the epoch), if known. */
+  /** When a replica last took one of its live requests (ms since the epoch, Redis's clock); null: none yet; undefined: could not be read. */
   lastTakenAt?: number | null;
   /** Replicas ready to serve now. */
   ready: number;
@@ -96,10 +96,12 @@ export function decide(prev: ScalerState, obs: Observation, policy: ScalingPolic
   // clock: never later than this one's now). The first observation only sets where to count
   // from: what replicas took before this scheduler looked (a restart, a new leader) is not taken
   // as activity, so a restarted platform starts from zero as it always did.
-  const taken = obs.lastTakenAt == null ? null : Math.min(obs.lastTakenAt, now);
-  const newlyTaken = taken !== null && prev.takenSeen !== undefined && taken > (prev.takenSeen ?? -Infinity);
+  // Compared as Redis gave it (raw); clamped only where it is used as a time.
+  const raw = obs.lastTakenAt;
+  const newlyTaken = raw != null && prev.takenSeen !== undefined && raw > (prev.takenSeen ?? -Infinity);
+  const taken = raw == null ? null : Math.min(raw, now);
   const arrived = (obs.inFlight > 0 && (prev.samples.at(-1)?.inFlight ?? 0) === 0) || newlyTaken;
-  const lastActiveAt = obs.inFlight > 0 ? now : newlyTaken ? Math.max(taken, prev.lastActiveAt ?? -Infinity) : prev.lastActiveAt;
+  const lastActiveAt = obs.inFlight > 0 ? now : newlyTaken ? Math.max(taken!, prev.lastActiveAt ?? -Infinity) : prev.lastActiveAt;
   const target = Math.max(1, policy.targetConcurrency);
   const stableWant = Math.ceil(mean(samples) / target);
   const panicRatio = mean(samples.filter((s) => s.t > now - settings.panicWindowMs)) / target;
@@ -133,7 +135,7 @@ export function decide(prev: ScalerState, obs: Observation, policy: ScalingPolic
   // One idle time per observation at most: arrivals closer than the scheduler's tick count as one.
   const idleMs =
     arrived && prev.lastActiveAt !== null && (prev.samples.at(-1)?.inFlight ?? 0) === 0
-      ? recordIdle(prev.idleMs, Math.max(0, (newlyTaken ? taken : now) - prev.lastActiveAt))
+      ? recordIdle(prev.idleMs, Math.max(0, (newlyTaken ? taken! : now) - prev.lastActiveAt))
       : prev.idleMs;
   const k = keepAliveFor(idleMs, policy, settings);
   const reclaimed = obs.inFlight > 0 ? false : (prev.reclaimed ?? false);
@@ -165,6 +167,6 @@ export function decide(prev: ScalerState, obs: Observation, policy: ScalingPolic
     desired,
     wanted,
     reason,
-    state: { samples, desired, lastActiveAt, panicUntil, lastScaleUpAt: desired > prev.desired ? now : prev.lastScaleUpAt, idleMs, takenSeen: taken ?? prev.takenSeen ?? null, ...(reclaimed ? { reclaimed } : {}) },
+    state: { samples, desired, lastActiveAt, panicUntil, lastScaleUpAt: desired > prev.desired ? now : prev.lastScaleUpAt, idleMs, takenSeen: raw === undefined ? prev.takenSeen : (raw ?? prev.takenSeen ?? null), ...(reclaimed ? { reclaimed } : {}) },
   };
 }

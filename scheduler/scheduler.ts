@@ -20,7 +20,7 @@ import { place, type Placement } from './placement.ts';
 import { busySlots, reclaim, type FunctionView, type Reclaim } from './reclaim.ts';
 import { decide, initialScalerState, keepAliveEndsAt, type ScalerSettings, type ScalerState } from './scaler.ts';
 import { Watchlist } from './watchlist.ts';
-import { batchQueueName, keys, liveStream, QUEUE_PREFIX } from '../core/keys.ts';
+import { batchQueueKey, batchQueueName, keys, liveStream, QUEUE_PREFIX } from '../core/keys.ts';
 
 /** What placement assumes a replica holds until one of its version has been measured. */
 const UNMEASURED_FOOTPRINT = 256 * 2 ** 20;
@@ -283,17 +283,19 @@ export class Scheduler {
    * by line (a chunk job holds many) or by job where the batches' records say less. Read from the
    * batch queue's keys directly: no BullMQ object per function watched.
    */
-  private async load(manifests: Manifest[], linesOut: Map<string, number>): Promise<{ inFlight: number; lastTakenAt: number | null }[]> {
+  private async load(manifests: Manifest[], linesOut: Map<string, number>): Promise<{ inFlight: number; lastTakenAt: number | null | undefined }[]> {
     const pipe = this.o.redis.pipeline();
     for (const m of manifests) {
-      const q = `${QUEUE_PREFIX}:${batchQueueName(m.name)}:`;
-      pipe.xlen(liveStream(m.name)).llen(`${q}wait`).llen(`${q}active`).zcard(`${q}prioritized`).zcard(`${q}delayed`).xinfo('GROUPS', liveStream(m.name));
+      const q = (part: Parameters<typeof batchQueueKey>[1]) => batchQueueKey(m.name, part);
+      pipe.xlen(liveStream(m.name)).llen(q('wait')).llen(q('active')).zcard(q('prioritized')).zcard(q('delayed')).xinfo('GROUPS', liveStream(m.name));
     }
     const res = (await pipe.exec()) ?? [];
     return manifests.map((m, i) => {
       const [live, ...batch] = res.slice(i * 6, i * 6 + 5).map(([, v]) => Number(v) || 0);
       const [err, groups] = res[i * 6 + 5] ?? [null, null];
-      return { inFlight: live + Math.max(linesOut.get(m.name) ?? 0, batch.reduce((a, n) => a + n, 0)), lastTakenAt: err ? null : lastTakenAt(groups) };
+      // A stream not made yet has taken nothing (null); another error leaves it unknown (undefined).
+      const taken = err ? (/no such key/i.test(String(err)) ? null : undefined) : lastTakenAt(groups);
+      return { inFlight: live + Math.max(linesOut.get(m.name) ?? 0, batch.reduce((a, n) => a + n, 0)), lastTakenAt: taken };
     });
   }
 

@@ -174,7 +174,7 @@ describe('bulk batches', () => {
     const created = await create('boom', lines.join('\n'));
     const done = await settled(created.id, 120_000);
     assert.equal(done.status, 'completed');
-    // The feeder had cut chunks before the poison line (scheduler/batch-feeder.ts chunkLines).
+    // The feeder had cut chunks before the poison line (scheduler/batch-pace.ts chunkLines).
     const [size, from] = (await p.redis().hmget(`embers:batch:${created.id}`, 'chunkSize', 'chunkFrom')).map(Number);
     assert.ok(size! > 1 && from! <= poison, `chunks of ${size} lines from line ${from}: the poison line ${poison} should be in one`);
     const output = await file(created.id, 'output');
