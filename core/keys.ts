@@ -81,6 +81,7 @@ export const quotaKeys = {
 
 /** A function's live requests: a stream whose name is this prefix and the function's key (core/live-queue.ts). */
 export const STREAM_PREFIX = 'embers:stream:';
+/** The stream of a function's live requests. */
 export const liveStream = (fn: string) => `${STREAM_PREFIX}${fn}`;
 
 /** On the cancel channel in place of a job id: scan the live queue for handed-over requests now (core/live-queue.ts). */

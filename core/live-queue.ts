@@ -15,8 +15,6 @@ import { hourKey, recordArgs, RECORD_FIELDS, RECORDS_MAX, type UsageRecord } fro
 import { lua } from './lua.ts';
 import { keys, liveStream, SCAN_NOW, STREAM_PREFIX, tenantKeys, usageKeys } from './keys.ts';
 
-/** The stream of a function's live requests. */
-
 /**
  * When a replica last took a request of the stream, in ms since the epoch, from its XINFO GROUPS
  * reply: the replicas' group's last-delivered-id, whose first part is the time the gateway added
@@ -248,14 +246,6 @@ export function decodeLiveJob(fields: Buffer[]): RunJobData | undefined {
   return data;
 }
 
-/**
- * Takes out, in one call, up to ARGV[2] entries after ARGV[3] (an id; '-' from the start) that no
- * replica has read (not in the group's pending list), and returns the id of the last entry looked
- * at ('' when none was) followed by the job field (`d`) of each one taken out. One call, so no
- * replica reads an entry between the look and the delete; pages, so a long queue neither blocks
- * Redis nor arrives in one reply.
- * KEYS: stream; ARGV: group, page size, after.
- */
 const TAKE_UNSTARTED = lua('live-take-unstarted');
 
 /** Entries TAKE_UNSTARTED looks at per call. */
@@ -309,8 +299,7 @@ function parseJob(d: string): RunJobData | undefined {
 /** The gateway's side: enqueue, take back a request nobody started, and read the depth. */
 export class LiveQueue {
   private readonly grouped = new Set<string>();
-  /** Adds of this tick, waiting for its check phase (send). */
-  /** The adds of this tick, sent as one script call. */
+  /** The adds of this tick, sent in its check phase as one script call (send). */
   private tick: PendingAdd[] = [];
   private tickBytes = 0;
 

@@ -6,7 +6,7 @@ import type { Redis } from 'ioredis';
 import { Queue } from 'bullmq';
 import { BatchStore, errorLine, outputLine } from '../core/batches.ts';
 import { sinceEnqueued } from '../core/clock.ts';
-import { destinationOf, encodeReply, type Manifest, type ReplyHeader, type RunJobData } from '../core/contracts.ts';
+import { destinationOf, encodeReply, type Destination, type Manifest, type ReplyHeader, type RunJobData } from '../core/contracts.ts';
 import { CANCELED_BODY, enqueueWebhook, isTerminal, JobStore } from '../core/jobs.ts';
 import { keys, QUEUE_PREFIX, WEBHOOK_QUEUE } from '../core/keys.ts';
 import type { LiveOutcome } from '../core/live-queue.ts';
@@ -14,6 +14,9 @@ import type { Logger } from '../core/log.ts';
 import { recordUsage, type UsageRecord } from '../core/usage.ts';
 import { binaryAsJson, type BinaryBody } from './result-body.ts';
 import { unrunTiming } from './timing.ts';
+
+/** A request's usage kind, by where its outcome goes. */
+const USAGE_KIND = { gateway: 'sync', job: 'async', batch: 'batch' } as const;
 
 /** Text replies longer than this (UTF-16 units) are handed to Redis as bytes (deliver). */
 const LARGE_REPLY = 64 * 1024;
@@ -54,7 +57,7 @@ export class Delivery {
     const toGateway = destination?.to === 'gateway';
     // Metered by what the caller gets: a sync caller the bytes, an async job and a batch line their JSON.
     if (bytes && !toGateway) body = binaryAsJson(bytes);
-    const usage = this.usageRecord(jobId, data, header, bytes && toGateway ? bytes.bytes.length : Buffer.byteLength(body));
+    const usage = this.usageRecord(jobId, data, header, bytes && toGateway ? bytes.bytes.length : Buffer.byteLength(body), destination?.to ?? 'batch');
     switch (destination?.to) {
       case 'gateway': {
         if (destination.id) header = { ...header, id: destination.id };
@@ -105,7 +108,7 @@ export class Delivery {
     if (url) await enqueueWebhook(this.webhooks(), { job: id, url });
     if (by !== 'replica') return undefined;
     const t = (JSON.parse(timing ?? 'null') as ReplyHeader['timing'] | null) ?? unrunTiming(0);
-    const usage = this.usageRecord(jobId, data, { rid: data.rid, status: Number(httpStatus ?? 0), replica: this.o.replica, timing: t }, Buffer.byteLength(result ?? ''));
+    const usage = this.usageRecord(jobId, data, { rid: data.rid, status: Number(httpStatus ?? 0), replica: this.o.replica, timing: t }, Buffer.byteLength(result ?? ''), 'job');
     return { usage: { ...usage, at: finishedAt ?? usage.at } };
   }
 
@@ -113,7 +116,7 @@ export class Delivery {
     await this.webhookQueue?.close();
   }
 
-  private usageRecord(jobId: string, data: RunJobData, header: ReplyHeader, bytesOut: number): UsageRecord {
+  private usageRecord(jobId: string, data: RunJobData, header: ReplyHeader, bytesOut: number, to: Destination['to']): UsageRecord {
     const { name, version } = this.o.manifest;
     const t = header.timing;
     return {
@@ -122,7 +125,7 @@ export class Delivery {
       key: data.k ?? 'unknown',
       fn: name,
       version,
-      kind: ({ gateway: 'sync', job: 'async', batch: 'batch' } as const)[destinationOf(data)?.to ?? 'batch'],
+      kind: USAGE_KIND[to],
       status: header.status,
       queueMs: t.queueMs,
       computeMs: t.handlerMs,

@@ -18,7 +18,6 @@ import { DEFAULT_TENANT } from '../core/names.ts';
 import { keys } from '../core/keys.ts';
 import type { Assignment, ToAgent } from './agent-messages.ts';
 
-/** What the agent tells a process to serve. */
 const env = process.env;
 const log = createLogger('replica');
 

@@ -74,8 +74,7 @@ export interface ReplicaRecord {
   liveFirst?: { yields: number; heldMs: number };
   /** Garbage collection on the replica's main thread (where handlers run) since it started. */
   gc?: { count: number; ms: number };
-  /** Per model: provider, loaded instances, and the batcher's counters. */
-  /** `lone`: where a lone request's inferences run; its medians are null (NaN) until measured. */
+  /** Per model: provider, loaded instances, and the batcher's counters; `lone`: where a lone request's inferences run (its medians null until measured). */
   models: UserStats['models'];
   /** Memory the user-code process's cgroup uses, and its limit (bytes). */
   memory?: { usedBytes?: number; limitBytes: number };

@@ -41,8 +41,10 @@ export interface KeepAlive {
   why: 'fixed' | 'unlearned' | 'histogram' | 'rare';
 }
 
-/** The windows for idle times `idleMs` (oldest first) under the upper bound `maxMs`. */
-/** `unlearnedMs`: the window while there are too few idle times (the user's idleTimeoutS, if a number). */
+/**
+ * The windows for idle times `idleMs` (oldest first) under the upper bound `maxMs`; `unlearnedMs`:
+ * the window while there are too few idle times (the user's idleTimeoutS, if a number).
+ */
 export function keepAliveWindow(idleMs: readonly number[], maxMs: number, unlearnedMs = Math.min(maxMs, UNLEARNED_KEEP_ALIVE_MS)): KeepAlive {
   const fixed: KeepAlive = { prewarmMs: 0, keepAliveMs: maxMs, why: 'fixed' };
   const within = idleMs.filter((t) => t <= maxMs);

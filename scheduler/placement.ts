@@ -8,8 +8,9 @@
 // measured footprint, so many small idle functions stay warm where few large ones fit.
 // Replicas that run models on CPU also spend cores: each keeps `modelReplicaCores` busy under
 // load (its model instances × their threads), so a function's extra replicas go only where the
-// node has those cores to spare. A function with work gets its first replica whatever the cores and memory, so every
-// function can serve; an idle one (keep-alive, pre-warm) only where its footprint fits.
+// node has those cores to spare. A function with work gets its first replica whatever the cores
+// and memory, so every function can serve; an idle one (keep-alive, pre-warm) only where its
+// footprint fits.
 
 export interface NodeCapacity {
   id: string;

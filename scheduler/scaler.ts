@@ -92,16 +92,14 @@ function mean(samples: { inFlight: number }[]): number {
 export function decide(prev: ScalerState, obs: Observation, policy: ScalingPolicy, settings: ScalerSettings = DEFAULT_SCALER_SETTINGS): Decision {
   const { now } = obs;
   const samples = [...prev.samples.filter((s) => s.t > now - settings.stableWindowMs), { t: now, inFlight: obs.inFlight }];
-  // A request that came and went between two observations shows only in lastTakenAt (Redis's
-  // clock: never later than this one's now). The first observation only sets where to count
-  // from: what replicas took before this scheduler looked (a restart, a new leader) is not taken
-  // as activity, so a restarted platform starts from zero as it always did.
-  // Compared as Redis gave it (raw); clamped only where it is used as a time.
+  // A request that came and went between two observations shows only in lastTakenAt. It is
+  // compared with the last one seen as Redis gave it, and used as a time only clamped to this
+  // clock's now. The first observation only sets where to count from: what replicas took before
+  // this scheduler looked (a restart, a new leader) is not activity.
   const raw = obs.lastTakenAt;
-  const newlyTaken = raw != null && prev.takenSeen !== undefined && raw > (prev.takenSeen ?? -Infinity);
-  const taken = raw == null ? null : Math.min(raw, now);
-  const arrived = (obs.inFlight > 0 && (prev.samples.at(-1)?.inFlight ?? 0) === 0) || newlyTaken;
-  const lastActiveAt = obs.inFlight > 0 ? now : newlyTaken ? Math.max(taken!, prev.lastActiveAt ?? -Infinity) : prev.lastActiveAt;
+  const takenAt = raw != null && prev.takenSeen !== undefined && raw > (prev.takenSeen ?? -Infinity) ? Math.min(raw, now) : null;
+  const arrived = (obs.inFlight > 0 && (prev.samples.at(-1)?.inFlight ?? 0) === 0) || takenAt !== null;
+  const lastActiveAt = obs.inFlight > 0 ? now : takenAt !== null ? Math.max(takenAt, prev.lastActiveAt ?? -Infinity) : prev.lastActiveAt;
   const target = Math.max(1, policy.targetConcurrency);
   const stableWant = Math.ceil(mean(samples) / target);
   const panicRatio = mean(samples.filter((s) => s.t > now - settings.panicWindowMs)) / target;
@@ -135,7 +133,7 @@ export function decide(prev: ScalerState, obs: Observation, policy: ScalingPolic
   // One idle time per observation at most: arrivals closer than the scheduler's tick count as one.
   const idleMs =
     arrived && prev.lastActiveAt !== null && (prev.samples.at(-1)?.inFlight ?? 0) === 0
-      ? recordIdle(prev.idleMs, Math.max(0, (newlyTaken ? taken! : now) - prev.lastActiveAt))
+      ? recordIdle(prev.idleMs, Math.max(0, (takenAt ?? now) - prev.lastActiveAt))
       : prev.idleMs;
   const k = keepAliveFor(idleMs, policy, settings);
   const reclaimed = obs.inFlight > 0 ? false : (prev.reclaimed ?? false);
@@ -167,6 +165,6 @@ export function decide(prev: ScalerState, obs: Observation, policy: ScalingPolic
     desired,
     wanted,
     reason,
-    state: { samples, desired, lastActiveAt, panicUntil, lastScaleUpAt: desired > prev.desired ? now : prev.lastScaleUpAt, idleMs, takenSeen: raw === undefined ? prev.takenSeen : (raw ?? prev.takenSeen ?? null), ...(reclaimed ? { reclaimed } : {}) },
+    state: { samples, desired, lastActiveAt, panicUntil, lastScaleUpAt: desired > prev.desired ? now : prev.lastScaleUpAt, idleMs, takenSeen: raw ?? (raw === null ? (prev.takenSeen ?? null) : prev.takenSeen), ...(reclaimed ? { reclaimed } : {}) },
   };
 }

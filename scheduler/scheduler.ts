@@ -286,8 +286,8 @@ export class Scheduler {
   private async load(manifests: Manifest[], linesOut: Map<string, number>): Promise<{ inFlight: number; lastTakenAt: number | null | undefined }[]> {
     const pipe = this.o.redis.pipeline();
     for (const m of manifests) {
-      const q = (part: Parameters<typeof batchQueueKey>[1]) => batchQueueKey(m.name, part);
-      pipe.xlen(liveStream(m.name)).llen(q('wait')).llen(q('active')).zcard(q('prioritized')).zcard(q('delayed')).xinfo('GROUPS', liveStream(m.name));
+      const fn = m.name;
+      pipe.xlen(liveStream(fn)).llen(batchQueueKey(fn, 'wait')).llen(batchQueueKey(fn, 'active')).zcard(batchQueueKey(fn, 'prioritized')).zcard(batchQueueKey(fn, 'delayed')).xinfo('GROUPS', liveStream(fn));
     }
     const res = (await pipe.exec()) ?? [];
     return manifests.map((m, i) => {

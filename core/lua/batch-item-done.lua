@@ -1,4 +1,4 @@
---  Records a line's outcome once, and counts it, unless the batch is gone or already final.
+-- Records a line's outcome once, and counts it, unless the batch is gone or already final.
 local s = redis.call('HGET', KEYS[1], 'status')
 if s ~= 'validating' and s ~= 'in_progress' and s ~= 'cancelling' then return -1 end
 if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 0 then return 0 end

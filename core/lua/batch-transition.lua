@@ -1,4 +1,4 @@
---  Moves the status only from one of the expected ones; the fields are set with it.
+-- Moves the status only from one of the expected ones; the fields are set with it.
 local s = redis.call('HGET', KEYS[1], 'status')
 if not s then return nil end
 local ok = false

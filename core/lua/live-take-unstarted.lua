@@ -1,3 +1,9 @@
+-- Takes out, in one call, up to ARGV[2] entries after ARGV[3] (an id; '-' from the start) that no
+-- replica has read (not in the group's pending list), and returns the id of the last entry looked
+-- at ('' when none was) followed by the job field (`d`) of each one taken out. One call, so no
+-- replica reads an entry between the look and the delete; pages, so a long queue neither blocks
+-- Redis nor arrives in one reply.
+-- KEYS: stream; ARGV: group, page size, after.
 -- #include live-job-field
 local from = ARGV[3] == '-' and '-' or '(' .. ARGV[3]
 local entries = redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', ARGV[2])

@@ -1,4 +1,4 @@
---  Takes a function out of the index (unless KEYS[3], its stream, holds entries): 1, or 0 when it is neither indexed nor recorded, or −(entries queued).
+-- Takes a function out of the index (unless KEYS[3], its stream, holds entries): 1, or 0 when it is neither indexed nor recorded, or −(entries queued).
 if KEYS[3] then
   local queued = redis.call('XLEN', KEYS[3])
   if queued > 0 then return -queued end
