@@ -125,6 +125,23 @@ export async function uploadModel(client: EmbersClient, file: string, label = pa
   return res.uri;
 }
 
+/** A bare model's name from its file: `ch_ppocr_cls.onnx` → `ch-ppocr-cls`. */
+export function modelNameOf(file: string): string {
+  const base = path.basename(file).replace(/\.onnx$/i, '').toLowerCase().replace(/[^a-z0-9-]+/g, '-').replace(/^-+|-+$/g, '').slice(0, 63).replace(/-+$/, '');
+  return base || 'model';
+}
+
+/** Deploys an ONNX file as it is: uploaded by content hash, run by the platform's handler with dynamic batching. */
+export async function deployModelFile(client: EmbersClient, file: string, o: { name?: string; batching?: { maxBatchSize?: number; maxDelayMs?: number } } = {}): Promise<DeployResult> {
+  const name = o.name ?? modelNameOf(file);
+  const uri = await uploadModel(client, file, name);
+  const batching = { maxBatchSize: o.batching?.maxBatchSize ?? 16, maxDelayMs: o.batching?.maxDelayMs ?? 4 };
+  const spec = DeploySpecSchema.safeParse({ name, kind: 'model', models: { model: uri }, batching });
+  if (!spec.success) throw new CliError(`cannot deploy ${file}:\n${spec.error.issues.map((i) => `  ${i.path.join('.')}: ${i.message}`).join('\n')}`);
+  const res = await client.call<{ name: string; version: string; endpoint: string; unchanged: boolean }>('POST', '/v1/functions', { spec: spec.data });
+  return { ...res, bundleBytes: 0, models: { model: uri } };
+}
+
 export async function deployFile(client: EmbersClient, file: string, log: (line: string) => void = () => {}): Promise<DeployResult> {
   const source = path.resolve(file);
   if (!(await stat(source).catch(() => null))?.isFile()) throw new CliError(`no such file: ${file}`, 2);

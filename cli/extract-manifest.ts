@@ -2,7 +2,7 @@
 // A separate process so a function's top-level code never runs inside the CLI.
 import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
-import { isFunctionDefinition } from '../sdk/index.ts';
+import { isFunctionDefinition, tensorSignatureOf } from '../sdk/index.ts';
 
 /** A problem with the function's shape: reported as one line, without a stack. */
 class ManifestError extends Error {}
@@ -100,6 +100,7 @@ try {
       pricing: def.pricing,
       maxQueueLength: def.maxQueueLength,
       binaryInput: def.binaryInput,
+      tensors: tensorSignatureOf(def.input),
     }),
   );
 } catch (err) {

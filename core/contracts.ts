@@ -3,6 +3,7 @@
 import { z } from 'zod';
 import { checkS3Uri } from './s3-uri.ts';
 import { DEFAULT_TENANT } from './names.ts';
+import { TensorSignatureSchema } from './oip/datatypes.ts';
 
 /** Function names end up in URLs, Redis keys and S3 keys: keep them to a safe alphabet. */
 export const FUNCTION_NAME = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
@@ -35,7 +36,8 @@ export const ScalingSchema = z.object({
 export const DeploySpecSchema = z.object({
   name: FunctionName,
   models: z.record(z.string().regex(/^[A-Za-z_$][\w$]*$/, 'model handle names must be identifiers'), ModelUri).default({}),
-  inputSchema: z.record(z.string(), z.unknown()),
+  /** JSON Schema (2020-12) the gateway checks a run's JSON input with; a bare model's is made from its tensors. */
+  inputSchema: z.record(z.string(), z.unknown()).default({}),
   batching: BatchingSchema.default({ maxBatchSize: 16, maxDelayMs: 4 }),
   scaling: ScalingSchema.default({ minReplicas: 0, maxReplicas: 4, idleTimeoutS: 'auto', targetConcurrency: 32 }),
   timeoutMs: z.number().int().min(1).max(3_600_000).default(30_000),
@@ -45,13 +47,23 @@ export const DeploySpecSchema = z.object({
   maxQueueLength: z.number().int().min(1).max(10_000_000).default(10_000),
   /** The input field a binary (non-JSON) request body fills; unset: bodies are JSON. */
   binaryInput: z.string().regex(/^[A-Za-z_$][\w$]*$/, 'binaryInput must name an input field (an identifier)').optional(),
+  /**
+   * A bare model: no bundle, the platform's own handler runs its one model (`models.model`) with
+   * dynamic batching (runtime/model-function.ts). Unset: a handler function.
+   */
+  kind: z.literal('model').optional(),
+  /**
+   * The tensors it takes and gives, for the Open Inference Protocol (gateway/routes/inference.ts):
+   * a bare model's come from its ONNX graph, a handler's from `tensors()`. Unset: not served there.
+   */
+  tensors: TensorSignatureSchema.optional(),
 });
 export type DeploySpec = z.infer<typeof DeploySpecSchema>;
 
 export const DeployRequestSchema = z.object({
   spec: DeploySpecSchema,
-  /** The esbuild ESM bundle, base64. */
-  bundle: z.string().min(1, 'bundle is empty'),
+  /** The esbuild ESM bundle, base64; none for a bare model (spec.kind 'model'). */
+  bundle: z.string().min(1, 'bundle is empty').optional(),
 });
 
 /**
@@ -94,6 +106,11 @@ export interface RunJobData {
    * becomes `input[raw]`, a Buffer, when the replica reads the entry.
    */
   raw?: string;
+  /**
+   * The input is an inference request of the Open Inference Protocol (core/oip/request.ts), its
+   * tensors' bytes the binary body (raw names the field they fill).
+   */
+  tensors?: true;
   /** Set when a replica reads an entry whose binary body (field `b`) is missing: answered 500, not run. */
   bodyMissing?: true;
   /** Enqueue time (ms since epoch) for queue timing. */
@@ -169,6 +186,8 @@ export interface ReplyHeader {
   cold?: { waitedMs: number; phases: ColdStartPhases };
   /** The handler answered with bytes (binary()) of this Content-Type; absent: the body is JSON. */
   type?: string;
+  /** An inference response with binary tensors: its JSON header's length in bytes (Inference-Header-Content-Length). */
+  headerLength?: number;
 }
 
 /** A replica's start, phase by phase (ms). model_fetch is 0 when every model was on disk. */

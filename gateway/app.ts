@@ -14,6 +14,7 @@ import { fileRoutes } from './routes/files.ts';
 import { webhookRoutes } from './webhooks.ts';
 import { tenantRoutes } from './routes/tenants.ts';
 import { usageRoutes } from './routes/usage.ts';
+import { inferenceRoutes } from './routes/inference.ts';
 import { sandboxReport } from './sandbox-report.ts';
 import { replicasOf } from './replicas.ts';
 
@@ -51,6 +52,8 @@ export function createApp(deps: GatewayDeps) {
     await refreshReplicaGauge(deps);
     return c.text(await deps.metrics.registry.metrics(), 200, { 'content-type': deps.metrics.registry.contentType });
   });
+
+  app.route('/v2', inferenceRoutes(deps));
 
   app.use('/v1/*', authenticate(deps.tenants, deps.adminKey, deps.keys));
   app.route('/v1/functions', functionRoutes(deps));

@@ -33,7 +33,10 @@ export function sessionOptions(providers: string[], threads: number, spinWhileRu
  */
 export async function runSession(session: ort.InferenceSession, Tensor: typeof ort.Tensor, feeds: Feeds): Promise<{ outputs: Feeds; inferMs: number }> {
   const input: Record<string, ort.Tensor> = {};
-  for (const [k, t] of Object.entries(feeds)) input[k] = new Tensor(t.type as ort.Tensor.Type, t.data as ort.Tensor.DataType, t.dims as number[]);
+  for (const [k, t] of Object.entries(feeds)) {
+    // onnxruntime takes byte strings as text.
+    input[k] = t.type === 'bytes' ? new Tensor('string', (t.data as Uint8Array[]).map((b) => UTF8.decode(b)), t.dims as number[]) : new Tensor(t.type as ort.Tensor.Type, t.data as ort.Tensor.DataType, t.dims as number[]);
+  }
   const t0 = performance.now();
   const res = await session.run(input);
   const inferMs = performance.now() - t0;
@@ -41,3 +44,5 @@ export async function runSession(session: ort.InferenceSession, Tensor: typeof o
   for (const [k, t] of Object.entries(res)) outputs[k] = { type: t.type as TensorType, data: t.data as TensorData, dims: [...t.dims] };
   return { outputs, inferMs };
 }
+
+const UTF8 = new TextDecoder();

@@ -4,6 +4,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
 import { runSession, sessionOptions } from './ort-session.ts';
 import type { SessionInit, WorkerReply, WorkerRequest } from './session.ts';
+import { isTyped } from './tensor.ts';
 
 const init = workerData.init as SessionInit;
 const port = parentPort!;
@@ -31,7 +32,7 @@ try {
   port.on('message', async (msg: WorkerRequest) => {
     try {
       const { outputs, inferMs } = await runSession(session, ort.Tensor, msg.feeds);
-      const transfer = [...new Set(Object.values(outputs).map((t) => t.data.buffer as ArrayBuffer))];
+      const transfer = [...new Set(Object.values(outputs).flatMap((t) => (isTyped(t.data) ? [t.data.buffer as ArrayBuffer] : [])))];
       port.postMessage({ type: 'result', id: msg.id, outputs, inferMs } satisfies WorkerReply, transfer);
     } catch (err) {
       port.postMessage({ type: 'error', id: msg.id, message: (err as Error).message } satisfies WorkerReply);

@@ -4,7 +4,7 @@ import { Worker } from 'node:worker_threads';
 import type ort from 'onnxruntime-node';
 import { LoneChooser, type LoneSide } from './lone-chooser.ts';
 import { runSession, sessionOptions } from './ort-session.ts';
-import { elementCount, type Feeds } from './tensor.ts';
+import { elementCount, isTyped, type Feeds } from './tensor.ts';
 
 export type ExecutionProvider = 'cpu' | 'cuda' | 'tensorrt';
 
@@ -84,7 +84,7 @@ class SessionWorker {
     if (this.dead) return Promise.reject(this.dead);
     const id = this.nextId++;
     const transfer = new Set<ArrayBuffer>();
-    for (const t of Object.values(feeds)) if (t.data.byteOffset === 0 && t.data.byteLength === t.data.buffer.byteLength) transfer.add(t.data.buffer as ArrayBuffer);
+    for (const t of Object.values(feeds)) if (isTyped(t.data) && t.data.byteOffset === 0 && t.data.byteLength === t.data.buffer.byteLength) transfer.add(t.data.buffer as ArrayBuffer);
     return new Promise((resolve, reject) => {
       this.waiting.set(id, { resolve, reject });
       this.worker.postMessage({ id, feeds } satisfies WorkerRequest, [...transfer]);

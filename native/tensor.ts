@@ -2,9 +2,10 @@
 // (type, data, dims), so a handler may pass either. No onnxruntime import here: user bundles
 // include this file.
 
-export type TensorType = 'float32' | 'float64' | 'int32' | 'int64' | 'uint8' | 'int8' | 'bool' | 'float16';
+/** onnxruntime's types; `bytes` is a tensor of byte strings (the protocol's BYTES), fed to onnxruntime as `string`. */
+export type TensorType = 'float32' | 'float64' | 'int32' | 'int64' | 'uint8' | 'int8' | 'bool' | 'float16' | 'uint16' | 'int16' | 'uint32' | 'uint64' | 'string' | 'bytes';
 
-export type TensorData = Float32Array | Float64Array | Int32Array | BigInt64Array | Uint8Array | Int8Array | Uint16Array;
+export type TensorData = Float32Array | Float64Array | Int32Array | BigInt64Array | Uint8Array | Int8Array | Uint16Array | Int16Array | Uint32Array | BigUint64Array | string[] | Uint8Array[];
 
 export interface Tensor {
   readonly type: TensorType;
@@ -14,7 +15,20 @@ export interface Tensor {
 
 export type Feeds = Record<string, Tensor>;
 
+/** Tensor data that sits on an ArrayBuffer (every type but string and bytes). */
+export type TypedTensorData = Exclude<TensorData, string[] | Uint8Array[]>;
+
+export function isTyped(data: TensorData): data is TypedTensorData {
+  return !Array.isArray(data);
+}
+
 const ARRAYS: Record<TensorType, new (n: number) => TensorData> = {
+  uint16: Uint16Array,
+  int16: Int16Array,
+  uint32: Uint32Array,
+  uint64: BigUint64Array,
+  string: Array as unknown as new (n: number) => string[],
+  bytes: Array as unknown as new (n: number) => Uint8Array[],
   float32: Float32Array,
   float64: Float64Array,
   int32: Int32Array,
@@ -66,8 +80,10 @@ export function concatFeeds(parts: Feeds[]): Feeds {
     const data = allocate(first.type, parts.reduce((n, p) => n + p[name].data.length, 0));
     let offset = 0;
     for (const p of parts) {
-      (data as Float32Array).set(p[name].data as Float32Array, offset);
-      offset += p[name].data.length;
+      const part = p[name].data;
+      if (Array.isArray(data)) for (let i = 0; i < part.length; i++) data[offset + i] = part[i] as never;
+      else (data as Float32Array).set(part as Float32Array, offset);
+      offset += part.length;
     }
     out[name] = { type: first.type, data, dims: [total, ...first.dims.slice(1)] };
   }

@@ -61,7 +61,7 @@ export class Delivery {
     switch (destination?.to) {
       case 'gateway': {
         if (destination.id) header = { ...header, id: destination.id };
-        let message: string | Buffer = bytes ? encodeReply({ ...header, type: bytes.contentType }, bytes.bytes) : encodeReply(header, body);
+        let message: string | Buffer = bytes ? encodeReply({ ...header, type: bytes.contentType, ...(bytes.headerLength !== undefined ? { headerLength: bytes.headerLength } : {}) }, bytes.bytes) : encodeReply(header, body);
         // A large text reply goes to ioredis as bytes, encoded once: as a string it would be
         // measured, copied into the command's text and encoded again.
         if (typeof message === 'string' && message.length > LARGE_REPLY) message = Buffer.from(message);

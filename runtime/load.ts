@@ -68,7 +68,7 @@ export async function loadFunction(o: LoadOptions, at: { phase: string }): Promi
       replica: o.id,
       env: o.cudaVisibleDevices !== undefined ? { CUDA_VISIBLE_DEVICES: o.cudaVisibleDevices } : {},
       // The tenant's own name for it, not the platform's key (core/names.ts).
-      fn: { name: plainName(manifest.name), version: manifest.version, timeoutMs: manifest.timeoutMs, batching: manifest.batching },
+      fn: { name: plainName(manifest.name), version: manifest.version, timeoutMs: manifest.timeoutMs, batching: manifest.batching, kind: manifest.kind, tensors: manifest.tensors },
       settings: {
         providers: o.providers,
         threads: o.threads,

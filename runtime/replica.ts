@@ -346,20 +346,23 @@ export class Replica {
         status = 500;
         body = JSON.stringify(errorBody('queue_entry_damaged', `${plainName(this.o.manifest.name)}: the request's body was missing from its queue entry, so it was not run; send it again`));
         log().error('binary body missing from the queue entry: answered without running');
-      } else if (data.raw !== undefined && data.raw !== this.o.manifest.binaryInput) {
+      } else if (data.tensors && !this.o.manifest.tensors) {
+        status = 400;
+        body = JSON.stringify(errorBody('invalid_input', `${plainName(this.o.manifest.name)} version ${this.o.manifest.version} does not take tensors (a new version became active meanwhile); call it through /v1/run`));
+      } else if (!data.tensors && data.raw !== undefined && data.raw !== this.o.manifest.binaryInput) {
         // Bytes queued for a version that took them, run by one that does not (a rollout):
         // its schema would strip the field and run on defaults.
         status = 415;
         body = JSON.stringify(errorBody('unsupported_media_type', `${plainName(this.o.manifest.name)} version ${this.o.manifest.version} takes ${this.o.manifest.binaryInput ? `bytes as its "${this.o.manifest.binaryInput}"` : 'JSON bodies only'}, and the bytes were sent for "${data.raw}" (a new version became active meanwhile); send the request again`));
       } else {
         // The user code checks the input against the function's schema and runs the handler.
-        const { n, result } = this.user.run({ rid, input, raw: data.raw, deadline: data.deadline, batch: lane === 'batch', queueMs: queued });
+        const { n, result } = this.user.run({ rid, input, raw: data.raw, tensors: data.tensors, deadline: data.deadline, batch: lane === 'batch', queueMs: queued });
         const stop = (canceledByCaller: boolean) => () => this.user.abort(n, canceledByCaller);
         cancel?.signal.addEventListener('abort', stop(true), { once: true });
         jobSignal?.addEventListener('abort', stop(false), { once: true });
         const r = await result;
         ({ status, body } = r);
-        if (r.bytes) bytes = { contentType: r.bytes.contentType, bytes: r.bytes.data };
+        if (r.bytes) bytes = { contentType: r.bytes.contentType, bytes: r.bytes.data, headerLength: r.bytes.headerLength };
         canceled = r.canceled === true && (cancel?.signal.aborted ?? false);
         // Metered by this process's clock; the user code's split is bounded by it.
         const handlerMs = Math.round((performance.now() - t0) * 100) / 100;

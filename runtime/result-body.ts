@@ -1,10 +1,14 @@
 // How a handler's result becomes its answer: JSON, or bytes with their own Content-Type.
 import { binaryOf } from '../sdk/index.ts';
+import type { InferenceDescriptor } from '../core/oip/request.ts';
+import { encodeResponse, outputTensors } from '../core/oip/tensors.ts';
 
 /** Bytes a handler answered with, and their Content-Type. */
 export interface BinaryBody {
   bytes: Buffer;
   contentType: string;
+  /** An inference response with binary tensors: the length of its JSON header. */
+  headerLength?: number;
 }
 
 /** A handler's answer: the JSON text, or the bytes. */
@@ -81,6 +85,16 @@ export function resultBody(result: unknown, maxBytes: number): ResultBody {
     if (size > maxBytes) throw new AnswerTooLargeError(size, maxBytes);
   }
   return { json };
+}
+
+/**
+ * The answer to an inference request (core/oip/request.ts): the protocol's response for the
+ * outputs the handler returned, JSON alone or with binary tensors after its header.
+ */
+export function inferenceResultBody(result: unknown, d: InferenceDescriptor, model: { name: string; version: string }, maxBytes: number): ResultBody {
+  const { body, headerLength } = encodeResponse(outputTensors(result), d, model);
+  if (body.length > maxBytes) throw new AnswerTooLargeError(body.length, maxBytes);
+  return { binary: { bytes: body, contentType: headerLength === undefined ? 'application/json' : 'application/octet-stream', headerLength } };
 }
 
 /** A binary answer where only JSON goes (an async job's record, a batch's output line). */

@@ -4,6 +4,7 @@
 // sends them runs the tenant's code. The channel carries JSON (Node's own IPC serialisation, half
 // the cost of its structured clone for requests this small), so bytes travel as base64.
 import type { ReplyHeader } from '../core/contracts.ts';
+import type { TensorSignature } from '../core/oip/datatypes.ts';
 import type { ExecutionProvider } from '../native/session.ts';
 import type { DynamicBatcher } from './batcher.ts';
 import type { ModelSession } from '../native/session.ts';
@@ -14,7 +15,15 @@ export interface AssignMessage {
   replica: string;
   /** Per-replica settings applied before any model session exists (CUDA_VISIBLE_DEVICES only). */
   env: { CUDA_VISIBLE_DEVICES?: string };
-  fn: { name: string; version: string; timeoutMs: number; batching: { maxBatchSize: number; maxDelayMs: number } };
+  fn: {
+    name: string;
+    version: string;
+    timeoutMs: number;
+    batching: { maxBatchSize: number; maxDelayMs: number };
+    /** A bare model: the platform's handler runs `models.model` (model-function.ts). */
+    kind?: 'model';
+    tensors?: TensorSignature;
+  };
   bundlePath: string;
   models: Record<string, { path: string; bytes: number }>;
   settings: {
@@ -38,6 +47,8 @@ export interface RunMessage {
   raw?: string;
   /** …and that body, which the user code puts there as a Buffer. */
   rawBase64?: string;
+  /** The input is an inference request (core/oip/request.ts); its tensors' bytes fill its `data`. */
+  tensors?: true;
   /** Latest start (ms since epoch) of a synchronous run. */
   deadline?: number;
   /** A batch line: its model calls yield to live requests. */
@@ -65,7 +76,7 @@ export type FromUserCode =
   | { type: 'standby' }
   | { type: 'started'; phases: { bundleMs: number; modelLoadMs: number; setupMs: number; warmupMs: number } }
   | { type: 'start_failed'; phase: string; message: string }
-  | { type: 'result'; n: number; status: number; body: string; bytes?: { contentType: string; base64: string }; timing: ReplyHeader['timing']; canceled?: boolean }
+  | { type: 'result'; n: number; status: number; body: string; bytes?: { contentType: string; base64: string; headerLength?: number }; timing: ReplyHeader['timing']; canceled?: boolean }
   /** Tells the node's other replicas it runs live requests (busy) or none. */
   | { type: 'announce'; busy: boolean }
   /** A handler ran past its timeout and grace and will not stop: replace the replica. */

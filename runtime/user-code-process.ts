@@ -56,7 +56,7 @@ export interface UserCodeExit {
 }
 
 type Result = Extract<FromUserCode, { type: 'result' }>;
-export type CheckedResult = Omit<Result, 'type' | 'n' | 'bytes'> & { bytes?: { contentType: string; data: Buffer } };
+export type CheckedResult = Omit<Result, 'type' | 'n' | 'bytes'> & { bytes?: { contentType: string; data: Buffer; headerLength?: number } };
 
 export class UserCodeProcess {
   private readonly child: ChildProcess;
@@ -312,12 +312,13 @@ export function checkResult(m: Result, maxAnswerBytes: number): CheckedResult {
   }
   let bytes: CheckedResult['bytes'];
   if (m.bytes !== undefined) {
-    const { contentType, base64 } = m.bytes as { contentType?: unknown; base64?: unknown };
+    const { contentType, base64, headerLength } = m.bytes as { contentType?: unknown; base64?: unknown; headerLength?: unknown };
     if (typeof contentType !== 'string' || contentType.length > 200 || !CONTENT_TYPE.test(contentType)) return invalid('content type');
     if (typeof base64 !== 'string' || base64.length > Math.ceil(max / 3) * 4 + 4) return invalid('bytes');
     const data = Buffer.from(base64, 'base64');
     if (data.length > max) return invalid('bytes');
-    bytes = { contentType, data };
+    if (headerLength !== undefined && !(Number.isSafeInteger(headerLength) && (headerLength as number) > 0 && (headerLength as number) <= data.length)) return invalid('inference header length');
+    bytes = { contentType, data, ...(headerLength !== undefined ? { headerLength: headerLength as number } : {}) };
   }
   return { status: m.status, body: m.body, bytes, timing, canceled: m.canceled === true || undefined };
 }

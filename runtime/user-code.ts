@@ -12,7 +12,10 @@ import { ModelSession, type ModelSessionInit } from '../native/session.ts';
 import type { Feeds } from '../native/tensor.ts';
 import { DynamicBatcher, type Lane } from './batcher.ts';
 import { LiveFirst } from './live-first.ts';
-import { AnswerTooLargeError, resultBody, writeTypedArraysAsJson } from './result-body.ts';
+import { AnswerTooLargeError, inferenceResultBody, resultBody, writeTypedArraysAsJson } from './result-body.ts';
+import { InferenceRequestError, type InferenceDescriptor } from '../core/oip/request.ts';
+import { inputTensors } from '../core/oip/tensors.ts';
+import { modelFunction } from './model-function.ts';
 import { HandlerError, isFunctionDefinition, type FunctionDefinition, type HandlerContext, type ModelHandle } from '../sdk/index.ts';
 import { heldMs, holdCall, newCallTimes, splitTiming, type CallTimes } from './timing.ts';
 import { StartFailure, type AssignMessage, type FromUserCode, type RunMessage, type UserStats } from './user-code-messages.ts';
@@ -76,7 +79,7 @@ export class UserCode {
     let phase = 'bundle';
     try {
       const tBundle = performance.now();
-      const mod = (await import(pathToFileURL(a.bundlePath).href)) as { default?: unknown };
+      const mod = a.fn.kind === 'model' ? { default: modelFunction(a.fn) } : ((await import(pathToFileURL(a.bundlePath).href)) as { default?: unknown });
       if (!isFunctionDefinition(mod.default)) throw new Error('bundle has no default export made with defineFunction()');
       this.def = mod.default;
       const bundleMs = performance.now() - tBundle;
@@ -175,14 +178,16 @@ export class UserCode {
     // A binary body crosses the channel as base64: handlers get it as a Buffer in its field.
     if (m.raw !== undefined && typeof m.rawBase64 === 'string' && typeof m.input === 'object' && m.input !== null) (m.input as Record<string, unknown>)[m.raw] = Buffer.from(m.rawBase64, 'base64');
     try {
-      const parsed = (this.def.input as z.ZodType).safeParse(m.input);
+      const request = m.tensors ? (m.input as InferenceDescriptor) : undefined;
+      const parsed = (this.def.input as z.ZodType).safeParse(request ? inputTensors(request, request.data ?? EMPTY) : m.input);
       if (!parsed.success) {
         status = 400;
         body = JSON.stringify(errorBody('invalid_input', `input does not match the schema of ${this.a.fn.name}: ${z.prettifyError(parsed.error)}`, parsed.error.issues));
       } else {
         const result = await this.runHandler(parsed.data, m, ctl, times, log);
-        const encoded = resultBody(result, this.a.settings.maxAnswerBytes);
-        if (encoded.binary) bytes = { contentType: encoded.binary.contentType, base64: Buffer.from(encoded.binary.bytes.buffer, encoded.binary.bytes.byteOffset, encoded.binary.bytes.byteLength).toString('base64') };
+        const max = this.a.settings.maxAnswerBytes;
+        const encoded = request ? inferenceResultBody(result, request, this.a.fn, max) : resultBody(result, max);
+        if (encoded.binary) bytes = { contentType: encoded.binary.contentType, base64: encoded.binary.bytes.toString('base64'), headerLength: encoded.binary.headerLength };
         else body = encoded.json;
       }
     } catch (err) {
@@ -358,6 +363,8 @@ export class UserCode {
   }
 }
 
+const EMPTY = new Uint8Array(0);
+
 /** Main-thread GC pauses since the process started. */
 const gcStats = { count: 0, ms: 0 };
 let gcObserver: PerformanceObserver | undefined;
@@ -386,6 +393,7 @@ export class CanceledError extends Error {
 }
 
 function errorReply(err: unknown, fn: { name: string; version: string }, log: Logger): { status: number; body: string } {
+  if (err instanceof InferenceRequestError) return { status: 400, body: JSON.stringify(errorBody('invalid_input', err.message)) };
   if (err instanceof HandlerError || (err as Error)?.name === 'HandlerError') {
     const e = err as HandlerError;
     return { status: e.status, body: JSON.stringify(errorBody(e.code, e.message)) };

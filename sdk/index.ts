@@ -4,6 +4,8 @@ import { z } from 'zod';
 import type { Feeds, Tensor } from '../native/tensor.ts';
 
 export { tensor } from '../native/tensor.ts';
+export { isTensor, tensors, tensorSignatureOf, type TensorDeclaration, type TensorsSchema } from './tensors.ts';
+export type { Datatype } from '../core/oip/datatypes.ts';
 /** zod, re-exported so a function file needs only `embers`: `import { defineFunction, z } from 'embers'`. */
 export { z } from 'zod';
 export type { Feeds, Tensor, TensorType, TensorData } from '../native/tensor.ts';

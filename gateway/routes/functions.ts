@@ -12,6 +12,7 @@ import { headOwned } from '../owned-objects.ts';
 import { compileInputSchema, schemaTooLarge } from '../../core/validate.ts';
 import { actingTenant, requireScope } from '../middleware/auth.ts';
 import { replicasOf } from '../replicas.ts';
+import { BARE_MODEL_BUNDLE, bareModelSpec } from '../bare-model.ts';
 import type { GatewayDeps, GatewayEnv } from '../deps.ts';
 import { keys, liveStream } from '../../core/keys.ts';
 
@@ -26,14 +27,10 @@ export function functionRoutes(deps: GatewayDeps) {
       requireScope(c, 'deploy');
       const parsed = DeployRequestSchema.safeParse(await readJson(c, deps.maxJsonDepth));
       if (!parsed.success) throw new ApiError(400, 'invalid_deploy', `deploy request is invalid: ${z.prettifyError(parsed.error)}`, parsed.error.issues);
-      const { spec } = parsed.data;
+      let { spec } = parsed.data;
       const tenant = actingTenant(c);
       if (tenant !== DEFAULT_TENANT && !(await deps.tenants.getTenant(tenant))) throw new ApiError(404, 'tenant_not_found', `no tenant with id "${tenant}"`);
-      const bundle = Buffer.from(parsed.data.bundle, 'base64');
-      // Node skips what is not base64 as it decodes: JavaScript sent as it is would decode to bytes.
-      if (bundle.length === 0 || bundle.toString('base64').replace(/=+$/, '') !== parsed.data.bundle.replace(/\s+/g, '').replace(/=+$/, '').replace(/-/g, '+').replace(/_/g, '/')) {
-        throw new ApiError(400, 'invalid_deploy', 'bundle must be the function\'s JavaScript bundle as base64 (`embers deploy` builds and encodes it)');
-      }
+      const bundle = spec.kind === 'model' ? bareModelBundle(parsed.data.bundle) : bundleOf(parsed.data.bundle);
       const oversized = schemaTooLarge(spec.inputSchema);
       if (oversized) throw new ApiError(400, 'invalid_deploy', `spec.inputSchema ${oversized}`);
       try {
@@ -49,6 +46,7 @@ export function functionRoutes(deps: GatewayDeps) {
         });
         if (!found) throw new ApiError(400, 'model_not_found', `model ${handle}: ${uri} does not exist; upload it with \`embers models upload\` or reference a local file`);
       }
+      if (spec.kind === 'model') spec = await bareModelSpec(deps, tenant, spec);
       const key = (await registry.find(tenant, spec.name)) ?? qualifiedName(tenant, spec.name);
       // Only a default-tenant name another tenant deployed while names were global is taken.
       if ((await registry.claim(key, tenant)) !== tenant) {
@@ -147,6 +145,20 @@ async function answerUnstarted(deps: GatewayDeps, key: string): Promise<number> 
   return dropped;
 }
 
+/** The function's bundle, from its base64: JavaScript sent as it is (Node skips what is not base64 as it decodes) is refused. */
+function bundleOf(base64: string | undefined): Buffer {
+  const bundle = Buffer.from(base64 ?? '', 'base64');
+  if (base64 === undefined || bundle.length === 0 || bundle.toString('base64').replace(/=+$/, '') !== base64.replace(/\s+/g, '').replace(/=+$/, '').replace(/-/g, '+').replace(/_/g, '/')) {
+    throw new ApiError(400, 'invalid_deploy', 'bundle must be the function\'s JavaScript bundle as base64 (`embers deploy` builds and encodes it)');
+  }
+  return bundle;
+}
+
+function bareModelBundle(base64: string | undefined): Buffer {
+  if (base64 !== undefined) throw new ApiError(400, 'invalid_deploy', 'a bare model (spec.kind "model") has no bundle: the platform runs it; leave out "bundle"');
+  return BARE_MODEL_BUNDLE;
+}
+
 function checkName(name: string): string {
   if (!FUNCTION_NAME.test(name)) throw functionNotFound(name, 'malformed');
   return name;
@@ -163,6 +175,8 @@ function describeVersion(m: Manifest) {
     timeoutMs: m.timeoutMs,
     inputSchema: m.inputSchema,
     ...(m.binaryInput ? { binaryInput: m.binaryInput } : {}),
+    ...(m.kind ? { kind: m.kind } : {}),
+    ...(m.tensors ? { tensors: m.tensors } : {}),
     bundle: m.bundle,
   };
 }
