@@ -1,4 +1,5 @@
 // The shape of one benchmark run (what bench/results/latest.json holds) and its verdicts.
+import type { InferenceProtocolSection } from './inference-protocol.ts';
 import type { BatchSection } from './batch.ts';
 import type { BodySection } from './body.ts';
 import type { ColdStartResult } from './cold.ts';
@@ -132,6 +133,8 @@ export function meets(name: keyof typeof TARGETS, value: number): boolean {
 }
 
 export interface BenchResult {
+  oip?: InferenceProtocolSection;
+  oipError?: string;
   date: string;
   durationSeconds: number;
   machine: { cpuModel: string; cores: number; totalMemGiB: number; node: string; platform: string; ortVersion: string; loadAvgAtStart: number[] };

@@ -5,13 +5,15 @@
 // echo and the bulk-batch section and writes bench/results/latest-batch.json (latest.json is
 // left as it is either way). `BENCH_ONLY=fleet` runs only the fleet section (many functions,
 // keep-alive policies over a trace, 1,000 at zero), which the full run ends with, and writes
-// bench/results/latest-fleet.json and fleet.svg.
+// bench/results/latest-fleet.json and fleet.svg. `BENCH_ONLY=oip`: the Open Inference Protocol
+// section alone (latest-oip.json).
 import { execFileSync } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import sharp from 'sharp';
 import { batchSection, formatBatch, type BatchSection } from './batch.ts';
 import { batchingSection, batchingSummaryLine, formatBatching } from './batching.ts';
+import { formatInferenceProtocol, inferenceProtocolSection, inferenceProtocolSummaryLines, quickRawCls, type InferenceProtocolSection } from './inference-protocol.ts';
 import { chartSvg } from './chart.ts';
 import { stopAllChildren } from './child.ts';
 import { fleetSection } from './fleet-section.ts';
@@ -21,7 +23,7 @@ import { bodySection, formatBodies, type BodySection } from './body.ts';
 import { closedLoop, type Target } from './load.ts';
 import { takeTurns } from './turns.ts';
 import { ORT_VERSION, settingLabel, type ThreadSetting } from './ort.ts';
-import { bestCls, machine, RAW_SETTINGS, rawCls, rawPipelineSide, rawPipelines } from './raw.ts';
+import { bestCls, machine, RAW_SETTINGS, rawCls, rawPipelineSide, rawPipelines, type ClsPoint } from './raw.ts';
 import { formatOverhead, formatReport } from './report.ts';
 import { batchingVerdict, computeRatios, type BatchingSection, echoVsPingByCpu, type BenchResult, type ColdOnlyResult, type OcrPoint, type OverheadPoint, type SaturationTurns } from './result.ts';
 import { ROOT, batchDelta, postJson, settledCounters, startEmbers, startNaive } from './servers.ts';
@@ -214,6 +216,29 @@ async function batchingOnFreshEmbers(window: Window): Promise<BatchingSection> {
   }
 }
 
+/** The Open Inference Protocol section on an `embers dev` of its own, against `rawCls` (this run's raw cls points). */
+async function oipOnFreshEmbers(window: Window, rawCls: ClsPoint[]): Promise<InferenceProtocolSection> {
+  log('oip: starting embers dev');
+  const embers = await startEmbers({});
+  try {
+    return await inferenceProtocolSection({ embers, rawCls, window, log });
+  } finally {
+    await embers.stop();
+  }
+}
+
+/** `BENCH_ONLY=oip`: the Open Inference Protocol against raw onnxruntime-node, alone. */
+async function mainOipOnly(): Promise<void> {
+  const began = performance.now();
+  const window = windowFromEnv();
+  log('raw: cls model alone, short sweep');
+  const oip = await oipOnFreshEmbers(window, await quickRawCls(window));
+  const result = { date: new Date().toISOString(), durationSeconds: (performance.now() - began) / 1000, machine: { ...machine(), ortVersion: ORT_VERSION }, git: gitInfo(), window, oip };
+  await mkdir(RESULTS, { recursive: true });
+  await writeFile(path.join(RESULTS, 'latest-oip.json'), `${JSON.stringify(result, null, 2)}\n`);
+  process.stdout.write(`\n${formatInferenceProtocol(oip).join('\n')}\n\n${inferenceProtocolSummaryLines(oip).join('\n')}\n`);
+}
+
 /** `BENCH_ONLY=batching`: dynamic batching on and off, the same model, alone. */
 async function mainBatchingOnly(): Promise<void> {
   const began = performance.now();
@@ -242,8 +267,9 @@ async function main(): Promise<void> {
   if (only === 'body') return mainBodyOnly();
   if (only === 'overhead') return mainOverheadOnly();
   if (only === 'batching') return mainBatchingOnly();
+  if (only === 'oip') return mainOipOnly();
   if (only === 'fleet') return void (await fleetSection(RESULTS, log, { date: new Date().toISOString(), machine: machine(), git: gitInfo() }));
-  if (only !== '') throw new Error(`BENCH_ONLY must be "cold", "batch", "body", "overhead", "batching", "fleet" or unset, got "${only}"`);
+  if (only !== '') throw new Error(`BENCH_ONLY must be "cold", "batch", "body", "overhead", "batching", "oip", "fleet" or unset, got "${only}"`);
   const began = performance.now();
   const host = machine();
   const window = windowFromEnv();
@@ -334,6 +360,16 @@ async function main(): Promise<void> {
     process.exitCode = 1;
   }
 
+  let oip: InferenceProtocolSection | undefined;
+  let oipError: string | undefined;
+  try {
+    oip = await oipOnFreshEmbers(window, cls);
+  } catch (err) {
+    oipError = err instanceof Error ? err.message : String(err);
+    log(`open inference protocol section failed: ${oipError}`);
+    process.exitCode = 1;
+  }
+
   const { ratios, pass } = computeRatios(ocr, pipeline, saturation, paired, echo, ping, batching);
   const result: BenchResult = {
     date: new Date().toISOString(),
@@ -356,12 +392,13 @@ async function main(): Promise<void> {
     ...(bodies ? { bodies } : { bodiesError }),
     ...(batches ? { batches } : { batchesError }),
     ...(batching ? { batching } : { batchingError }),
+    ...(oip ? { oip } : { oipError }),
   };
   await mkdir(RESULTS, { recursive: true });
   await writeFile(path.join(RESULTS, 'latest.json'), `${JSON.stringify(result, null, 2)}\n`);
   await writeFile(path.join(RESULTS, 'latest.svg'), chartSvg(result));
   process.stdout.write(
-    `\n${formatReport(result)}\n${batching ? `\n${formatBatching(batching).join('\n')}\n` : ''}${bodies ? `\n${formatBodies(bodies)}\n` : ''}${batches ? `\n${formatBatch(batches)}\n` : ''}`,
+    `\n${formatReport(result)}\n${batching ? `\n${formatBatching(batching).join('\n')}\n` : ''}${bodies ? `\n${formatBodies(bodies)}\n` : ''}${batches ? `\n${formatBatch(batches)}\n` : ''}${oip ? `\n${formatInferenceProtocol(oip).join('\n')}\n${inferenceProtocolSummaryLines(oip).join('\n')}\n` : ''}`,
   );
   log(`wrote ${path.relative(process.cwd(), path.join(RESULTS, 'latest.json'))} and latest.svg`);
   try {

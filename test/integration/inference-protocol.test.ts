@@ -31,9 +31,9 @@ const json = (route: string, body: unknown, headers: Record<string, string> = {}
   p.fetch(route, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
 
 /** A request whose tensors follow its JSON header as bytes. */
-function binaryRequest(header: object, tensors: Uint8Array[]): { body: Buffer; headers: Record<string, string> } {
+function binaryRequest(header: object, tensors: Uint8Array[]): { body: Uint8Array<ArrayBuffer>; headers: Record<string, string> } {
   const head = Buffer.from(JSON.stringify(header));
-  return { body: Buffer.concat([head, ...tensors]), headers: { 'content-type': 'application/octet-stream', 'inference-header-content-length': String(head.length) } };
+  return { body: new Uint8Array(Buffer.concat([head, ...tensors])), headers: { 'content-type': 'application/octet-stream', 'inference-header-content-length': String(head.length) } };
 }
 
 /** The JSON header and the binary tensors of a response. */
