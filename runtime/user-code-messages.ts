@@ -2,7 +2,8 @@
 // process (untrusted: the tenant's bundle and models, sandboxed). This channel is all the user
 // code reaches; the replica checks every message it receives (checkResult), since the process that
 // sends them runs the tenant's code. The channel carries JSON (Node's own IPC serialisation, half
-// the cost of its structured clone for requests this small), so bytes travel as base64.
+// the cost of its structured clone for requests this small); bytes travel beside it, on the
+// byte channel (byte-channel.ts), under the request's number.
 import type { ReplyHeader } from '../core/contracts.ts';
 import type { TensorSignature } from '../core/oip/datatypes.ts';
 import type { ExecutionProvider } from '../native/session.ts';
@@ -45,8 +46,8 @@ export interface RunMessage {
   input: unknown;
   /** The input field that holds a binary request body (the function's binaryInput)… */
   raw?: string;
-  /** …and that body, which the user code puts there as a Buffer. */
-  rawBase64?: string;
+  /** …and that body's length: its bytes come on the byte channel, and the user code puts them there as a Buffer. */
+  rawBytes?: number;
   /** The input is an inference request (core/oip/request.ts); its tensors' bytes fill its `data`. */
   tensors?: true;
   /** Latest start (ms since epoch) of a synchronous run. */
@@ -76,7 +77,7 @@ export type FromUserCode =
   | { type: 'standby' }
   | { type: 'started'; phases: { bundleMs: number; modelLoadMs: number; setupMs: number; warmupMs: number } }
   | { type: 'start_failed'; phase: string; message: string }
-  | { type: 'result'; n: number; status: number; body: string; bytes?: { contentType: string; base64: string; headerLength?: number }; timing: ReplyHeader['timing']; canceled?: boolean }
+  | { type: 'result'; n: number; status: number; body: string; bytes?: { contentType: string; length: number; headerLength?: number }; timing: ReplyHeader['timing']; canceled?: boolean }
   /** Tells the node's other replicas it runs live requests (busy) or none. */
   | { type: 'announce'; busy: boolean }
   /** A handler ran past its timeout and grace and will not stop: replace the replica. */

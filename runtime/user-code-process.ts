@@ -13,6 +13,8 @@ import { PLATFORM_NODE_MODULES } from '../core/bundle-dir.ts';
 import type { Logger } from '../core/log.ts';
 import { letThrough, SANDBOX_UID_BASE, SandboxCgroup, sandboxCommand, type SandboxLimits, type SandboxSupport } from './sandbox.ts';
 import { Outbox } from './outbox.ts';
+import { FrameReader, writeFrame } from './byte-channel.ts';
+import type { Readable, Writable } from 'node:stream';
 import { StartFailure, type AssignMessage, type FromUserCode, type RunMessage, type ToUserCode, type UserStats } from './user-code-messages.ts';
 
 const FROM_SOURCE = import.meta.url.endsWith('.ts');
@@ -68,6 +70,8 @@ export class UserCodeProcess {
     if (this.child.connected) this.child.send(messages, undefined, undefined, (err) => err && this.o.log.debug({ err: err.message }, 'could not reach the user-code process'));
   });
   private readonly booted: Promise<void>;
+  private readonly bytesOut: Writable;
+  private readonly frames: FrameReader;
   private started?: { resolve: (m: FromUserCode) => void };
   private lastStats?: UserStats;
   /** When the process last sent anything (it answers stats requests unless its thread is held). */
@@ -115,7 +119,18 @@ export class UserCodeProcess {
     // The staging folder must exist before bwrap binds it.
     mkdirSync(path.join(this.staging, 'models'), { recursive: true });
     if (sandbox?.ownUid) for (const p of [this.staging, ...readOnly]) letThrough(p);
-    this.child = spawn(cmd.command, cmd.args, { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env, serialization: 'json' });
+    // fd 3: the JSON channel; 4 and 5: the byte channel to and from the process (byte-channel.ts).
+    this.child = spawn(cmd.command, cmd.args, { stdio: ['ignore', 'inherit', 'inherit', 'ipc', 'pipe', 'pipe'], env, serialization: 'json' });
+    this.bytesOut = this.child.stdio[4] as Writable;
+    this.bytesOut.on('error', () => {});
+    this.frames = new FrameReader((this.child.stdio as unknown as Readable[])[5], {
+      maxBytes: o.maxAnswerBytes,
+      maxHeld: 1024,
+      onCorrupt: (why) => {
+        o.log.error({ why }, 'the user-code process broke its byte channel: killed');
+        this.child.kill('SIGKILL');
+      },
+    });
     this.exited = new Promise((resolve) =>
       this.child.once('exit', (code, signal) => {
         this.exitInfo = { code, signal, oom: this.cgroup?.oomKilled() ?? false };
@@ -183,17 +198,21 @@ export class UserCodeProcess {
   }
 
   /** Runs a request; always resolves (a process that exits meanwhile answers 500 or 503 replica_oom). */
-  run(m: Omit<RunMessage, 'type' | 'n' | 'rawBase64'>): { n: number; result: Promise<CheckedResult> } {
+  run(m: Omit<RunMessage, 'type' | 'n' | 'rawBytes'>): { n: number; result: Promise<CheckedResult> } {
     const n = this.next++;
     const body = m.raw !== undefined ? (m.input as Record<string, unknown> | null)?.[m.raw] : undefined;
+    let rawBytes: number | undefined;
     if (body instanceof Uint8Array) {
       const { [m.raw!]: _, ...rest } = m.input as Record<string, unknown>;
-      m = { ...m, input: rest, rawBase64: Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('base64') } as typeof m;
+      m = { ...m, input: rest };
+      rawBytes = body.length;
     }
     const result = new Promise<CheckedResult>((resolve) => {
       if (this.exitInfo) return resolve(this.exitResult(this.exitInfo, m.queueMs));
       this.waiting.set(n, resolve);
-      this.send({ ...m, type: 'run', n });
+      // The bytes before the message that names them: the process waits for whichever comes last.
+      if (rawBytes !== undefined) writeFrame(this.bytesOut, n, body as Uint8Array);
+      this.send({ ...m, type: 'run', n, ...(rawBytes !== undefined ? { rawBytes } : {}) });
     });
     return { n, result };
   }
@@ -237,7 +256,10 @@ export class UserCodeProcess {
         const resolve = this.waiting.get(m.n);
         if (!resolve) return;
         this.waiting.delete(m.n);
-        resolve(checkResult(m, this.o.maxAnswerBytes));
+        // A binary answer's bytes come on the byte channel (checkResult checks their length).
+        const length = (m.bytes as { length?: unknown } | undefined)?.length;
+        if (m.bytes === undefined || typeof length !== 'number') resolve(checkResult(m, this.o.maxAnswerBytes));
+        else void this.frames.take(m.n).then((data) => resolve(checkResult(m, this.o.maxAnswerBytes, data)));
         break;
       }
       case 'announce':
@@ -297,7 +319,7 @@ const CONTENT_TYPE = /^[\w!#$&^.+-]+\/[\w!#$&^.+-]+(?:\s*;[^\r\n]*)?$/;
  * with a content type that cannot break a header, within the answer bound; anything else from
  * the process is answered 500 invalid_answer.
  */
-export function checkResult(m: Result, maxAnswerBytes: number): CheckedResult {
+export function checkResult(m: Result, maxAnswerBytes: number, data?: Buffer): CheckedResult {
   const invalid = (why: string): CheckedResult => ({ status: 500, body: JSON.stringify(errorBody('invalid_answer', `the function's process sent an answer the platform cannot use: ${why}`)), timing: unrunTiming(0) });
   // A JSON body is measured in UTF-16 units here; the process bounds it in bytes.
   const max = maxAnswerBytes;
@@ -312,11 +334,9 @@ export function checkResult(m: Result, maxAnswerBytes: number): CheckedResult {
   }
   let bytes: CheckedResult['bytes'];
   if (m.bytes !== undefined) {
-    const { contentType, base64, headerLength } = m.bytes as { contentType?: unknown; base64?: unknown; headerLength?: unknown };
+    const { contentType, length, headerLength } = m.bytes as { contentType?: unknown; length?: unknown; headerLength?: unknown };
     if (typeof contentType !== 'string' || contentType.length > 200 || !CONTENT_TYPE.test(contentType)) return invalid('content type');
-    if (typeof base64 !== 'string' || base64.length > Math.ceil(max / 3) * 4 + 4) return invalid('bytes');
-    const data = Buffer.from(base64, 'base64');
-    if (data.length > max) return invalid('bytes');
+    if (!data || length !== data.length || data.length > max) return invalid('bytes');
     if (headerLength !== undefined && !(Number.isSafeInteger(headerLength) && (headerLength as number) > 0 && (headerLength as number) <= data.length)) return invalid('inference header length');
     bytes = { contentType, data, ...(headerLength !== undefined ? { headerLength: headerLength as number } : {}) };
   }

@@ -30,6 +30,9 @@ interface LoadedModel {
 
 type Result = Extract<FromUserCode, { type: 'result' }>;
 
+/** A request's result, with the bytes of a binary answer, which go on the byte channel. */
+export type RunOutcome = Omit<Result, 'bytes'> & { bytes?: { contentType: string; data: Buffer; headerLength?: number } };
+
 export interface UserCodeOptions {
   log: Logger;
   /** Tells the node's other replicas this one runs live requests (busy) or none. */
@@ -160,8 +163,11 @@ export class UserCode {
     await Promise.all([...this.models.values()].map((m) => m.session.close()));
   }
 
-  /** Runs one request: checks its input against the function's schema, calls the handler, encodes its answer. */
-  async run(m: RunMessage): Promise<Result> {
+  /**
+   * Runs one request: checks its input against the function's schema, calls the handler, encodes
+   * its answer. A binary body is in its input field already (user-main.ts puts it there).
+   */
+  async run(m: RunMessage): Promise<RunOutcome> {
     const t0 = performance.now();
     const times = newCallTimes();
     const lane = m.batch ? 'batch' : 'live';
@@ -171,12 +177,10 @@ export class UserCode {
     this.running.set(m.n, ctl);
     let status = 200;
     let body = '';
-    let bytes: Result['bytes'];
+    let bytes: RunOutcome['bytes'];
     // Made on first use: most requests never log.
     let child: Logger | undefined;
     const log = () => (child ??= this.o.log.child({ rid: m.rid }));
-    // A binary body crosses the channel as base64: handlers get it as a Buffer in its field.
-    if (m.raw !== undefined && typeof m.rawBase64 === 'string' && typeof m.input === 'object' && m.input !== null) (m.input as Record<string, unknown>)[m.raw] = Buffer.from(m.rawBase64, 'base64');
     try {
       const request = m.tensors ? (m.input as InferenceDescriptor) : undefined;
       const parsed = (this.def.input as z.ZodType).safeParse(request ? inputTensors(request, request.data ?? EMPTY) : m.input);
@@ -187,7 +191,7 @@ export class UserCode {
         const result = await this.runHandler(parsed.data, m, ctl, times, log);
         const max = this.a.settings.maxAnswerBytes;
         const encoded = request ? inferenceResultBody(result, request, this.a.fn, max) : resultBody(result, max);
-        if (encoded.binary) bytes = { contentType: encoded.binary.contentType, base64: encoded.binary.bytes.toString('base64'), headerLength: encoded.binary.headerLength };
+        if (encoded.binary) bytes = { contentType: encoded.binary.contentType, data: encoded.binary.bytes, headerLength: encoded.binary.headerLength };
         else body = encoded.json;
       }
     } catch (err) {

@@ -1,20 +1,49 @@
 // User-code process entry: the tenant's code runs here and nowhere else. Its replica
 // (handler-process.ts) starts it, inside the sandbox where the host allows one, with an
 // environment that holds no platform setting beyond logging; it boots, loads the native modules
-// handlers use, says so, and waits for its assignment. Its only channel is the IPC one.
+// handlers use, says so, and waits for its assignment. Its only channels are the IPC one and the
+// byte channel's two pipes beside it.
 import { errorBody } from '../core/contracts.ts';
 import { createLogger } from '../core/log.ts';
 import { unrunTiming } from './timing.ts';
 import { Outbox } from './outbox.ts';
 import type { FromUserCode, ToUserCode } from './user-code-messages.ts';
 import { StartFailure } from './user-code-messages.ts';
-import { UserCode } from './user-code.ts';
+import { UserCode, type RunOutcome } from './user-code.ts';
+import net from 'node:net';
+import { BYTES_IN_FD, BYTES_OUT_FD, FrameReader, writeFrame } from './byte-channel.ts';
 
 const log = createLogger('user-code');
 const outbox = new Outbox<FromUserCode>((messages) => {
   if (process.connected) process.send!(messages);
 });
 const send = (m: FromUserCode) => outbox.push(m);
+const bytesOut = new net.Socket({ fd: BYTES_OUT_FD, readable: false, writable: true });
+// From the replica, which is trusted: the bounds only catch a broken pipe.
+const frames = new FrameReader(new net.Socket({ fd: BYTES_IN_FD, readable: true, writable: false }), {
+  maxBytes: 2 ** 32 - 1,
+  maxHeld: 65_536,
+  onCorrupt: (why) => {
+    log.error({ why }, 'the byte channel from the replica broke');
+    process.exit(70);
+  },
+});
+
+/** A result goes out with its answer's bytes, if any, on the byte channel first. */
+function sendResult(r: RunOutcome): void {
+  if (!r.bytes) return send(r as FromUserCode);
+  const { data, ...rest } = r.bytes;
+  writeFrame(bytesOut, r.n, data);
+  send({ ...r, bytes: { ...rest, length: data.length } });
+}
+
+async function run(m: Extract<ToUserCode, { type: 'run' }>): Promise<RunOutcome> {
+  if (m.rawBytes !== undefined) {
+    const body = await frames.take(m.n);
+    if (m.raw !== undefined && typeof m.input === 'object' && m.input !== null) (m.input as Record<string, unknown>)[m.raw] = body;
+  }
+  return user.run(m);
+}
 
 /** Loaded before the assignment, so a cold start finds them loaded; one not installed is skipped. */
 const PRELOAD = ['sharp', 'onnxruntime-node'];
@@ -38,7 +67,7 @@ function receive(m: ToUserCode): void {
       );
       break;
     case 'run':
-      void user.run(m).then(send, (err: unknown) => {
+      void run(m).then(sendResult, (err: unknown) => {
         log.error({ err }, 'could not run a request');
         send({ type: 'result', n: m.n, status: 500, body: JSON.stringify(errorBody('handler_error', 'the request could not be run')), timing: unrunTiming(m.queueMs) });
       });

@@ -50,19 +50,28 @@ describe('checkResult', () => {
       { ...ok, status: 600 },
       { ...ok, body: 42 as unknown as string },
       { ...ok, body: 'x'.repeat(2000) },
-      { ...ok, bytes: { contentType: 'text/plain\r\nset-cookie: a=b', base64: 'AA==' } },
-      { ...ok, bytes: { contentType: 'image/png', base64: 42 as unknown as string } },
-      { ...ok, bytes: { contentType: 'image/png', base64: Buffer.alloc(4096).toString('base64') } },
     ]) {
       const r = checkResult(bad, 1024);
       assert.equal(r.status, 500);
       assert.equal(code(r), 'invalid_answer');
     }
+    const png = Buffer.from('png!');
+    for (const [bytes, data] of [
+      [{ contentType: 'text/plain\r\nset-cookie: a=b', length: 4 }, png],
+      [{ contentType: 'image/png', length: 5 }, png],
+      [{ contentType: 'image/png', length: 4 }, undefined],
+      [{ contentType: 'image/png', length: 4096 }, Buffer.alloc(4096)],
+      [{ contentType: 'application/octet-stream', length: 4, headerLength: 5 }, png],
+    ] as const) {
+      const r = checkResult({ ...ok, bytes }, 1024, data);
+      assert.equal(r.status, 500, JSON.stringify(bytes));
+      assert.equal(code(r), 'invalid_answer');
+    }
   });
 
-  it('decodes bytes within the bound', () => {
-    const r = checkResult({ ...ok, bytes: { contentType: 'image/png', base64: Buffer.from('png!').toString('base64') } }, 1024);
-    assert.deepEqual([r.status, r.bytes?.contentType, r.bytes?.data.toString()], [200, 'image/png', 'png!']);
+  it('takes bytes from the byte channel within the bound, with an inference header length inside them', () => {
+    const r = checkResult({ ...ok, bytes: { contentType: 'image/png', length: 4, headerLength: 2 } }, 1024, Buffer.from('png!'));
+    assert.deepEqual([r.status, r.bytes?.contentType, r.bytes?.data.toString(), r.bytes?.headerLength], [200, 'image/png', 'png!', 2]);
   });
 
   it('drops timing values that are not finite, non-negative numbers', () => {
