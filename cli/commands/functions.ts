@@ -1,4 +1,5 @@
 import { Command } from 'commander';
+import type { TensorSpec } from '../../core/oip/datatypes.ts';
 import { clientFrom, notACommand, printJson, table, withConnection, withTenant } from './common.ts';
 import type { Manifest } from '../../core/contracts.ts';
 
@@ -37,7 +38,7 @@ export function functionsCommand(): Command {
         endpoint: string;
         versions: { version: string; createdAt: string }[];
         replicas: ReplicaView[];
-        manifest: { models: Record<string, string>; scaling: Manifest['scaling']; binaryInput?: string };
+        manifest: { models: Record<string, string>; scaling: Manifest['scaling']; binaryInput?: string; kind?: 'model'; tensors?: Manifest['tensors'] };
         scale: { desired: number; inFlight: number; ready: number; reason: string } | null;
         coldStarts: ({ replica: string; at: string } & Record<string, number | string>)[];
       }>(
@@ -49,6 +50,11 @@ export function functionsCommand(): Command {
       out.write(`${fn.name}  active ${fn.active}  ${fn.endpoint}\n`);
       for (const [h, uri] of Object.entries(fn.manifest.models)) out.write(`  model ${h}: ${uri}\n`);
       if (fn.manifest.binaryInput) out.write(`  takes bytes: a body with a non-JSON Content-Type is its "${fn.manifest.binaryInput}"\n`);
+      const t = fn.manifest.tensors;
+      if (t) {
+        const list = (ts: TensorSpec[]) => ts.map((x) => `${x.name} ${x.datatype} [${x.shape.join(',')}]`).join(', ') || '(undeclared)';
+        out.write(`  ${fn.manifest.kind === 'model' ? 'bare model, ' : ''}takes tensors: ${list(t.inputs)} → ${list(t.outputs)} (Open Inference Protocol: ${fn.endpoint.replace(/\/v1\/run\/[^/]+$/, `/v2/models/${fn.name}/infer`)})\n`);
+      }
       out.write(`versions: ${fn.versions.map((v) => v.version).join(', ')}\n`);
       const sc = fn.manifest.scaling;
       out.write(`scaling: min ${sc.minReplicas}, max ${sc.maxReplicas}, target ${sc.targetConcurrency} in flight per replica, keep-alive ${sc.idleTimeoutS === 'auto' ? 'auto (up to 300 s)' : `up to ${sc.idleTimeoutS} s`}\n`);

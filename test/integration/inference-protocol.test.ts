@@ -65,6 +65,16 @@ describe('Open Inference Protocol: server and model metadata', () => {
     assert.deepEqual(await (await p.fetch('/v2/models/cls/versions/v1')).json(), meta);
     assert.deepEqual(await (await p.fetch('/v2/models/cls/versions/1')).json(), meta);
     assert.deepEqual(await (await p.fetch('/v2/models/cls/ready')).json(), { name: 'cls', ready: true });
+    // Triton's model configuration, as its clients and perf_analyzer read it.
+    assert.deepEqual(await (await p.fetch('/v2/models/cls/config')).json(), {
+      name: 'cls',
+      platform: 'onnxruntime_onnx',
+      backend: 'onnxruntime',
+      max_batch_size: 32,
+      input: [{ name: 'x', data_type: 'TYPE_FP32', dims: [3, -1, -1] }],
+      output: [{ name: OUTPUT, data_type: 'TYPE_FP32', dims: [2] }],
+      dynamic_batching: { max_queue_delay_microseconds: 4000 },
+    });
     const ocr = (await (await p.fetch('/v2/models/ocr')).json()) as Record<string, unknown>;
     assert.deepEqual([ocr.platform, ocr.inputs, ocr.outputs], ['embers_handler', [{ name: 'image', datatype: 'BYTES', shape: [1] }], [{ name: 'lines', datatype: 'BYTES', shape: [1] }]]);
   });
