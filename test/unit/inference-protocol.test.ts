@@ -70,6 +70,21 @@ describe('readInferenceRequest', () => {
     assert.deepEqual(Array.from(inputTensors(descriptor, body).x.data as Int32Array), [1, 2, 3, 4, 5, 6]);
   });
 
+  it('takes a request as tritonclient sends it: model_name in the body, priority and timeout parameters', () => {
+    const s = sig([{ name: 'input0', datatype: 'UINT32', shape: [-1, 2] }, { name: 'input1', datatype: 'BOOL', shape: [3] }], [{ name: 'output0', datatype: 'FP32', shape: [-1] }, { name: 'output1', datatype: 'FP32', shape: [-1] }]);
+    const tail = Buffer.concat([Buffer.from(new Uint32Array([1, 2, 3, 4]).buffer), Buffer.from([1, 0, 1])]);
+    const header = {
+      model_name: 'mymodel',
+      parameters: { priority: 1, timeout: 5_000_000 },
+      inputs: [{ name: 'input0', shape: [2, 2], datatype: 'UINT32', parameters: { binary_data_size: 16 } }, { name: 'input1', shape: [3], datatype: 'BOOL', parameters: { binary_data_size: 3 } }],
+      outputs: [{ name: 'output0', parameters: { binary_data: true } }, { name: 'output1' }],
+    };
+    const { descriptor, body } = read(header, s, tail);
+    const t = inputTensors(descriptor, body);
+    assert.deepEqual([Array.from(t.input0.data as Uint32Array), Array.from(t.input1.data as Uint8Array)], [[1, 2, 3, 4], [1, 0, 1]]);
+    assert.deepEqual(descriptor.outputs, [{ name: 'output0', binary: true }, { name: 'output1', binary: false }]);
+  });
+
   it('reads requested outputs and binary_data_output', () => {
     const s = sig([{ name: 'x', datatype: 'FP32', shape: [1] }], [{ name: 'y', datatype: 'FP32', shape: [1] }, { name: 'z', datatype: 'FP32', shape: [1] }]);
     const x = { name: 'x', shape: [1], datatype: 'FP32', data: [1] };
@@ -95,6 +110,7 @@ describe('readInferenceRequest', () => {
       [{ inputs: [x({ parameters: 'p' })] }, /parameters must be an object/],
       [{ inputs: [x({ parameters: { a: [1] } })] }, /must be a string, number or boolean/],
       [{ inputs: [x()], parameters: { sequence_id: 4 } }, /'sequence_id' is not supported/],
+      [{ inputs: [x()], parameters: { sequence_start: true } }, /'sequence_start' is not supported/],
       [{ inputs: [x()], outputs: [{ name: 'y', parameters: { classification: 2 } }] }, /classification extension is not supported/],
       [{ inputs: [x()], outputs: [{ name: 'q' }] }, /unexpected inference output 'q'/],
       [{ inputs: [x()], outputs: 'y' }, /"outputs" must be an array/],
