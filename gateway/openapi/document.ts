@@ -83,8 +83,8 @@ export function buildDocument(mounted: MountedGroup[], info: DocumentInfo): Open
     }
   }
   return {
+    // The default dialect (OpenAPI 3.1's base: JSON Schema 2020-12 and a few keywords): Swagger UI shows no other.
     openapi: OPENAPI_VERSION,
-    jsonSchemaDialect: 'https://json-schema.org/draft/2020-12/schema',
     info: {
       title: 'Embers',
       version: info.version,

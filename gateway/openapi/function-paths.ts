@@ -6,7 +6,7 @@ import type { OpenApiDocument } from './document.ts';
 /** Where the general run operation sits; the paths this adds are its instances. */
 export const RUN_PATH = '/v1/run/{name}';
 
-export const FUNCTIONS_TAG = 'your functions';
+export const FUNCTIONS_TAG = 'deployed';
 
 /** What the document needs of a deployed function's active version. */
 export interface DeployedFunction {
@@ -41,7 +41,8 @@ export function withFunctions(base: OpenApiDocument, functions: DeployedFunction
     paths[`/v1/run/${fn.name}`] = {
       post: {
         ...run,
-        operationId: `run_${fn.name.replace(/-/g, '_')}`,
+        // Function names are unique per tenant and hold no "_", which Swagger UI's deep links read as a space.
+        operationId: `run-${fn.name}`,
         summary: `Run ${fn.name}`,
         description: `Runs ${fn.name} (version ${fn.version} when this document was made) on the body${fn.binaryInput !== undefined ? `: its input as JSON, or the bytes of its \`${fn.binaryInput}\` with their own Content-Type` : ', its input as JSON'}.\n\n${String(run.description ?? '')}`,
         tags: [FUNCTIONS_TAG],
@@ -50,6 +51,7 @@ export function withFunctions(base: OpenApiDocument, functions: DeployedFunction
       },
     };
   }
-  const tags = [...((base.tags ?? []) as JsonObject[]), { name: FUNCTIONS_TAG, description: 'The functions the calling key\'s tenant has deployed, each with its input schema.' }];
+  // First: what a caller came for.
+  const tags = [{ name: FUNCTIONS_TAG, description: 'The functions the calling key\'s tenant has deployed, each with its input schema.' }, ...((base.tags ?? []) as JsonObject[])];
   return { ...base, tags, paths, components: { ...base.components, schemas } };
 }

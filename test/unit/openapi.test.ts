@@ -119,7 +119,7 @@ describe('the OpenAPI document', () => {
     const runPaths = (doc: OpenApiDocument) => Object.keys(doc.paths).filter((p) => p.startsWith('/v1/run/'));
     assert.deepEqual(runPaths(acme), ['/v1/run/{name}', '/v1/run/echo', '/v1/run/tree']);
     const echo = acme.paths['/v1/run/echo'].post as { operationId: string; parameters: { name: string }[]; requestBody: { content: Record<string, { schema: unknown }> } };
-    assert.equal(echo.operationId, 'run_echo');
+    assert.equal(echo.operationId, 'run-echo');
     assert.ok(!echo.parameters.some((p) => p.name === 'name'), 'the name is in the path');
     assert.deepEqual(echo.requestBody.content, { 'application/json': { schema: { $ref: '#/components/schemas/function.echo.input' } } });
     assert.deepEqual(acme.components.schemas['function.echo.input'], { type: 'object', properties: { hello: { type: 'string' } } });
@@ -209,7 +209,7 @@ describe('document generation', () => {
     const before = JSON.stringify(base);
     const added = withFunctions(base, [{ name: 'my-fn', version: 'v3', inputSchema: { type: 'object' } }]);
     assert.equal(JSON.stringify(base), before);
-    assert.equal((added.paths['/v1/run/my-fn'].post as { operationId: string }).operationId, 'run_my_fn');
+    assert.equal((added.paths['/v1/run/my-fn'].post as { operationId: string }).operationId, 'run-my-fn');
   });
 
   it('builds a tenant\'s document once while nothing changes', async () => {
