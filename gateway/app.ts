@@ -73,7 +73,7 @@ export function createApp(deps: GatewayDeps) {
     return c.text(await deps.metrics.registry.metrics(), 200, { 'content-type': deps.metrics.registry.contentType });
   });
 
-  mount('/docs', docsRoutes({ publicUrl: () => deps.publicUrl }), docsOperations);
+  mount('', docsRoutes({ publicUrl: () => deps.publicUrl }), docsOperations);
   // Before the /v1 auth below: a key is optional here (openapi/routes.ts), and a route that
   // answers ends the chain, so that middleware never runs for it.
   mount('/v1/openapi.json', openApiRoutes(deps, documents), openApiOperations);

@@ -49,6 +49,7 @@ export function contentSecurityPolicy(publicUrl: string): string {
   ].join('; ');
 }
 
+/** The page at /docs (mounted at the root: /docs/ sends a browser there), its files under /docs/. */
 export function docsRoutes(o: { publicUrl: () => string }) {
   const app = new Hono<GatewayEnv>();
   const loaded = new Map<string, Promise<Buffer>>();
@@ -71,9 +72,10 @@ export function docsRoutes(o: { publicUrl: () => string }) {
   });
 
   // (A Buffer sits on an ArrayBuffer; Hono's type wants that said.)
-  app.get('/', async (c) => c.body((await load(PAGE)) as Uint8Array<ArrayBuffer>, 200, headers('text/html; charset=utf-8')));
+  app.get('/docs', async (c) => c.body((await load(PAGE)) as Uint8Array<ArrayBuffer>, 200, headers('text/html; charset=utf-8')));
+  app.get('/docs/', (c) => c.redirect('/docs', 301));
 
-  app.get('/:asset', async (c) => {
+  app.get('/docs/:asset', async (c) => {
     const name = c.req.param('asset');
     const asset = Object.hasOwn(ASSETS, name) ? ASSETS[name] : undefined;
     if (!asset) throw new ApiError(404, 'not_found', `no file /docs/${name.slice(0, 100)}; the reference page is /docs`);
@@ -88,7 +90,7 @@ export const docsOperations: RouteGroup = {
   operations: [
     {
       method: 'get',
-      path: '/',
+      path: '/docs',
       id: 'getDocsPage',
       summary: 'The interactive API reference',
       description: 'Swagger UI on `/v1/openapi.json`, served from this gateway (it works offline). "Authorize" takes a key: the page then lists that tenant\'s functions and sends the key with "Try it out".',
