@@ -1,22 +1,35 @@
-// The Hono app: one sub-app per resource, errors mapped in one place.
+// The Hono app: one sub-app per resource, each mounted with the operations it describes for
+// the OpenAPI document; errors mapped in one place.
+import { readFileSync } from 'node:fs';
 import { Hono } from 'hono';
+import { z } from 'zod';
 import type { GatewayDeps, GatewayEnv } from './deps.ts';
 import { authenticate } from './middleware/auth.ts';
 import { requestId } from './middleware/request-id.ts';
 import { ApiError, notFound, onError } from './errors.ts';
-import { functionRoutes } from './routes/functions.ts';
-import { modelRoutes } from './routes/models.ts';
+import { functionOperations, functionRoutes } from './routes/functions.ts';
+import { modelOperations, modelRoutes } from './routes/models.ts';
 import { runRoutes } from './routes/run.ts';
-import { jobRoutes } from './routes/jobs.ts';
-import { batchRoutes } from './routes/batches.ts';
-import { bucketRoutes } from './routes/buckets.ts';
-import { fileRoutes } from './routes/files.ts';
-import { webhookRoutes } from './webhooks.ts';
-import { tenantRoutes } from './routes/tenants.ts';
-import { usageRoutes } from './routes/usage.ts';
+import { runOperations } from './routes/run-operations.ts';
+import { jobOperations, jobRoutes } from './routes/jobs.ts';
+import { batchOperations, batchRoutes } from './routes/batches.ts';
+import { bucketOperations, bucketRoutes } from './routes/buckets.ts';
+import { fileOperations, fileRoutes } from './routes/files.ts';
+import { webhookOperations, webhookRoutes } from './webhooks.ts';
+import { tenantOperations, tenantRoutes } from './routes/tenants.ts';
+import { usageOperations, usageRoutes } from './routes/usage.ts';
+import { inferenceOperations } from './routes/inference-operations.ts';
 import { inferenceRoutes } from './routes/inference.ts';
 import { sandboxReport } from './sandbox-report.ts';
 import { replicasOf } from './replicas.ts';
+import type { MountedGroup, RouteGroup } from './openapi/operation.ts';
+import { buildDocument } from './openapi/document.ts';
+import { OpenApiDocuments } from './openapi/documents.ts';
+import { openApiOperations, openApiRoutes } from './openapi/routes.ts';
+import { docsOperations, docsRoutes } from './openapi/docs-page.ts';
+import { tenantFunctions } from './openapi/tenant-functions.ts';
+
+const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
 /** Replica counts by function and state, read from their heartbeats at scrape time. */
 async function refreshReplicaGauge(deps: GatewayDeps): Promise<void> {
@@ -33,6 +46,15 @@ export function createApp(deps: GatewayDeps) {
   app.onError(onError(deps.log));
   app.notFound(notFound);
   app.use('*', requestId(deps.log));
+
+  /** The groups mounted so far: the OpenAPI document describes exactly these. */
+  const mounted: MountedGroup[] = [{ prefix: '', group: platformOperations }];
+  const mount = (prefix: string, routes: Hono<GatewayEnv>, group: RouteGroup) => {
+    app.route(prefix, routes);
+    mounted.push({ prefix, group });
+  };
+  const documents = new OpenApiDocuments(() => buildDocument(mounted, { serverUrl: deps.publicUrl, version: VERSION }), (tenant) => tenantFunctions(deps.registry, tenant));
+  deps.functions.onChange(() => documents.changed());
 
   app.get('/healthz', (c) => c.json({ ok: true }));
   app.get('/readyz', async (c) => {
@@ -53,18 +75,51 @@ export function createApp(deps: GatewayDeps) {
     return c.text(await deps.metrics.registry.metrics(), 200, { 'content-type': deps.metrics.registry.contentType });
   });
 
-  app.route('/v2', inferenceRoutes(deps));
+  mount('/v2', inferenceRoutes(deps), inferenceOperations);
+  mount('', docsRoutes({ publicUrl: () => deps.publicUrl }), docsOperations);
+  // Before the /v1 auth below: a key is optional here (openapi/routes.ts), and a route that
+  // answers ends the chain, so that middleware never runs for it.
+  mount('/v1/openapi.json', openApiRoutes(deps, documents), openApiOperations);
 
   app.use('/v1/*', authenticate(deps.tenants, deps.adminKey, deps.keys));
-  app.route('/v1/functions', functionRoutes(deps));
-  app.route('/v1/models', modelRoutes(deps));
-  app.route('/v1/run', runRoutes(deps));
-  app.route('/v1/jobs', jobRoutes(deps));
-  app.route('/v1/batches', batchRoutes(deps));
-  app.route('/v1/files', fileRoutes(deps));
-  app.route('/v1/buckets', bucketRoutes(deps));
-  app.route('/v1/webhooks', webhookRoutes(deps));
-  app.route('/v1/tenants', tenantRoutes(deps));
-  app.route('/v1/usage', usageRoutes(deps));
+  mount('/v1/functions', functionRoutes(deps), functionOperations);
+  mount('/v1/models', modelRoutes(deps), modelOperations);
+  mount('/v1/run', runRoutes(deps), runOperations);
+  mount('/v1/jobs', jobRoutes(deps), jobOperations);
+  mount('/v1/batches', batchRoutes(deps), batchOperations);
+  mount('/v1/files', fileRoutes(deps), fileOperations);
+  mount('/v1/buckets', bucketRoutes(deps), bucketOperations);
+  mount('/v1/webhooks', webhookRoutes(deps), webhookOperations);
+  mount('/v1/tenants', tenantRoutes(deps), tenantOperations);
+  mount('/v1/usage', usageRoutes(deps), usageOperations);
   return app;
 }
+
+const Readiness = z.object({ ok: z.boolean(), redis: z.string(), s3: z.string(), replies: z.string(), sandbox: z.unknown() });
+
+/** The routes createApp defines itself. */
+export const platformOperations: RouteGroup = {
+  tag: 'platform',
+  description: 'Health, readiness and metrics.',
+  operations: [
+    { method: 'get', path: '/healthz', id: 'getHealth', summary: 'Whether the gateway runs', access: 'public', responses: { 200: { description: 'it runs', content: { 'application/json': z.object({ ok: z.literal(true) }) } } } },
+    {
+      method: 'get',
+      path: '/readyz',
+      id: 'getReadiness',
+      summary: 'Whether the gateway can take work',
+      description: 'Redis, S3 and the reply channel each `ok` or why not; `sandbox` says what the nodes can enforce on tenant code.',
+      access: 'public',
+      responses: { 200: { description: 'ready', content: { 'application/json': Readiness } }, 503: { description: 'not ready: see which part', content: { 'application/json': Readiness } } },
+    },
+    {
+      method: 'get',
+      path: '/metrics',
+      id: 'getMetrics',
+      summary: 'Prometheus metrics',
+      description: 'Its labels name every tenant\'s functions.',
+      access: 'admin',
+      responses: { 200: { description: 'the Prometheus text format', content: { 'text/plain': { jsonSchema: { type: 'string' } } } } },
+    },
+  ],
+};

@@ -73,11 +73,24 @@ export class FunctionsCache {
   invalidate(name?: string): void {
     if (name) this.entries.delete(name);
     else this.entries.clear();
+    this.changed();
   }
 
   /** A deleted function's validator goes with it. */
   forget(name: string): void {
     this.entries.delete(name);
     this.validators.delete(name);
+    this.changed();
+  }
+
+  private readonly listeners: (() => void)[] = [];
+
+  /** Calls `listener` whenever a function is deployed or deleted (what is derived from the registry, such as the OpenAPI documents, is dropped with it). */
+  onChange(listener: () => void): void {
+    this.listeners.push(listener);
+  }
+
+  private changed(): void {
+    for (const listener of this.listeners) listener();
   }
 }

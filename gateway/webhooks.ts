@@ -2,6 +2,7 @@
 // to its webhook, signed per tenant, and retries with exponential backoff on any failure.
 import { UnrecoverableError, Worker, type Job } from 'bullmq';
 import { Hono } from 'hono';
+import { z } from 'zod';
 import { signWebhook, tenantWebhookSecret, type JobStore, type WebhookDelivery } from '../core/jobs.ts';
 import type { Logger } from '../core/log.ts';
 import { createRedis } from '../core/redis.ts';
@@ -9,6 +10,7 @@ import { closeOrDisconnect } from '../core/settle.ts';
 import { refusedTarget } from '../core/webhook-target.ts';
 import type { GatewayDeps, GatewayEnv } from './deps.ts';
 import { QUEUE_PREFIX, WEBHOOK_QUEUE } from '../core/keys.ts';
+import type { RouteGroup } from './openapi/operation.ts';
 
 const DELIVERY_TIMEOUT_MS = 10_000;
 
@@ -51,9 +53,39 @@ export function startWebhookWorker(o: { redisUrl: string; jobs: JobStore; secret
   };
 }
 
+const SecretSchema = z.object({
+  tenant: z.string(),
+  secret: z.string(),
+  header: z.literal('Embers-Signature'),
+  scheme: z.string().describe('how the header is made'),
+});
+
 /** GET /v1/webhooks/secret: the caller's tenant's signing secret, to verify Embers-Signature. */
 export function webhookRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
-  app.get('/secret', (c) => c.json({ tenant: c.get('auth').tenant, secret: tenantWebhookSecret(deps.webhookSecret, c.get('auth').tenant), header: 'Embers-Signature', scheme: 't=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">' }));
+  app.get('/secret', (c) =>
+    c.json({
+      tenant: c.get('auth').tenant,
+      secret: tenantWebhookSecret(deps.webhookSecret, c.get('auth').tenant),
+      header: 'Embers-Signature',
+      scheme: 't=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">',
+    } satisfies z.output<typeof SecretSchema>),
+  );
   return app;
 }
+
+export const webhookOperations: RouteGroup = {
+  tag: 'webhooks',
+  description: 'Async runs\' webhooks are signed per tenant.',
+  operations: [
+    {
+      method: 'get',
+      path: '/secret',
+      id: 'getWebhookSecret',
+      summary: 'The webhook signing secret',
+      description: 'The key\'s tenant\'s secret, to check the `Embers-Signature` header of a webhook: `t=<unix s>,v1=<hex>`, the HMAC-SHA256 of `"<t>.<body>"`.',
+      access: 'key',
+      responses: { 200: { description: 'the secret', content: { 'application/json': SecretSchema } } },
+    },
+  ],
+};

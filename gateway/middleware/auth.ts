@@ -1,5 +1,6 @@
 import * as crypto from 'node:crypto';
 import type { Context, MiddlewareHandler } from 'hono';
+import { z } from 'zod';
 import { DEFAULT_TENANT } from '../../core/names.ts';
 import { ADMIN_AUTH, TENANT_ID, type Scope, type TenantStore } from '../../core/tenants.ts';
 import { ApiError } from '../errors.ts';
@@ -58,6 +59,15 @@ export function requireScope(c: Context<GatewayEnv>, scope: Scope): void {
   }
 }
 
+/** `?tenant=` as actingTenant reads it; the OpenAPI document gives it to the operations that act for a tenant. */
+export const ActingTenantQuery = z.object({
+  tenant: z
+    .string()
+    .regex(TENANT_ID)
+    .optional()
+    .describe('Admin key only: the tenant to act for (the default tenant when left out). A tenant key acts for its own tenant and may name only that one.'),
+});
+
 /**
  * The tenant whose functions a request names: its key's, or for the admin key the one `?tenant=`
  * gives (the default tenant when left out). A tenant key may name only its own.
@@ -70,7 +80,7 @@ export function actingTenant(c: Context<GatewayEnv>): string {
     return auth.tenant;
   }
   if (asked === undefined) return DEFAULT_TENANT;
-  if (!TENANT_ID.test(asked)) throw new ApiError(400, 'invalid_request', `tenant must be a tenant id (\`embers tenants\` lists them), got "${asked.slice(0, 100)}"`);
+  if (!ActingTenantQuery.shape.tenant.safeParse(asked).success) throw new ApiError(400, 'invalid_request', `tenant must be a tenant id (\`embers tenants\` lists them), got "${asked.slice(0, 100)}"`);
   return asked;
 }
 

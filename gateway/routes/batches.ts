@@ -6,7 +6,7 @@ import { canAccess } from '../../core/tenants.ts';
 import { actingTenant, requireScope } from '../middleware/auth.ts';
 import { z } from 'zod';
 import { BATCH_ID, BatchStore, type BatchView } from '../../core/batches.ts';
-import { FUNCTION_NAME, s3Keys, type PlatformEvent } from '../../core/contracts.ts';
+import { FunctionName, s3Keys, type PlatformEvent } from '../../core/contracts.ts';
 import { checkS3Uri, statusOf } from '../../core/s3.ts';
 import { ApiError, functionNotFound } from '../errors.ts';
 import { readJson } from '../request-body.ts';
@@ -15,10 +15,12 @@ import { headOwned } from '../owned-objects.ts';
 import { storeBody } from '../spool.ts';
 import type { GatewayDeps, GatewayEnv } from '../deps.ts';
 import { keys } from '../../core/keys.ts';
+import { limitParam, readQuery } from '../request-query.ts';
+import { jsonLines, type RouteGroup } from '../openapi/operation.ts';
 
 const FromInput = z
   .object({
-    function: z.string().regex(FUNCTION_NAME, 'function must be a deployed function name'),
+    function: FunctionName.describe('the function to run on each line'),
     input_uri: z
       .string()
       .superRefine((uri, ctx) => {
@@ -30,13 +32,44 @@ const FromInput = z
   })
   .refine((b) => (b.input_uri === undefined) !== (b.input_file_id === undefined), { message: 'give one of input_uri (s3://bucket/key.jsonl) and input_file_id (a file_… from POST /v1/files)', path: ['input_uri'] });
 
+const CreateQuery = z.object({
+  function: z.string().optional().describe('with a JSONL body: the function to run on each line (without it, the body is JSON `{ function, input_file_id | input_uri }`)'),
+});
+
+const ListQuery = z.object({ limit: limitParam(100, 20) });
+
+const BatchParams = z.object({ id: z.string().regex(BATCH_ID).describe('`batch_…`') });
+
+/** BatchView (core/batches.ts) as the API answers it. */
+const BatchSchema = z
+  .object({
+    id: z.string(),
+    object: z.literal('batch'),
+    function: z.string(),
+    status: z.enum(['validating', 'in_progress', 'finalizing', 'completed', 'failed', 'cancelling', 'cancelled']),
+    inputUri: z.string(),
+    outputUri: z.string().optional(),
+    errorsUri: z.string().optional(),
+    request_counts: z.object({ total: z.number().int(), completed: z.number().int(), failed: z.number().int() }),
+    createdAt: z.string(),
+    inProgressAt: z.string().optional(),
+    finalizingAt: z.string().optional(),
+    completedAt: z.string().optional(),
+    failedAt: z.string().optional(),
+    cancellingAt: z.string().optional(),
+    cancelledAt: z.string().optional(),
+    error: z.string().optional().describe('why the batch failed as a whole'),
+    urls: z.object({ self: z.string(), output: z.string(), errors: z.string() }),
+  })
+  .meta({ id: 'Batch' });
+
 export function batchRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
   const announce = (id: string) => deps.redis.publish(keys.registryChannel, JSON.stringify({ type: 'batch', id } satisfies PlatformEvent));
 
   /** The acting tenant's function `name`: its key (what the batch records) and owner. */
   const mustExist = async (c: Context<GatewayEnv>, name: string): Promise<{ key: string; owner: string }> => {
-    const found = FUNCTION_NAME.test(name) ? await deps.functions.find(actingTenant(c), name) : null;
+    const found = FunctionName.safeParse(name).success ? await deps.functions.find(actingTenant(c), name) : null;
     if (!found) throw functionNotFound(name, 'batch');
     return { key: found.key, owner: found.fn.tenant };
   };
@@ -49,7 +82,7 @@ export function batchRoutes(deps: GatewayDeps) {
   app.post('/', (c, next) => (c.req.query('function') !== undefined ? next() : jsonLimit(c, next)), async (c) => {
     requireScope(c, 'run');
     const id = BatchStore.newId();
-    const fnParam = c.req.query('function');
+    const fnParam = readQuery(c, CreateQuery).function;
     let fn: string;
     let owner: string;
     let inputUri: string;
@@ -89,9 +122,7 @@ export function batchRoutes(deps: GatewayDeps) {
 
   app.get('/', async (c) => {
     requireScope(c, 'run');
-    const given = c.req.query('limit');
-    const limit = given === undefined ? 20 : Number(given);
-    if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw new ApiError(400, 'invalid_request', `limit must be a whole number from 1 to 100, got "${given}"`);
+    const { limit } = readQuery(c, ListQuery);
     const auth = c.get('auth');
     const all = await deps.batches.list(deps.publicUrl, auth.admin ? limit : 1000);
     return c.json({ data: all.filter((b) => canAccess(auth, b.tenant)).slice(0, limit).map((b) => b.view) });
@@ -100,9 +131,9 @@ export function batchRoutes(deps: GatewayDeps) {
   const find = async (c: Context<GatewayEnv>, id: string): Promise<BatchView> => {
     requireScope(c, 'run');
     // A malformed id is as unknown as a missing one, and never becomes a Redis key.
-    const found = BATCH_ID.test(id) ? await deps.batches.view(id, deps.publicUrl) : null;
+    const found = BatchParams.shape.id.safeParse(id).success ? await deps.batches.view(id, deps.publicUrl) : null;
     if (!found || !canAccess(c.get('auth'), found.tenant)) throw new ApiError(404, 'batch_not_found', `no batch ${id}; \`embers batch list\` shows recent ones`);
-    return found.view;
+    return found.view satisfies z.output<typeof BatchSchema>;
   };
 
   app.get('/:id', async (c) => c.json(await find(c, c.req.param('id'))));
@@ -132,3 +163,66 @@ export function batchRoutes(deps: GatewayDeps) {
   });
   return app;
 }
+
+const NOT_FOUND = { 404: '`batch_not_found` (none, or another tenant\'s)' };
+const batchAnswer = (description: string) => ({ description, content: { 'application/json': BatchSchema } });
+
+export const batchOperations: RouteGroup = {
+  tag: 'batches',
+  description: 'Bulk batches (as the OpenAI Batch API): one input per JSONL line, run behind live traffic, results in JSONL files.',
+  operations: [
+    {
+      method: 'post',
+      path: '/',
+      id: 'createBatch',
+      summary: 'Create a batch',
+      description: 'The JSONL in the body with `?function=` (up to EMBERS_MAX_BATCH_BYTES), or JSON naming a file from `POST /v1/files` or an `s3://` object of the tenant\'s.',
+      access: 'run',
+      actsForTenant: true,
+      query: CreateQuery,
+      body: {
+        content: {
+          'application/json': FromInput,
+          'application/x-ndjson': jsonLines('with `?function=`: one `{ "custom_id": "…", "input": {…} }` per line'),
+        },
+      },
+      responses: { 201: { ...batchAnswer('created; the batch feeder validates and runs it'), headers: { location: 'the batch\'s URL' } } },
+      errors: {
+        400: '`invalid_request`, `empty_batch`, `input_not_found`, `input_unreadable`, `invalid_json`',
+        404: '`function_not_found`',
+        413: '`too_large`: over EMBERS_MAX_BATCH_BYTES (JSONL) or EMBERS_MAX_BODY_BYTES (JSON)',
+      },
+    },
+    {
+      method: 'get',
+      path: '/',
+      id: 'listBatches',
+      summary: 'List batches',
+      access: 'run',
+      query: ListQuery,
+      responses: { 200: { description: 'the latest batches the key may see', content: { 'application/json': z.object({ data: z.array(BatchSchema) }) } } },
+      errors: { 400: '`invalid_request`: limit is not a whole number from 1 to 100' },
+    },
+    { method: 'get', path: '/:id', id: 'getBatch', summary: 'Show a batch', access: 'run', params: BatchParams, responses: { 200: batchAnswer('the batch') }, errors: NOT_FOUND },
+    ...(['output', 'errors'] as const).map((file) => ({
+      method: 'get' as const,
+      path: `/:id/${file}`,
+      id: file === 'output' ? 'getBatchOutput' : 'getBatchErrors',
+      summary: file === 'output' ? 'A finished batch\'s output' : 'A finished batch\'s failed lines',
+      access: 'run' as const,
+      params: BatchParams,
+      responses: { 200: { description: 'JSONL', content: { 'application/x-ndjson': jsonLines(file === 'output' ? '`{ "custom_id", "output" }` per line' : '`{ "custom_id", "line", "error" }` per line') } } },
+      errors: { ...NOT_FOUND, 409: '`batch_not_finished`' },
+    })),
+    {
+      method: 'post',
+      path: '/:id/cancel',
+      id: 'cancelBatch',
+      summary: 'Cancel a batch',
+      access: 'run',
+      params: BatchParams,
+      responses: { 200: batchAnswer('cancelling: lines not started are not run') },
+      errors: { ...NOT_FOUND, 409: '`batch_finished`: only validating or in_progress batches can be cancelled' },
+    },
+  ],
+};

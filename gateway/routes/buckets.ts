@@ -11,17 +11,27 @@ import { ApiError } from '../errors.ts';
 import { readJson } from '../request-body.ts';
 import { actingTenant, requireScope } from '../middleware/auth.ts';
 import type { GatewayDeps, GatewayEnv } from '../deps.ts';
+import type { RouteGroup } from '../openapi/operation.ts';
+
+const BucketName = z.string().superRefine((b, ctx) => {
+  const problem = bucketNameProblem(b);
+  if (problem) ctx.addIssue({ code: 'custom', message: problem });
+});
 
 const Registration = z.strictObject({
-  bucket: z.string().superRefine((b, ctx) => {
-    const problem = bucketNameProblem(b);
-    if (problem) ctx.addIssue({ code: 'custom', message: problem });
-  }),
-  endpoint: z.string().max(2048).optional(),
+  bucket: BucketName,
+  endpoint: z.string().max(2048).optional().describe('an S3-compatible server\'s https:// URL; left out: AWS S3'),
   region: z.string().regex(/^[a-z0-9-]{1,32}$/, 'region is an S3 region name such as us-east-1').default('us-east-1'),
   accessKeyId: z.string().min(1).max(256).regex(/^[\x21-\x7e]+$/, 'accessKeyId holds printable characters only'),
   secretAccessKey: z.string().min(1).max(1024).regex(/^[\x21-\x7e]+$/, 'secretAccessKey holds printable characters only'),
 });
+
+const BucketParams = z.object({ bucket: BucketName });
+
+/** BucketView (core/buckets.ts): never the secret, and the key id's last four characters only. */
+const BucketSchema = z
+  .object({ object: z.literal('bucket'), bucket: z.string(), endpoint: z.string().nullable(), region: z.string(), accessKeyId: z.string().describe('`…` and its last four characters'), createdAt: z.string() })
+  .meta({ id: 'Bucket' });
 
 /** How long registering waits for the bucket to answer. */
 const CHECK_TIMEOUT_MS = 10_000;
@@ -60,7 +70,7 @@ export function bucketRoutes(deps: GatewayDeps) {
     };
     if (!(await buckets.put(record))) throw tooMany();
     c.header('location', `${deps.publicUrl}/v1/buckets/${r.bucket}`);
-    return c.json(bucketView(record), exists ? 200 : 201);
+    return c.json(bucketView(record) satisfies z.output<typeof BucketSchema>, exists ? 200 : 201);
   });
 
   app.get('/', async (c) => {
@@ -71,7 +81,7 @@ export function bucketRoutes(deps: GatewayDeps) {
   const find = async (c: Context<GatewayEnv>): Promise<BucketRecord> => {
     const name = c.req.param('bucket') ?? '';
     const tenant = actingTenant(c);
-    const found = bucketNameProblem(name) ? null : await buckets.get(tenant, name);
+    const found = BucketParams.shape.bucket.safeParse(name).success ? await buckets.get(tenant, name) : null;
     if (!found) throw notFound(name);
     return found;
   };
@@ -85,11 +95,50 @@ export function bucketRoutes(deps: GatewayDeps) {
     requireScope(c, 'deploy');
     const r = await find(c);
     if (!(await buckets.delete(r.tenant, r.bucket))) throw notFound(r.bucket);
-    return c.json({ object: 'bucket', bucket: r.bucket, deleted: true });
+    return c.json({ object: 'bucket', bucket: r.bucket, deleted: true } satisfies z.output<typeof BucketDeletedSchema>);
   });
 
   return app;
 }
+
+const BucketDeletedSchema = z.object({ object: z.literal('bucket'), bucket: z.string(), deleted: z.literal(true) });
+
+const NOT_FOUND = { 404: '`bucket_not_found`: the tenant registered no such bucket' };
+
+export const bucketOperations: RouteGroup = {
+  tag: 'buckets',
+  description: 'Buckets a tenant registers with its own S3 credentials, for batch `input_uri`s and deploy models.',
+  operations: [
+    {
+      method: 'post',
+      path: '/',
+      id: 'registerBucket',
+      summary: 'Register a bucket',
+      description: 'Checked with a HeadBucket before it is kept; the secret is sealed and never shown again. Registering a bucket again replaces its credentials (200).',
+      access: 'deploy',
+      actsForTenant: true,
+      body: { content: { 'application/json': Registration } },
+      responses: { 201: { description: 'registered', content: { 'application/json': BucketSchema }, headers: { location: 'the registration\'s URL' } }, 200: { description: 'its credentials replaced', content: { 'application/json': BucketSchema } } },
+      errors: {
+        400: '`invalid_request`, `invalid_endpoint`, `bucket_not_found`, `bucket_access_denied`, `bucket_unreachable`, `invalid_json`',
+        404: '`tenant_not_found`',
+        409: '`too_many_buckets`',
+        503: '`secrets_not_configured`: the platform has no EMBERS_SECRETS_KEY',
+      },
+    },
+    {
+      method: 'get',
+      path: '/',
+      id: 'listBuckets',
+      summary: 'List registered buckets',
+      access: 'read',
+      actsForTenant: true,
+      responses: { 200: { description: 'the tenant\'s buckets', content: { 'application/json': z.object({ object: z.literal('list'), data: z.array(BucketSchema) }) } } },
+    },
+    { method: 'get', path: '/:bucket', id: 'getBucket', summary: 'Show a registered bucket', access: 'read', actsForTenant: true, params: BucketParams, responses: { 200: { description: 'the registration', content: { 'application/json': BucketSchema } } }, errors: NOT_FOUND },
+    { method: 'delete', path: '/:bucket', id: 'removeBucket', summary: 'Remove a registered bucket', access: 'deploy', actsForTenant: true, params: BucketParams, responses: { 200: { description: 'removed', content: { 'application/json': BucketDeletedSchema } } }, errors: NOT_FOUND },
+  ],
+};
 
 /** The bucket answers a HeadBucket with these credentials, or a 400 saying what it answered. */
 async function checkReachable(r: z.infer<typeof Registration>): Promise<void> {

@@ -4,6 +4,7 @@
 import { createReadStream } from 'node:fs';
 import { Readable } from 'node:stream';
 import { Hono, type Context } from 'hono';
+import { z } from 'zod';
 import { s3Keys } from '../../core/contracts.ts';
 import { DEFAULT_TENANT } from '../../core/names.ts';
 import { FILE_PURPOSES, FileStore, fileView, type FileRecord } from '../../core/files.ts';
@@ -12,8 +13,26 @@ import { actingTenant, requireScope } from '../middleware/auth.ts';
 import { spoolMultipart } from '../multipart.ts';
 import { storeBody } from '../spool.ts';
 import type { GatewayDeps, GatewayEnv } from '../deps.ts';
+import { limitParam, readQuery } from '../request-query.ts';
+import { jsonLines, type RouteGroup } from '../openapi/operation.ts';
 
 const CONTENT_TYPE = 'application/x-ndjson';
+
+const Purpose = z.enum(FILE_PURPOSES, { error: 'purpose must be "batch" (files hold batch inputs)' });
+
+const UploadQuery = z.object({
+  filename: z.string().optional().describe('the name to keep with a JSONL body (a form\'s file has its own)'),
+  purpose: Purpose.optional().describe('`batch`, the only purpose (a form may send it as a field)'),
+});
+
+const ListQuery = z.object({ limit: limitParam(1000, 100) });
+
+const FileParams = z.object({ id: z.string().describe('`file_…`') });
+
+/** FileView (core/files.ts) as the API answers it. */
+const FileSchema = z
+  .object({ id: z.string(), object: z.literal('file'), bytes: z.number().int(), filename: z.string(), purpose: z.enum(FILE_PURPOSES), createdAt: z.string() })
+  .meta({ id: 'File' });
 
 export function fileRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
@@ -21,8 +40,9 @@ export function fileRoutes(deps: GatewayDeps) {
 
   const tooLarge = () => new ApiError(413, 'too_large', `the file is over ${deps.maxBatchBytes} bytes (EMBERS_MAX_BATCH_BYTES)`);
   const empty = () => new ApiError(400, 'empty_file', 'the file is empty; send JSONL, one {"custom_id": "…", "input": {…}} per line');
+  /** A form's purpose field, checked as the query's is. */
   const checkPurpose = (purpose: string | undefined) => {
-    if (purpose !== undefined && !(FILE_PURPOSES as readonly string[]).includes(purpose)) {
+    if (purpose !== undefined && !Purpose.safeParse(purpose).success) {
       throw new ApiError(400, 'invalid_request', `purpose must be "batch" (files hold batch inputs), got "${purpose.slice(0, 100)}"`);
     }
   };
@@ -35,9 +55,9 @@ export function fileRoutes(deps: GatewayDeps) {
     const key = s3Keys.file(tenant, id);
     const contentType = c.req.header('content-type') ?? '';
     let bytes: number;
-    let filename = c.req.query('filename');
-    let purpose = c.req.query('purpose');
-    checkPurpose(purpose);
+    const query = readQuery(c, UploadQuery);
+    let filename = query.filename;
+    let purpose: string | undefined = query.purpose;
     if (/^multipart\/form-data\b/i.test(contentType)) {
       if (!c.req.raw.body) throw empty();
       const form = await spoolMultipart(c.req.raw.body, contentType, { fileField: 'file', maxBytes: deps.maxBatchBytes, tooLarge });
@@ -57,14 +77,12 @@ export function fileRoutes(deps: GatewayDeps) {
     const record: FileRecord = { id, tenant, uri: store.uri(key), bytes, filename: (filename ?? `${id}.jsonl`).replace(/[\u0000-\u001f\u007f]/g, '').slice(0, 255), purpose: 'batch', createdAt: new Date().toISOString() };
     await files.create(record);
     c.header('location', `${deps.publicUrl}/v1/files/${id}`);
-    return c.json(fileView(record), 201);
+    return c.json(fileView(record) satisfies z.output<typeof FileSchema>, 201);
   });
 
   app.get('/', async (c) => {
     requireScope(c, 'run');
-    const given = c.req.query('limit');
-    const limit = given === undefined ? 100 : Number(given);
-    if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new ApiError(400, 'invalid_request', `limit must be a whole number from 1 to 1000, got "${given}"`);
+    const { limit } = readQuery(c, ListQuery);
     return c.json({ object: 'list', data: (await files.list(actingTenant(c), limit)).map(fileView) });
   });
 
@@ -99,3 +117,65 @@ export function fileRoutes(deps: GatewayDeps) {
 
   return app;
 }
+
+const NOT_FOUND = { 404: '`file_not_found` (none, or another tenant\'s)' };
+const fileAnswer = (description: string) => ({ description, content: { 'application/json': FileSchema } });
+
+export const fileOperations: RouteGroup = {
+  tag: 'files',
+  description: 'Batch input files (as the OpenAI Files API).',
+  operations: [
+    {
+      method: 'post',
+      path: '/',
+      id: 'uploadFile',
+      summary: 'Upload a file',
+      description: 'The JSONL as the body, or a multipart form with `file` and `purpose=batch` as OpenAI\'s clients send it; up to EMBERS_MAX_BATCH_BYTES.',
+      access: 'run',
+      actsForTenant: true,
+      query: UploadQuery,
+      body: {
+        content: {
+          'application/x-ndjson': jsonLines('one `{ "custom_id": "…", "input": {…} }` per line'),
+          'multipart/form-data': { jsonSchema: { type: 'object', properties: { file: { type: 'string', format: 'binary' }, purpose: { type: 'string', enum: ['batch'] } }, required: ['file'] } },
+        },
+      },
+      responses: { 201: { ...fileAnswer('stored'), headers: { location: 'the file\'s URL' } } },
+      errors: { 400: '`invalid_request` (purpose), `empty_file`', 404: '`tenant_not_found`', 413: '`too_large`: over EMBERS_MAX_BATCH_BYTES' },
+    },
+    {
+      method: 'get',
+      path: '/',
+      id: 'listFiles',
+      summary: 'List files',
+      access: 'run',
+      actsForTenant: true,
+      query: ListQuery,
+      responses: { 200: { description: 'the tenant\'s files, newest first', content: { 'application/json': z.object({ object: z.literal('list'), data: z.array(FileSchema) }) } } },
+      errors: { 400: '`invalid_request`: limit is not a whole number from 1 to 1000' },
+    },
+    { method: 'get', path: '/:id', id: 'getFile', summary: 'Show a file', access: 'run', actsForTenant: true, params: FileParams, responses: { 200: fileAnswer('the file') }, errors: NOT_FOUND },
+    {
+      method: 'get',
+      path: '/:id/content',
+      id: 'getFileContent',
+      summary: 'A file\'s content',
+      access: 'run',
+      actsForTenant: true,
+      params: FileParams,
+      responses: { 200: { description: 'its JSONL', content: { 'application/x-ndjson': jsonLines('as uploaded') } } },
+      errors: NOT_FOUND,
+    },
+    {
+      method: 'delete',
+      path: '/:id',
+      id: 'deleteFile',
+      summary: 'Delete a file',
+      access: 'run',
+      actsForTenant: true,
+      params: FileParams,
+      responses: { 200: { description: 'deleted', content: { 'application/json': z.object({ id: z.string(), object: z.literal('file'), deleted: z.literal(true) }) } } },
+      errors: NOT_FOUND,
+    },
+  ],
+};

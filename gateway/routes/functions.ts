@@ -2,7 +2,7 @@
 import { Hono, type Context } from 'hono';
 import { limitBody } from '../middleware/body-limit.ts';
 import { z } from 'zod';
-import { DeployRequestSchema, errorBody, FUNCTION_NAME, type Manifest } from '../../core/contracts.ts';
+import { DeployRequestSchema, DeploySpecSchema, errorBody, FunctionName, type Manifest } from '../../core/contracts.ts';
 import { takeUnstarted } from '../../core/live-queue.ts';
 import { answerUnrun } from '../../core/jobs.ts';
 import { DEFAULT_TENANT, plainName, qualifiedName } from '../../core/names.ts';
@@ -11,10 +11,54 @@ import { readJson } from '../request-body.ts';
 import { headOwned } from '../owned-objects.ts';
 import { compileInputSchema, schemaTooLarge } from '../../core/validate.ts';
 import { actingTenant, requireScope } from '../middleware/auth.ts';
+import { readQuery } from '../request-query.ts';
+import type { RouteGroup } from '../openapi/operation.ts';
 import { replicasOf } from '../replicas.ts';
 import { BARE_MODEL_BUNDLE, bareModelSpec } from '../bare-model.ts';
 import type { GatewayDeps, GatewayEnv } from '../deps.ts';
 import { keys, liveStream } from '../../core/keys.ts';
+
+const FunctionParams = z.object({ name: FunctionName });
+
+const DeleteQuery = z.object({
+  force: z
+    .enum(['true', 'false'], { error: 'force must be true or false' })
+    .optional()
+    .describe('true: delete even while requests are queued or running; those not started are answered 410 `function_deleted`'),
+});
+
+/** A version as the API shows it: the manifest less pricing and queue limit. */
+const FunctionVersionSchema = DeploySpecSchema.pick({ models: true, batching: true, scaling: true, timeoutMs: true, inputSchema: true, binaryInput: true, kind: true, tensors: true })
+  .extend({
+    name: FunctionName,
+    version: z.string().describe('v1, v2, …'),
+    createdAt: z.iso.datetime(),
+    bundle: z.object({ key: z.string(), sha256: z.string(), bytes: z.number().int() }),
+  })
+  .meta({ id: 'FunctionVersion' });
+
+const DeployResultSchema = z.object({
+  ...FunctionVersionSchema.shape,
+  tenant: z.string(),
+  unchanged: z.boolean().describe('true: this bundle and spec were already the active version (answered 200, not 201)'),
+  endpoint: z.string().describe('where to run it'),
+});
+
+const FunctionSummarySchema = z.object({ name: FunctionName, active: z.string(), versions: z.number().int(), updatedAt: z.string(), tenant: z.string() });
+
+const FunctionDetailSchema = z.object({
+  name: FunctionName,
+  tenant: z.string(),
+  active: z.string().describe('the active version'),
+  endpoint: z.string(),
+  manifest: FunctionVersionSchema,
+  versions: z.array(z.object({ version: z.string(), createdAt: z.string(), bundleBytes: z.number().int() })),
+  replicas: z.array(z.unknown()).describe('its replicas\' latest heartbeats'),
+  scale: z.object({ desired: z.number(), inFlight: z.number(), ready: z.number(), reason: z.string(), at: z.string() }).nullable().describe('the scheduler\'s latest decision'),
+  coldStarts: z.array(z.unknown()).describe('its latest cold starts, phase by phase, newest first'),
+});
+
+const DeletedSchema = z.object({ deleted: FunctionName, dropped: z.number().int().optional().describe('with force: the requests not started, answered 410') });
 
 export function functionRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
@@ -56,14 +100,14 @@ export function functionRoutes(deps: GatewayDeps) {
       deps.functions.invalidate(key);
       const origin = deps.publicUrl;
       const unchanged = manifest.unchanged === true;
-      return c.json({ ...describeVersion(manifest), tenant, unchanged, endpoint: `${origin}/v1/run/${spec.name}` }, unchanged ? 200 : 201);
+      return c.json({ ...describeVersion(manifest), tenant, unchanged, endpoint: `${origin}/v1/run/${spec.name}` } satisfies z.output<typeof DeployResultSchema>, unchanged ? 200 : 201);
     },
   );
 
   app.get('/', async (c) => {
     requireScope(c, 'read');
     const tenant = actingTenant(c);
-    return c.json({ functions: (await registry.list()).filter((f) => f.tenant === tenant).map((f) => ({ ...f, name: plainName(f.name) })) });
+    return c.json({ functions: (await registry.list()).filter((f) => f.tenant === tenant).map((f) => ({ ...f, name: plainName(f.name) })) } satisfies { functions: z.output<typeof FunctionSummarySchema>[] });
   });
 
   app.get('/:name', async (c) => {
@@ -82,14 +126,13 @@ export function functionRoutes(deps: GatewayDeps) {
       replicas: await replicasOf(redis, key),
       scale: await redis.hget(keys.desired, key).then((r) => (r ? JSON.parse(r) : null)),
       coldStarts: (await redis.lrange(keys.coldStarts(key), 0, 19)).map((r) => JSON.parse(r)),
-    });
+    } satisfies z.output<typeof FunctionDetailSchema>);
   });
 
   app.delete('/:name', async (c) => {
     requireScope(c, 'deploy');
     const { name, key } = await visible(c);
-    const force = c.req.query('force');
-    if (force !== undefined && force !== 'true' && force !== 'false') throw new ApiError(400, 'invalid_request', `force must be true or false, got "${force}"`);
+    const { force } = readQuery(c, DeleteQuery);
     // Requests still queued would never be answered once the function is gone: refused unless forced.
     let dropped = 0;
     const answer = async () => {
@@ -106,7 +149,7 @@ export function functionRoutes(deps: GatewayDeps) {
       throw new ApiError(409, 'function_busy', `${name} has ${removed.queued} request(s) queued or running; wait for them to finish, or delete with ?force=true (\`embers functions delete ${name} --force\`), which answers the ones not yet started 410`);
     }
     deps.functions.forget(key);
-    return c.json({ deleted: name, ...(force === 'true' ? { dropped } : {}) });
+    return c.json({ deleted: name, ...(force === 'true' ? { dropped } : {}) } satisfies z.output<typeof DeletedSchema>);
   });
 
   /** The acting tenant's :name function and its key: another tenant's function is as unknown as a missing one. */
@@ -159,12 +202,13 @@ function bareModelBundle(base64: string | undefined): Buffer {
   return BARE_MODEL_BUNDLE;
 }
 
+/** A malformed name is as unknown as a missing one. */
 function checkName(name: string): string {
-  if (!FUNCTION_NAME.test(name)) throw functionNotFound(name, 'malformed');
+  if (!FunctionParams.shape.name.safeParse(name).success) throw functionNotFound(name, 'malformed');
   return name;
 }
 
-function describeVersion(m: Manifest) {
+function describeVersion(m: Manifest): z.output<typeof FunctionVersionSchema> {
   return {
     name: plainName(m.name),
     version: m.version,
@@ -180,3 +224,67 @@ function describeVersion(m: Manifest) {
     bundle: m.bundle,
   };
 }
+
+const NAME_ERRORS = { 404: '`function_not_found`: no function of this tenant by that name (another tenant\'s is as unknown)' };
+
+export const functionOperations: RouteGroup = {
+  tag: 'functions',
+  description: 'Deploy, list, inspect and delete functions (`embers deploy` and `embers functions`).',
+  operations: [
+    {
+      method: 'post',
+      path: '/',
+      id: 'deployFunction',
+      summary: 'Deploy a function',
+      description: 'Stores a new immutable version and makes it active, as `embers deploy` does (it bundles the handler file and reads its spec). Deploying exactly the active version again changes nothing and answers 200.',
+      access: 'deploy',
+      actsForTenant: true,
+      body: { content: { 'application/json': DeployRequestSchema } },
+      responses: { 201: { description: 'a new version, now active', content: { 'application/json': DeployResultSchema } }, 200: { description: 'the same bundle and spec as the active version: nothing changed', content: { 'application/json': DeployResultSchema } } },
+      errors: {
+        400: '`invalid_deploy` (the request, its bundle or its inputSchema), `model_not_found`, `model_unreachable`, `invalid_json`, `too_deep`',
+        404: '`tenant_not_found`',
+        409: '`name_taken`: the name is held by a function deployed before names were per tenant',
+        413: '`too_large`: over EMBERS_MAX_BUNDLE_BYTES',
+      },
+    },
+    {
+      method: 'get',
+      path: '/',
+      id: 'listFunctions',
+      summary: 'List functions',
+      access: 'read',
+      actsForTenant: true,
+      responses: { 200: { description: 'the tenant\'s functions', content: { 'application/json': z.object({ functions: z.array(FunctionSummarySchema) }) } } },
+    },
+    {
+      method: 'get',
+      path: '/:name',
+      id: 'getFunction',
+      summary: 'Show a function',
+      description: 'Its versions, active manifest, replicas, scale and latest cold starts.',
+      access: 'read',
+      actsForTenant: true,
+      params: FunctionParams,
+      responses: { 200: { description: 'the function', content: { 'application/json': FunctionDetailSchema } } },
+      errors: NAME_ERRORS,
+    },
+    {
+      method: 'delete',
+      path: '/:name',
+      id: 'deleteFunction',
+      summary: 'Delete a function',
+      description: 'Stops serving it; its versions stay in S3. Refused while requests are queued or running, unless forced.',
+      access: 'deploy',
+      actsForTenant: true,
+      params: FunctionParams,
+      query: DeleteQuery,
+      responses: { 200: { description: 'deleted', content: { 'application/json': DeletedSchema } } },
+      errors: {
+        400: '`invalid_request`: force is not true or false',
+        ...NAME_ERRORS,
+        409: '`function_busy` (requests queued or running: wait, or force) or `function_redeployed`',
+      },
+    },
+  ],
+};

@@ -1,5 +1,6 @@
 // /v1/jobs/:id — async runs: read the status and result, or cancel.
 import { Hono, type Context } from 'hono';
+import { z } from 'zod';
 import { canAccess } from '../../core/tenants.ts';
 import { recordUsage } from '../../core/usage.ts';
 import { requireScope } from '../middleware/auth.ts';
@@ -7,6 +8,34 @@ import { CANCELED_BODY, enqueueWebhook, JOB_ID } from '../../core/jobs.ts';
 import { ApiError } from '../errors.ts';
 import type { GatewayDeps, GatewayEnv } from '../deps.ts';
 import { keys } from '../../core/keys.ts';
+import { anyJson, bytes, type RouteGroup } from '../openapi/operation.ts';
+
+const JobParams = z.object({ id: z.string().regex(JOB_ID).describe('`job_…`, from the 202 of an async run') });
+
+const TimingSchema = z
+  .object({ queueMs: z.number(), handlerMs: z.number(), inferMs: z.number(), batchMs: z.number(), execMs: z.number(), inputMs: z.number(), outputMs: z.number() })
+  .describe('as a sync run\'s Server-Timing splits it');
+
+/** JobView (core/jobs.ts) as the API answers it. */
+const JobSchema = z
+  .object({
+    id: z.string(),
+    function: z.string(),
+    version: z.string().optional(),
+    status: z.enum(['queued', 'running', 'succeeded', 'failed', 'canceled']),
+    createdAt: z.string(),
+    startedAt: z.string().optional(),
+    finishedAt: z.string().optional(),
+    httpStatus: z.number().int().optional().describe('the status a sync run would have answered'),
+    timing: TimingSchema.optional(),
+    output: z.unknown().optional().describe('a succeeded job\'s result; for bytes, `{ contentType, base64 }`'),
+    outputType: z.string().optional().describe('the Content-Type of a result that is bytes'),
+    error: z.object({ code: z.string(), message: z.string() }).optional(),
+    cancelRequested: z.boolean().optional(),
+    webhook: z.string().optional(),
+    url: z.string(),
+  })
+  .meta({ id: 'Job' });
 
 export function jobRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
@@ -14,11 +43,11 @@ export function jobRoutes(deps: GatewayDeps) {
   const find = async (c: Context<GatewayEnv>, id: string) => {
     requireScope(c, 'run');
     // A malformed id (`<id>:gone` names the tombstone's key) is as unknown as a missing one.
-    const found = JOB_ID.test(id) ? await deps.jobs.get(id, deps.publicUrl) : null;
+    const found = JobParams.shape.id.safeParse(id).success ? await deps.jobs.get(id, deps.publicUrl) : null;
     // Another tenant's job is as unknown as a missing one.
     if (!found || !canAccess(c.get('auth'), found.tenant)) throw new ApiError(404, 'job_not_found', `no job ${id}; async runs answer 202 with their id (POST /v1/run/:name with "Prefer: respond-async")`);
     if ('expired' in found) throw new ApiError(404, 'job_expired', `job ${id} finished more than ${deps.jobs.retentionS} s ago and its result has expired (EMBERS_JOB_RETENTION_S)`);
-    return found;
+    return { ...found, view: found.view satisfies z.output<typeof JobSchema> };
   };
 
   app.get('/:id', async (c) => c.json((await find(c, c.req.param('id'))).view));
@@ -63,3 +92,35 @@ export function jobRoutes(deps: GatewayDeps) {
   });
   return app;
 }
+
+const NOT_FOUND = { 404: '`job_not_found` (none, or another tenant\'s) or `job_expired` (finished longer ago than EMBERS_JOB_RETENTION_S)' };
+
+export const jobOperations: RouteGroup = {
+  tag: 'jobs',
+  description: 'Async runs (`POST /v1/run/{name}` with `Prefer: respond-async`): their status and result.',
+  operations: [
+    { method: 'get', path: '/:id', id: 'getJob', summary: 'Show a job', access: 'run', params: JobParams, responses: { 200: { description: 'the job', content: { 'application/json': JobSchema } } }, errors: NOT_FOUND },
+    {
+      method: 'get',
+      path: '/:id/output',
+      id: 'getJobOutput',
+      summary: 'A succeeded job\'s output',
+      description: 'As a sync run would have answered it: its JSON, or its bytes with their Content-Type.',
+      access: 'run',
+      params: JobParams,
+      responses: { 200: { description: 'the output', content: { 'application/json': anyJson('the handler\'s result'), 'application/octet-stream': bytes('a result that is bytes, with its own Content-Type') } } },
+      errors: { ...NOT_FOUND, 409: '`job_not_succeeded`: queued, running, failed or canceled' },
+    },
+    {
+      method: 'delete',
+      path: '/:id',
+      id: 'cancelJob',
+      summary: 'Cancel a job',
+      description: 'A queued job ends canceled at once (200); a running one has its handler\'s `ctx.signal` aborted (202), and ends canceled if the handler stops.',
+      access: 'run',
+      params: JobParams,
+      responses: { 200: { description: 'canceled', content: { 'application/json': JobSchema } }, 202: { description: 'running: cancel requested', content: { 'application/json': JobSchema } } },
+      errors: { ...NOT_FOUND, 409: '`job_finished`: nothing to cancel' },
+    },
+  ],
+};
