@@ -36,6 +36,13 @@ const fail = (message: string): never => {
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
+/** An object's fields with nulls left out: clients that write every optional field (`"parameters": null`) mean it absent. */
+const present = (o: Record<string, unknown>): Record<string, unknown> => {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(o)) if (v !== null) out[k] = v;
+  return out;
+};
+
 /** `$parameters`: an object of strings, numbers and booleans. */
 function parametersOf(v: unknown, where: string): Parameters | undefined {
   if (v === undefined) return undefined;
@@ -51,7 +58,7 @@ function parametersOf(v: unknown, where: string): Parameters | undefined {
  */
 export function readInferenceRequest(header: unknown, tail: Buffer, signature: TensorSignature, maxDepth: number): { descriptor: InferenceDescriptor; body: Buffer } {
   if (!isObject(header)) fail('the inference request must be a JSON object with "inputs"');
-  const h = header as Record<string, unknown>;
+  const h = present(header as Record<string, unknown>);
   if (nestsDeeperThan(h, maxDepth)) fail(`the inference request nests more than ${maxDepth} levels deep`);
   if (h.id !== undefined && typeof h.id !== 'string') fail('"id" must be a string');
   const parameters = parametersOf(h.parameters, 'request ');
@@ -71,7 +78,7 @@ export function readInferenceRequest(header: unknown, tail: Buffer, signature: T
   const inputs: InferenceDescriptor['inputs'] = [];
   for (const raw of h.inputs as unknown[]) {
     if (!isObject(raw)) fail('each input must be an object with name, shape, datatype and data');
-    const i = raw as Record<string, unknown>;
+    const i = present(raw as Record<string, unknown>);
     if (typeof i.name !== 'string' || i.name === '') fail('an input has no "name"');
     const name = i.name as string;
     if (seen.has(name)) fail(`input '${name}' appears more than once`);
@@ -114,7 +121,7 @@ export function readInferenceRequest(header: unknown, tail: Buffer, signature: T
     const known = new Set(signature.outputs.map((o) => o.name));
     outputs = (h.outputs as unknown[]).map((raw) => {
       if (!isObject(raw) || typeof raw.name !== 'string') return fail('each requested output must be an object with a "name"');
-      const o = raw as { name: string; parameters?: unknown };
+      const o = present(raw) as { name: string; parameters?: unknown };
       if (known.size && !known.has(o.name)) fail(`unexpected inference output '${o.name}': the model gives ${[...known].map((n) => `'${n}'`).join(', ')}`);
       const op = parametersOf(o.parameters, `output '${o.name}': `);
       if (op?.classification !== undefined) fail(`output '${o.name}': the classification extension is not supported; ask for the tensor and rank it yourself`);

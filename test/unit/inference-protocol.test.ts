@@ -85,6 +85,12 @@ describe('readInferenceRequest', () => {
     assert.deepEqual(descriptor.outputs, [{ name: 'output0', binary: true }, { name: 'output1', binary: false }]);
   });
 
+  it('takes null optional fields as absent, as clients that write every field send them', () => {
+    const s = sig([{ name: 'x', datatype: 'FP32', shape: [1] }], [{ name: 'y', datatype: 'FP32', shape: [1] }]);
+    const { descriptor } = read({ id: null, parameters: null, inputs: [{ name: 'x', shape: [1], datatype: 'FP32', parameters: null, data: [1] }], outputs: [{ name: 'y', parameters: null }] }, s);
+    assert.deepEqual(descriptor, { inputs: [{ name: 'x', datatype: 'FP32', shape: [1], size: 4 }], outputs: [{ name: 'y', binary: false }], binaryOutputs: false });
+  });
+
   it('reads requested outputs and binary_data_output', () => {
     const s = sig([{ name: 'x', datatype: 'FP32', shape: [1] }], [{ name: 'y', datatype: 'FP32', shape: [1] }, { name: 'z', datatype: 'FP32', shape: [1] }]);
     const x = { name: 'x', shape: [1], datatype: 'FP32', data: [1] };
