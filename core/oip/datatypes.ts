@@ -47,6 +47,19 @@ export function shapeFits(declared: readonly number[], actual: readonly number[]
   return declared.length === actual.length && declared.every((d, i) => d === -1 || d === actual[i]);
 }
 
+/** BYTES elements as the binary extension lays them out: each a 4-byte little-endian length, then its bytes (strings as UTF-8). */
+export function lengthPrefixed(items: readonly (string | Uint8Array)[]): Buffer {
+  const bytes = items.map((s) => (typeof s === 'string' ? Buffer.from(s, 'utf8') : s));
+  const out = Buffer.allocUnsafe(bytes.reduce((n, s) => n + 4 + s.length, 0));
+  let at = 0;
+  for (const s of bytes) {
+    out.writeUInt32LE(s.length, at);
+    out.set(s, at + 4);
+    at += 4 + s.length;
+  }
+  return out;
+}
+
 export function elementCount(shape: readonly number[]): number {
   let n = 1;
   for (const d of shape) n *= d;

@@ -3,7 +3,7 @@
 // tensor extension would have sent, so a replica gets one layout whatever the caller used.
 // A request of binary tensors alone is queued as it came, without a copy.
 import { nestsDeeperThan } from '../json-depth.ts';
-import { DATATYPES, ELEMENT_BYTES, elementCount, shapeFits, type Datatype, type TensorSignature } from './datatypes.ts';
+import { DATATYPES, ELEMENT_BYTES, elementCount, lengthPrefixed, shapeFits, type Datatype, type TensorSignature } from './datatypes.ts';
 import { toHalfBits } from './fp16.ts';
 
 /** The protocol's refusal of a request: answered 400 with `{ "error": message }`. */
@@ -172,17 +172,7 @@ function jsonToBytes(name: string, datatype: Datatype, count: number, data: unkn
   const values = flatten(name, data);
   if (values.length !== count) fail(`input '${name}': ${values.length} elements in data, where its shape holds ${count}`);
   const bad = (i: number, what: string): never => fail(`input '${name}': element ${i} is ${JSON.stringify(values[i])?.slice(0, 40)}, not ${what}`);
-  if (datatype === 'BYTES') {
-    const strings = values.map((v, i) => (typeof v === 'string' ? Buffer.from(v, 'utf8') : bad(i, 'a string')));
-    const out = Buffer.allocUnsafe(strings.reduce((n, s) => n + 4 + s.length, 0));
-    let at = 0;
-    for (const s of strings) {
-      out.writeUInt32LE(s.length, at);
-      s.copy(out, at + 4);
-      at += 4 + s.length;
-    }
-    return out;
-  }
+  if (datatype === 'BYTES') return lengthPrefixed(values.map((v, i) => (typeof v === 'string' ? v : bad(i, 'a string'))));
   const out = Buffer.alloc(count * ELEMENT_BYTES[datatype]);
   const view = new DataView(out.buffer, out.byteOffset, out.byteLength);
   const range = INT_RANGE[datatype];

@@ -2,7 +2,7 @@
 // the bytes are aligned, no copy), and the response for what the handler gave back, in the
 // protocol's JSON or with the binary tensor extension's bytes after it.
 import type { Tensor, TensorData, TensorType } from '../../native/tensor.ts';
-import { datatypeOf, TENSOR_TYPE, type Datatype } from './datatypes.ts';
+import { datatypeOf, lengthPrefixed, TENSOR_TYPE, type Datatype } from './datatypes.ts';
 import { fromHalfBits } from './fp16.ts';
 import { InferenceRequestError, type InferenceDescriptor } from './request.ts';
 
@@ -113,17 +113,7 @@ export function encodeResponse(outputs: Record<string, Tensor>, d: InferenceDesc
 const UTF8 = new TextDecoder();
 
 function binaryBytes(t: Tensor): Buffer {
-  if (Array.isArray(t.data)) {
-    const items = (t.data as (string | Uint8Array)[]).map((s) => (typeof s === 'string' ? Buffer.from(s, 'utf8') : s));
-    const out = Buffer.allocUnsafe(items.reduce((n, s) => n + 4 + s.length, 0));
-    let at = 0;
-    for (const s of items) {
-      out.writeUInt32LE(s.length, at);
-      out.set(s, at + 4);
-      at += 4 + s.length;
-    }
-    return out;
-  }
+  if (Array.isArray(t.data)) return lengthPrefixed(t.data as (string | Uint8Array)[]);
   const d = t.data as Exclude<TensorData, string[] | Uint8Array[]>;
   return Buffer.from(d.buffer, d.byteOffset, d.byteLength);
 }
