@@ -63,6 +63,8 @@ export class UserCodeProcess {
   private readonly staging: string;
   private readonly cgroup?: SandboxCgroup;
   private readonly waiting = new Map<number, (r: CheckedResult) => void>();
+  /** Where the chunks of runs that stream go (runtime/chunk-sink.ts checks them), by run. */
+  private readonly chunkTargets = new Map<number, (data: unknown) => void>();
   private next = 1;
   private readonly outbox = new Outbox<ToUserCode>((messages) => {
     if (this.child.connected) this.child.send(messages, undefined, undefined, (err) => err && this.o.log.debug({ err: err.message }, 'could not reach the user-code process'));
@@ -182,9 +184,13 @@ export class UserCodeProcess {
     return { bundleMs: ms(p.bundleMs), modelLoadMs: ms(p.modelLoadMs), setupMs: ms(p.setupMs), warmupMs: ms(p.warmupMs) };
   }
 
-  /** Runs a request; always resolves (a process that exits meanwhile answers 500 or 503 replica_oom). */
-  run(m: Omit<RunMessage, 'type' | 'n' | 'rawBase64'>): { n: number; result: Promise<CheckedResult> } {
+  /**
+   * Runs a request; always resolves (a process that exits meanwhile answers 500 or 503 replica_oom).
+   * `onChunk` takes the chunks of a run that streams (`streamTo`), as the process sent them.
+   */
+  run(m: Omit<RunMessage, 'type' | 'n' | 'rawBase64'>, onChunk?: (data: unknown) => void): { n: number; result: Promise<CheckedResult> } {
     const n = this.next++;
+    if (onChunk) this.chunkTargets.set(n, onChunk);
     const body = m.raw !== undefined ? (m.input as Record<string, unknown> | null)?.[m.raw] : undefined;
     if (body instanceof Uint8Array) {
       const { [m.raw!]: _, ...rest } = m.input as Record<string, unknown>;
@@ -200,6 +206,11 @@ export class UserCodeProcess {
 
   abort(n: number, canceled: boolean): void {
     if (this.waiting.has(n)) this.send({ type: 'abort', n, canceled });
+  }
+
+  /** Lets run `n` send `k` more chunks. */
+  credit(n: number, k: number): void {
+    if (this.waiting.has(n)) this.send({ type: 'credit', n, k });
   }
 
   peer(id: string, busy: boolean): void {
@@ -237,9 +248,13 @@ export class UserCodeProcess {
         const resolve = this.waiting.get(m.n);
         if (!resolve) return;
         this.waiting.delete(m.n);
+        this.chunkTargets.delete(m.n);
         resolve(checkResult(m, this.o.maxAnswerBytes));
         break;
       }
+      case 'chunk':
+        this.chunkTargets.get(m.n)?.(m.data);
+        break;
       case 'announce':
         this.onAnnounce(m.busy === true);
         break;
@@ -265,6 +280,7 @@ export class UserCodeProcess {
   }
 
   private cleanUp(): void {
+    this.chunkTargets.clear();
     for (const [n, resolve] of this.waiting) {
       this.waiting.delete(n);
       resolve(this.exitResult(this.exitInfo!, 0));
@@ -320,5 +336,5 @@ export function checkResult(m: Result, maxAnswerBytes: number): CheckedResult {
     if (headerLength !== undefined && !(Number.isSafeInteger(headerLength) && (headerLength as number) > 0 && (headerLength as number) <= data.length)) return invalid('inference header length');
     bytes = { contentType, data, ...(headerLength !== undefined ? { headerLength: headerLength as number } : {}) };
   }
-  return { status: m.status, body: m.body, bytes, timing, canceled: m.canceled === true || undefined };
+  return { status: m.status, body: m.body, bytes, timing, canceled: m.canceled === true || undefined, streamed: m.streamed === true || undefined };
 }

@@ -23,6 +23,7 @@ const user = new UserCode({
   log,
   announce: (busy) => send({ type: 'announce', busy }),
   onStuck: (rid) => send({ type: 'stuck', rid }),
+  sendChunk: (n, data) => send({ type: 'chunk', n, data }),
 });
 
 process.on('message', (messages: ToUserCode[]) => {
@@ -45,6 +46,9 @@ function receive(m: ToUserCode): void {
       break;
     case 'abort':
       user.abort(m.n, m.canceled);
+      break;
+    case 'credit':
+      user.credit(m.n, m.k);
       break;
     case 'peer':
       user.peer(m.id, m.busy);

@@ -1,4 +1,4 @@
-// /v1/jobs/:id — async runs: read the status and result, or cancel.
+// /v1/jobs/:id — async runs: read the status and result, follow their chunks as events, or cancel.
 import { Hono, type Context } from 'hono';
 import { canAccess } from '../../core/tenants.ts';
 import { recordUsage } from '../../core/usage.ts';
@@ -7,6 +7,8 @@ import { CANCELED_BODY, enqueueWebhook, JOB_ID } from '../../core/jobs.ts';
 import { ApiError } from '../errors.ts';
 import type { GatewayDeps, GatewayEnv } from '../deps.ts';
 import { keys } from '../../core/keys.ts';
+import { resumeAfter } from '../../core/chunks.ts';
+import { jobEvents } from '../job-events.ts';
 
 export function jobRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
@@ -37,6 +39,16 @@ export function jobRoutes(deps: GatewayDeps) {
       return c.body(Buffer.from(out.base64, 'base64') as Uint8Array<ArrayBuffer>);
     }
     return c.json(view.output ?? null);
+  });
+
+  /** The job's chunks as Server-Sent Events, after the Last-Event-ID a reconnecting caller sends, then live until it ends (job-events.ts). */
+  app.get('/:id/events', async (c) => {
+    const id = c.req.param('id');
+    await find(c, id);
+    const lastEventId = c.req.header('last-event-id');
+    const after = resumeAfter(lastEventId);
+    if (after === undefined) throw new ApiError(400, 'invalid_last_event_id', `Last-Event-ID "${lastEventId!.slice(0, 40)}" is not the id of an event this stream sent (a chunk's sequence number: 1, 2, …); leave it out to read from the first chunk kept`);
+    return jobEvents(c, deps, id, after);
   });
 
   app.delete('/:id', async (c) => {
