@@ -46,17 +46,19 @@ export async function runStreamed(c: Context<GatewayEnv>, deps: GatewayDeps, s: 
     reply = r;
     reader.poke();
   });
-  // Until the first chunk, or the reply, or the caller leaves (the reply is then null).
+  // Until the first chunk, or the reply, or the caller leaves (the reply is then null); after
+  // HEARTBEAT_MS of waiting (a cold start), the events begin with a heartbeat.
+  const began = performance.now();
   let first: Chunk[] = [];
   try {
-    while (reply === undefined && first.length === 0) first = await reader.next(POLL_MS);
+    while (reply === undefined && first.length === 0 && performance.now() - began < HEARTBEAT_MS) first = await reader.next(POLL_MS);
   } catch (err) {
     queued.end(503);
     await Promise.all([reader.close(), queued.callerLeft()]);
     throw err;
   }
   const totalMs = () => performance.now() - t0;
-  if (!first.length && !reply) {
+  if (!first.length && reply === null) {
     await reader.close();
     deps.metrics.duration.observe({ function: s.key }, totalMs() / 1000);
     if (signal.aborted) {
@@ -76,9 +78,7 @@ export async function runStreamed(c: Context<GatewayEnv>, deps: GatewayDeps, s: 
     queued.end(early.header.status, early.header.timing.queueMs);
     return { header: early.header, body: early.body, totalMs: totalMs() };
   }
-  // A handler that returned instead of yielding: its answer is the one chunk.
-  let pending = first.map(chunkEvent).join('');
-  if (!first.length && early && early.header.chunks === undefined) pending = sseEvent({ id: 1, event: 'chunk', data: answerAsChunk(early.header, early.body) });
+  let pending = first.length ? first.map(chunkEvent).join('') : early ? '' : HEARTBEAT;
 
   let finished = false;
   let lastSent = performance.now();
@@ -128,7 +128,9 @@ export async function runStreamed(c: Context<GatewayEnv>, deps: GatewayDeps, s: 
         if (reader.after >= (r.header.chunks ?? 0) || performance.now() > tailUntil) {
           const ms = totalMs();
           finish(r.header.status, r.header.timing.queueMs);
-          return finalEvent(r.header, r.body, ms);
+          // A handler that returned instead of yielding: its answer is the one chunk.
+          const answer = r.header.chunks === undefined && r.header.status < 400 ? sseEvent({ id: 1, event: 'chunk', data: answerAsChunk(r.header, r.body) }) : '';
+          return answer + finalEvent(r.header, r.body, ms);
         }
         await reader.wait(TAIL_POLL_MS);
         continue;
