@@ -336,5 +336,7 @@ export function checkResult(m: Result, maxAnswerBytes: number): CheckedResult {
     if (headerLength !== undefined && !(Number.isSafeInteger(headerLength) && (headerLength as number) > 0 && (headerLength as number) <= data.length)) return invalid('inference header length');
     bytes = { contentType, data, ...(headerLength !== undefined ? { headerLength: headerLength as number } : {}) };
   }
-  return { status: m.status, body: m.body, bytes, timing, canceled: m.canceled === true || undefined, streamed: m.streamed === true || undefined };
+  const checked: CheckedResult = { status: m.status, body: m.body, bytes, timing, canceled: m.canceled === true || undefined };
+  if (m.streamed === true) checked.streamed = true;
+  return checked;
 }
