@@ -10,10 +10,9 @@ import type { Context } from 'hono';
 import type { Chunk } from '../core/chunks.ts';
 import { ChunkReader } from './chunk-reader.ts';
 import type { GatewayDeps, GatewayEnv } from './deps.ts';
-import { ApiError, CallerGone } from './errors.ts';
 import type { Reply } from './replies.ts';
 import { answerAsChunk, eventStream, finalEvent, HEARTBEAT, SSE_HEADERS, sseEvent } from './sse.ts';
-import { queueSync, type Submission, type SyncOutcome } from './submit.ts';
+import { noReply, queueSync, type QueuedSync, type Submission, type SyncOutcome } from './submit.ts';
 import { randomUUID } from 'node:crypto';
 
 /** How long a reader waits for a notice before looking anyway. */
@@ -32,15 +31,14 @@ export async function runStreamed(c: Context<GatewayEnv>, deps: GatewayDeps, s: 
   const signal = c.req.raw.signal;
   const id = randomUUID();
   const reader = new ChunkReader({ redis: deps.redis, hub: deps.replies, id, consume: true });
-  let q;
+  let queued: QueuedSync;
   try {
     await reader.open();
-    q = await queueSync(deps, s, { id, signal, stream: true });
+    queued = await queueSync(deps, s, { id, signal, stream: true });
   } catch (err) {
     await reader.close();
     throw err;
   }
-  const queued = q;
   let reply: Reply | null | undefined;
   void queued.reply.then((r) => {
     reply = r;
@@ -61,14 +59,7 @@ export async function runStreamed(c: Context<GatewayEnv>, deps: GatewayDeps, s: 
   if (!first.length && reply === null) {
     await reader.close();
     deps.metrics.duration.observe({ function: s.key }, totalMs() / 1000);
-    if (signal.aborted) {
-      queued.end(499);
-      await queued.callerLeft();
-      throw new CallerGone();
-    }
-    queued.end(504);
-    await deps.live.remove(s.key, queued.entry).catch(() => 0);
-    throw new ApiError(504, 'timeout', `${s.name} did not answer in time (queue limit ${deps.queueTimeoutMs} ms + run limit ${s.fn.manifest.timeoutMs} ms); see \`embers functions show ${s.name}\``);
+    return noReply(deps, s, queued, signal);
   }
   // A reply before any chunk was read: one that yielded nothing and failed answers as a plain run.
   const early = reply;

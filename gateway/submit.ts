@@ -7,7 +7,7 @@ import type { Context } from 'hono';
 import type { ColdStartPhases, ReplyHeader, RunJobData } from '../core/contracts.ts';
 import { enqueueStamp } from '../core/clock.ts';
 import { JobStore } from '../core/jobs.ts';
-import { keys, liveStream } from '../core/keys.ts';
+import { keys } from '../core/keys.ts';
 import { FunctionGoneError, KeyRejectedError } from '../core/live-queue.ts';
 import { plainName } from '../core/names.ts';
 import type { AuthContext } from '../core/tenants.ts';
@@ -92,9 +92,14 @@ export async function queueSync(deps: GatewayDeps, s: Submission, o: { id?: stri
   if (!replies.listening) throw new ApiError(503, 'unavailable', 'this gateway is reconnecting to Redis and cannot receive replies yet; retry shortly');
   const stamp = enqueueStamp();
   const id = o.id ?? randomUUID();
-  const data: RunJobData = { rid: s.rid, id, gw: deps.gatewayId, ...s.data, ...stamp, deadline: stamp.enq + deps.queueTimeoutMs, ...billing(s), ...(o.stream ? { stream: true as const } : {}) };
+  const data: RunJobData = { rid: s.rid, id, gw: deps.gatewayId, ...s.data, ...stamp, deadline: stamp.enq + deps.queueTimeoutMs, ...billing(s) };
+  if (o.stream) data.stream = true;
   const waitMs = deps.queueTimeoutMs + s.fn.manifest.timeoutMs + REPLY_GRACE_MS;
   const release = await counted(deps, s.key, () => acquireSlot(deps.redis, s.auth, id, waitMs));
+  if (o.signal?.aborted) {
+    release();
+    throw new CallerGone();
+  }
   const reply = replies.expect(id, waitMs);
   const signal = o.signal;
   const left = () => replies.cancel(id);
@@ -121,8 +126,8 @@ export async function queueSync(deps: GatewayDeps, s: Submission, o: { id?: stri
     throw notQueued(deps, err, s.key, s.auth.keyId);
   }
   deps.wake(s.key);
-  // Not started yet: deleting its entry means it never runs; started: its replica stops it.
-  const callerLeft = () => deps.redis.multi().xdel(liveStream(s.key), entry).publish(keys.cancelChannel, `${s.key} ${id}`).exec().then(() => {}, () => {});
+  // Not read by a replica yet: it never runs; running: its replica stops it.
+  const callerLeft = () => live.takeBack(s.key, entry, `${s.key} ${id}`).then(() => {}, () => {});
   return { id, entry, reply, end, callerLeft };
 }
 
@@ -132,19 +137,21 @@ export async function runSync(deps: GatewayDeps, s: Submission, t0: number, sign
   const reply = await q.reply;
   const totalMs = performance.now() - t0;
   deps.metrics.duration.observe({ function: s.key }, totalMs / 1000);
-  if (!reply) {
-    if (signal?.aborted) {
-      q.end(499);
-      await q.callerLeft();
-      throw new CallerGone();
-    }
-    q.end(504);
-    // Take the job back if no replica has started it.
-    await deps.live.remove(s.key, q.entry).catch(() => 0);
-    throw new ApiError(504, 'timeout', `${s.name} did not answer in time (queue limit ${deps.queueTimeoutMs} ms + run limit ${s.fn.manifest.timeoutMs} ms); see \`embers functions show ${s.name}\``);
-  }
+  if (!reply) return noReply(deps, s, q, signal);
   q.end(reply.header.status, reply.header.timing.queueMs);
   return { header: reply.header, body: reply.body, totalMs };
+}
+
+/** A sync run that got no reply: its caller left (CallerGone), or nobody answered in time (504; taken back if no replica started it). */
+export async function noReply(deps: GatewayDeps, s: Submission, q: QueuedSync, signal?: AbortSignal): Promise<never> {
+  if (signal?.aborted) {
+    q.end(499);
+    await q.callerLeft();
+    throw new CallerGone();
+  }
+  q.end(504);
+  await deps.live.takeBack(s.key, q.entry).catch(() => false);
+  throw new ApiError(504, 'timeout', `${s.name} did not answer in time (queue limit ${deps.queueTimeoutMs} ms + run limit ${s.fn.manifest.timeoutMs} ms); see \`embers functions show ${s.name}\``);
 }
 
 /** Queues an async run: its record first (so GET never misses it), then the job itself. Resolves with the job id. */

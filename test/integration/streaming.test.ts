@@ -1,8 +1,8 @@
 // Streamed answers: a handler that yields, read as Server-Sent Events by a sync caller (in order,
 // as they come, paused by a slow reader), gathered for a caller that asks for JSON, kept for an
-// async job's /events (replayed after Last-Event-ID, followed live); and a caller who leaves
-// stopping the handler, streaming or not, with its usage record saying so. Replicas here run two
-// live requests at once, so a request can wait in the queue behind two long ones.
+// async job's /events (replayed after Last-Event-ID, followed live) and a batch line's output;
+// and a caller who leaves stopping the handler, streaming or not, with its usage record saying
+// so. Replicas here run two live requests at once, so a request can wait behind two long ones.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { readEvents, type ServerEvent } from '../../cli/sse.ts';
@@ -115,6 +115,16 @@ describe('streamed answers', () => {
     assert.equal(bad.status, 400);
     assert.match(((await bad.json()) as { error: { message: string } }).error.message, /Last-Event-ID/);
     assert.equal((await p.fetch('/v1/jobs/job_nope/events')).status, 404);
+  });
+
+  test('a batch line of a streaming handler has its chunks gathered as its output', async () => {
+    const jsonl = [1, 2].map((n) => JSON.stringify({ custom_id: `l${n}`, input: { n } })).join('\n');
+    const res = await p.fetch('/v1/batches?function=counter', { method: 'POST', body: jsonl, headers: { 'content-type': 'application/jsonl' } });
+    assert.equal(res.status, 201);
+    const { id } = (await res.json()) as { id: string };
+    await eventually(async () => ((await (await p.fetch(`/v1/batches/${id}`)).json()) as { status: string }).status === 'completed', 'the batch to complete', 60_000);
+    const lines = (await (await p.fetch(`/v1/batches/${id}/output`)).text()).trim().split('\n').map((l) => JSON.parse(l) as { custom_id: string; output: unknown });
+    assert.deepEqual(lines.sort((a, b) => a.custom_id.localeCompare(b.custom_id)).map((l) => l.output), [[{ i: 1 }], [{ i: 1 }, { i: 2 }]]);
   });
 
   test('a slow reader pauses the handler: the replica holds back credit, nothing piles up', async () => {
