@@ -338,7 +338,8 @@ export class Replica {
     }
     // A request queued before this replica was ready waited for its cold start.
     const cold = enq < this.readyAt && this.coldStart ? { waitedMs: Math.min(this.coldStart.totalMs, this.readyAt - enq), phases: this.coldStart } : undefined;
-    const header: ReplyHeader = { rid, status: end.status, replica: this.o.id, timing: end.timing, ...(cold ? { cold } : {}), ...(end.chunks !== undefined ? { chunks: end.chunks } : {}) };
+    const header: ReplyHeader = { rid, status: end.status, replica: this.o.id, timing: end.timing, ...(cold ? { cold } : {}) };
+    if (end.chunks !== undefined) header.chunks = end.chunks;
     return this.delivery.deliver(jobId, data, header, end.body, end);
   }
 

@@ -59,19 +59,27 @@ export async function runOnUserCode(c: RunContext, data: RunJobData, queueMs: nu
     const handlerMs = Math.round((performance.now() - t0) * 100) / 100;
     const bound = (v: number | undefined) => Math.min(v ?? 0, handlerMs);
     const timing = { queueMs, handlerMs, inferMs: bound(r.timing.inferMs), execMs: bound(r.timing.execMs), batchMs: bound(r.timing.batchMs), inputMs: bound(r.timing.inputMs), outputMs: bound(r.timing.outputMs) };
-    // What a sync caller was sent as it came: its gateway reads through the last chunk.
-    const streamed = streamTo === 'caller' && (r.streamed || sink!.count > 0) ? { chunks: sink!.last, streamedBytes: sink!.bytes } : {};
-    // Whatever the handler did, a caller who left gets nothing: 499, metered as such. Its gateway
-    // stopped reading: what was written after it removed the chunks goes too.
+    let end: RunEnd;
     if (stop?.requested && !data.job) {
+      // Whatever the handler did, a caller who left gets nothing: 499, metered as such. Its
+      // gateway stopped reading: what was written after it removed the chunks goes too.
       if (streamTo === 'caller') await dropChunks(c.redis, streamId!).catch(() => {});
-      return { status: 499, body: DISCONNECTED_BODY, disconnected: true, timing, ...streamed };
+      end = { status: 499, body: DISCONNECTED_BODY, disconnected: true, timing };
+    } else if (stop?.requested && r.canceled) {
+      // A job whose handler stopped because it was canceled ends "canceled", not "failed".
+      return { status: 499, body: CANCELED_BODY, canceled: true, timing };
+    } else if (sink?.failure) {
+      end = { status: 500, body: JSON.stringify(errorBody(sink.failure.code, `${c.fn}: ${sink.failure.why}`)), timing };
+    } else {
+      const bytes = r.bytes ? { contentType: r.bytes.contentType, bytes: r.bytes.data, headerLength: r.bytes.headerLength } : undefined;
+      end = { status: r.status, body: r.body, bytes, timing };
     }
-    // A job whose handler stopped because it was canceled ends "canceled", not "failed".
-    if (stop?.requested && r.canceled) return { status: 499, body: CANCELED_BODY, canceled: true, timing };
-    if (sink?.failure) return { status: 500, body: JSON.stringify(errorBody(sink.failure.code, `${c.fn}: ${sink.failure.why}`)), timing, ...streamed };
-    const bytes = r.bytes ? { contentType: r.bytes.contentType, bytes: r.bytes.data, headerLength: r.bytes.headerLength } : undefined;
-    return { status: r.status, body: r.body, bytes, timing, ...streamed };
+    // What a sync caller was sent as it came: its gateway reads through the last chunk.
+    if (streamTo === 'caller' && (r.streamed || sink!.count > 0)) {
+      end.chunks = sink!.last;
+      end.streamedBytes = sink!.bytes;
+    }
+    return end;
   } finally {
     if (stopId !== undefined) c.stops.leave(stopId);
   }
