@@ -10,6 +10,7 @@ import { keys } from '../core/keys.ts';
 import { ChunkReader } from './chunk-reader.ts';
 import type { GatewayDeps, GatewayEnv } from './deps.ts';
 import { eventStream, HEARTBEAT, SSE_HEADERS, sseEvent } from './sse.ts';
+import { requireListening } from './submit.ts';
 
 /** How long a reader waits for a notice before looking anyway (a job ended by a gateway sends none). */
 const POLL_MS = 1_000;
@@ -17,6 +18,8 @@ const POLL_MS = 1_000;
 const HEARTBEAT_MS = 15_000;
 
 export async function jobEvents(c: Context<GatewayEnv>, deps: GatewayDeps, id: string, after: number): Promise<Response> {
+  // Its notices come on this gateway's subscriber connection.
+  requireListening(deps);
   const reader = new ChunkReader({ redis: deps.redis, hub: deps.replies, id, after, consume: false });
   await reader.open();
   let finished = false;

@@ -1,7 +1,6 @@
 // Server-Sent Events as this API writes them: `id`, `event` and `data` lines, a blank line after
 // each event, comments as heartbeats. A response body is pulled as the caller's socket drains, so
 // what is read from Redis for it is read at the caller's pace.
-import { binaryAsJson } from '../runtime/result-body.ts';
 import type { ReplyHeader } from '../core/contracts.ts';
 import { serverTiming } from './submit.ts';
 
@@ -57,7 +56,8 @@ export function eventStream(next: () => Promise<string | null>, gone: () => void
 
 /** A run's answer as one chunk's data: its JSON, or its bytes as `{ contentType, base64 }`. */
 export function answerAsChunk(header: ReplyHeader, body: Buffer): string {
-  return header.type === undefined ? body.toString() : binaryAsJson({ contentType: header.type, bytes: body });
+  // As an async job's output carries bytes (runtime/result-body.ts binaryAsJson).
+  return header.type === undefined ? body.toString() : JSON.stringify({ contentType: header.type, base64: body.toString('base64') });
 }
 
 /**

@@ -12,7 +12,7 @@ import { ChunkReader } from './chunk-reader.ts';
 import type { GatewayDeps, GatewayEnv } from './deps.ts';
 import type { Reply } from './replies.ts';
 import { answerAsChunk, eventStream, finalEvent, HEARTBEAT, SSE_HEADERS, sseEvent } from './sse.ts';
-import { noReply, queueSync, type QueuedSync, type Submission, type SyncOutcome } from './submit.ts';
+import { noReply, queueSync, requireListening, type QueuedSync, type Submission, type SyncOutcome } from './submit.ts';
 import { randomUUID } from 'node:crypto';
 
 /** How long a reader waits for a notice before looking anyway. */
@@ -28,6 +28,7 @@ const TAIL_POLL_MS = 50;
  * failed before yielding anything, its outcome for the route to answer as a plain run's.
  */
 export async function runStreamed(c: Context<GatewayEnv>, deps: GatewayDeps, s: Submission, t0: number): Promise<Response | SyncOutcome> {
+  requireListening(deps);
   const signal = c.req.raw.signal;
   const id = randomUUID();
   const reader = new ChunkReader({ redis: deps.redis, hub: deps.replies, id, consume: true });

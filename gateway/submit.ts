@@ -68,6 +68,11 @@ function billing(s: Submission) {
   return { t: s.fn.tenant, k: s.auth.keyId, bin: s.bytesIn };
 }
 
+/** A sync run needs its reply to reach this gateway: after Redis comes back, not before it listens again (503). */
+export function requireListening(deps: GatewayDeps): void {
+  if (!deps.replies.listening) throw new ApiError(503, 'unavailable', 'this gateway is reconnecting to Redis and cannot receive replies yet; retry shortly');
+}
+
 /** A sync run queued: its id, its entry, its reply when it comes (null: none in time, or its caller left), and its end. */
 export interface QueuedSync {
   /** The gateway's own id for it: its reply, in-flight slot, chunks and cancel go by it. */
@@ -89,7 +94,7 @@ export interface QueuedSync {
  */
 export async function queueSync(deps: GatewayDeps, s: Submission, o: { id?: string; signal?: AbortSignal; stream?: boolean } = {}): Promise<QueuedSync> {
   const { replies, live, metrics } = deps;
-  if (!replies.listening) throw new ApiError(503, 'unavailable', 'this gateway is reconnecting to Redis and cannot receive replies yet; retry shortly');
+  requireListening(deps);
   const stamp = enqueueStamp();
   const id = o.id ?? randomUUID();
   const data: RunJobData = { rid: s.rid, id, gw: deps.gatewayId, ...s.data, ...stamp, deadline: stamp.enq + deps.queueTimeoutMs, ...billing(s) };
