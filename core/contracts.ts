@@ -120,6 +120,11 @@ export interface RunJobData {
   boot?: string;
   /** Latest start (ms since epoch) of a synchronous run: still queued then, it is answered 504 without running. */
   deadline?: number;
+  /**
+   * A sync caller reads the answer as events (Accept: text/event-stream): a handler that yields
+   * writes its chunks as they come to the stream keys.chunks(id), which its gateway reads.
+   */
+  stream?: true;
   /** Metering: the tenant and API key id the request is billed to, and its body size. */
   t?: string;
   k?: string;
@@ -188,6 +193,11 @@ export interface ReplyHeader {
   type?: string;
   /** An inference response with binary tensors: its JSON header's length in bytes (Inference-Header-Content-Length). */
   headerLength?: number;
+  /**
+   * The handler yielded, and its chunks went to its caller's stream (RunJobData.stream): the last
+   * one's sequence number, which the gateway reads through before its final event.
+   */
+  chunks?: number;
 }
 
 /** A replica's start, phase by phase (ms). model_fetch is 0 when every model was on disk. */

@@ -34,7 +34,8 @@ export const keys = {
   job: (id: string) => `embers:job:${id}`,
   jobGone: (id: string) => `embers:job:${id}:gone`,
   /**
-   * Replicas listen here for cancellations of running async jobs, `<function> <job id>`, and for
+   * Replicas listen here for cancellations of running async jobs, `<function> <job id>`, for sync
+   * runs whose caller went away, `<function> <the gateway's request id>`, and for
    * `<function> +scan` (SCAN_NOW): live requests of that function were handed over, to be taken now.
    */
   cancelChannel: 'embers:cancel',
@@ -49,6 +50,15 @@ export const keys = {
   webhookSecret: 'embers:webhook-secret',
   /** Every batch by creation time, for listing. */
   batches: 'embers:batches',
+  /**
+   * A streamed answer's chunks (core/chunks.ts): a stream per request, by the gateway's request id
+   * (a sync run) or the job id; each entry's id is `0-<seq>`, its sequence number.
+   */
+  chunks: (id: string) => `embers:chunks:${id}`,
+  /** The chunks kept of an async job, in bytes (core/lua/chunks-add.lua trims by it). */
+  chunkBytes: (id: string) => `embers:chunks:${id}:bytes`,
+  /** Readers of a request's chunks hear here that chunks were added, or that its job ended. */
+  chunksChannel: (id: string) => `embers:chunks:${id}:new`,
   /** A Files API upload's record (hash), and a tenant's uploads by creation time. */
   file: (id: string) => `embers:file:${id}`,
   files: (tenant: string) => `embers:tenant:${tenant}:files`,

@@ -296,6 +296,8 @@ function parseJob(d: string): RunJobData | undefined {
   }
 }
 
+const TAKE_BACK = lua('live-take-back');
+
 /** The gateway's side: enqueue, take back a request nobody started, and read the depth. */
 export class LiveQueue {
   private readonly grouped = new Set<string>();
@@ -366,9 +368,14 @@ export class LiveQueue {
     );
   }
 
-  /** Deletes the entry: a replica that has not read it never will; one that has, finishes it anyway. */
-  async remove(fn: string, entry: string): Promise<void> {
-    await this.redis.xdel(liveStream(fn), entry);
+  /**
+   * Takes back an entry its caller no longer waits for, if no replica has read it (TAKE_BACK): then
+   * none ever runs it. `cancel`: tells the function's replicas, so one running it stops it (the
+   * message the cancel channel carries, `<function> <request id>`). Resolves with whether it was taken back.
+   */
+  async takeBack(fn: string, entry: string, cancel?: string): Promise<boolean> {
+    const args = cancel === undefined ? [] : [keys.cancelChannel, cancel];
+    return (await evalScript(this.redis, TAKE_BACK, 1, liveStream(fn), LIVE_GROUP, entry, ...args)) === 1;
   }
 
   /** Requests no replica has taken yet: the stream's entries less those a replica holds. */

@@ -33,6 +33,8 @@ export interface UsageRecord {
   bytesIn: number;
   bytesOut: number;
   at: string;
+  /** A sync caller went away before its answer: the handler was told to stop (ctx.signal), and the status is 499. */
+  disconnected?: true;
 }
 
 /** How long a batch line's id is remembered against double counting; retries happen within minutes. */

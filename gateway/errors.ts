@@ -17,6 +17,14 @@ export class ApiError extends Error {
   }
 }
 
+/** The caller of a sync run closed its connection before its answer: nobody reads what is written (499, logged so). */
+export class CallerGone extends Error {
+  override name = 'CallerGone';
+  constructor() {
+    super('the caller went away before its answer');
+  }
+}
+
 /** What a function_not_found message says after the name: why the name finds nothing, or what to do. */
 const FUNCTION_NOT_FOUND_HINTS = {
   /** The name is one no function can have. */
@@ -46,6 +54,7 @@ export function onError(log: Logger) {
       if (retryAfter !== undefined) c.header('retry-after', String(retryAfter));
       return c.json(errorBody(err.code, err.message, err.details), err.status);
     }
+    if (err instanceof CallerGone) return c.body(null, 499 as number as ContentfulStatusCode);
     if (err instanceof HTTPException) {
       const code = err.status === 413 ? 'too_large' : err.status === 401 ? 'unauthorized' : 'bad_request';
       return c.json(errorBody(code, err.message || 'bad request'), err.status);

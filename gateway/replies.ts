@@ -11,12 +11,20 @@ export interface Reply {
   body: Buffer;
 }
 
+/** A channel some requests here follow: who listens, and its subscription. */
+interface Followed {
+  listeners: Set<(message: string) => void>;
+  subscribed: Promise<void>;
+}
+
 export class ReplyHub {
   /** By the request's unique id (RunJobData.id). */
   private readonly waiting = new Map<string, { resolve: (r: Reply | null) => void }>();
   readonly channel: string;
   private channels: string[] = [];
   private subscribed = false;
+  /** Channels of streamed answers some request here reads (gateway/chunk-reader.ts), and their listeners. */
+  private readonly followed = new Map<string, Followed>();
 
   constructor(
     private readonly sub: Redis,
@@ -37,6 +45,11 @@ export class ReplyHub {
       const channel = channelBytes.toString();
       // Thrown here, an error would reach ioredis's socket handler and take the gateway down.
       try {
+        const followed = this.followed.get(channel);
+        if (followed) {
+          for (const listener of followed.listeners) listener(message.toString());
+          return;
+        }
         if (channel !== this.channel) return this.onOther(channel, message.toString());
         for (const reply of decodeReplies(message)) {
           const id = reply.header.id;
@@ -66,8 +79,38 @@ export class ReplyHub {
   }
 
   private async subscribe(): Promise<void> {
-    await this.sub.subscribe(...this.channels);
+    await this.sub.subscribe(...this.channels, ...this.followed.keys());
     this.subscribed = true;
+  }
+
+  /**
+   * Hears the messages of `channel` (a streamed answer's notices) until the function returned is
+   * called; resolves once subscribed. A message published before that is missed: read what it
+   * announced after subscribing.
+   */
+  async follow(channel: string, listener: (message: string) => void): Promise<() => void> {
+    let f = this.followed.get(channel);
+    if (!f) {
+      const created: Followed = { listeners: new Set(), subscribed: this.sub.subscribe(channel).then(() => {}) };
+      this.followed.set(channel, (f = created));
+      created.subscribed.catch(() => {
+        if (this.followed.get(channel) === created) this.followed.delete(channel);
+      });
+    }
+    const followed = f;
+    followed.listeners.add(listener);
+    const unfollow = () => {
+      if (!followed.listeners.delete(listener) || followed.listeners.size || this.followed.get(channel) !== followed) return;
+      this.followed.delete(channel);
+      void this.sub.unsubscribe(channel).catch(() => {});
+    };
+    try {
+      await followed.subscribed;
+    } catch (err) {
+      unfollow();
+      throw err;
+    }
+    return unfollow;
   }
 
   /**

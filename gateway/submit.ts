@@ -12,9 +12,10 @@ import { FunctionGoneError, KeyRejectedError } from '../core/live-queue.ts';
 import { plainName } from '../core/names.ts';
 import type { AuthContext } from '../core/tenants.ts';
 import type { GatewayDeps, GatewayEnv } from './deps.ts';
-import { ApiError, functionNotFound } from './errors.ts';
+import { ApiError, CallerGone, functionNotFound } from './errors.ts';
 import type { ActiveFunction } from './functions-cache.ts';
 import { invalidKey, revokedKey } from './middleware/auth.ts';
+import type { Reply } from './replies.ts';
 import { acquireSlot, checkRate } from './quotas.ts';
 
 /** Waiting past the deadline by this much lets a reply that is on its way arrive. */
@@ -67,46 +68,95 @@ function billing(s: Submission) {
   return { t: s.fn.tenant, k: s.auth.keyId, bin: s.bytesIn };
 }
 
+/** A sync run needs its reply to reach this gateway: after Redis comes back, not before it listens again (503). */
+export function requireListening(deps: GatewayDeps): void {
+  if (!deps.replies.listening) throw new ApiError(503, 'unavailable', 'this gateway is reconnecting to Redis and cannot receive replies yet; retry shortly');
+}
+
+/** A sync run queued: its id, its entry, its reply when it comes (null: none in time, or its caller left), and its end. */
+export interface QueuedSync {
+  /** The gateway's own id for it: its reply, in-flight slot, chunks and cancel go by it. */
+  id: string;
+  entry: string;
+  reply: Promise<Reply | null>;
+  /** Frees its slot and counts it under `status` (once). */
+  end(status: number, queueMs?: number): void;
+  /** The caller went away before the end: the request is taken back if no replica started it, else stopped there. */
+  callerLeft(): Promise<void>;
+}
+
 /**
- * Queues a sync run and waits for its reply (admit first). The reply and the in-flight slot go
- * by an id of the gateway's own: the request id may be the caller's (x-request-id), and two
- * callers, of two tenants even, may send the same one. Time in the queue (cold starts included)
- * and handler time are bounded separately; nobody answering in time is a 504.
+ * Queues a sync run (admit first). The reply and the in-flight slot go by an id of the gateway's
+ * own (`id`, else a new one): the request id may be the caller's (x-request-id), and two callers,
+ * of two tenants even, may send the same one. Time in the queue (cold starts included) and
+ * handler time are bounded separately. `signal`: the caller's connection; when it closes, the
+ * reply resolves null at once. `stream`: the caller reads the answer as events (stream-run.ts).
  */
-export async function runSync(deps: GatewayDeps, s: Submission, t0: number): Promise<SyncOutcome> {
+export async function queueSync(deps: GatewayDeps, s: Submission, o: { id?: string; signal?: AbortSignal; stream?: boolean } = {}): Promise<QueuedSync> {
   const { replies, live, metrics } = deps;
-  if (!replies.listening) throw new ApiError(503, 'unavailable', 'this gateway is reconnecting to Redis and cannot receive replies yet; retry shortly');
+  requireListening(deps);
   const stamp = enqueueStamp();
-  const id = randomUUID();
+  const id = o.id ?? randomUUID();
   const data: RunJobData = { rid: s.rid, id, gw: deps.gatewayId, ...s.data, ...stamp, deadline: stamp.enq + deps.queueTimeoutMs, ...billing(s) };
+  if (o.stream) data.stream = true;
   const waitMs = deps.queueTimeoutMs + s.fn.manifest.timeoutMs + REPLY_GRACE_MS;
   const release = await counted(deps, s.key, () => acquireSlot(deps.redis, s.auth, id, waitMs));
-  const wait = replies.expect(id, waitMs);
+  if (o.signal?.aborted) {
+    release();
+    throw new CallerGone();
+  }
+  const reply = replies.expect(id, waitMs);
+  const signal = o.signal;
+  const left = () => replies.cancel(id);
+  signal?.addEventListener('abort', left, { once: true });
   metrics.inflight.inc();
-  let entry: string | undefined;
-  let reply;
-  try {
-    entry = await live.add(s.key, data, { keyHash: s.auth.verifyHash, ...s.payload, mustBeDeployed: true });
-    deps.wake(s.key);
-    reply = await wait;
-  } catch (err) {
-    replies.cancel(id);
-    throw notQueued(deps, err, s.key, s.auth.keyId);
-  } finally {
+  let ended = false;
+  const end = (status: number, queueMs?: number) => {
+    if (ended) return;
+    ended = true;
+    signal?.removeEventListener('abort', left);
     metrics.inflight.dec();
     release();
+    metrics.requests.inc({ function: s.key, status: String(status) });
+    if (queueMs !== undefined) metrics.queue.observe({ function: s.key }, queueMs / 1000);
+  };
+  let entry: string;
+  try {
+    entry = await live.add(s.key, data, { keyHash: s.auth.verifyHash, ...s.payload, mustBeDeployed: true });
+  } catch (err) {
+    replies.cancel(id);
+    signal?.removeEventListener('abort', left);
+    metrics.inflight.dec();
+    release();
+    throw notQueued(deps, err, s.key, s.auth.keyId);
   }
+  deps.wake(s.key);
+  // Not read by a replica yet: it never runs; running: its replica stops it.
+  const callerLeft = () => live.takeBack(s.key, entry, `${s.key} ${id}`).then(() => {}, () => {});
+  return { id, entry, reply, end, callerLeft };
+}
+
+/** Queues a sync run and waits for its reply; nobody answering in time is a 504, a caller who left is CallerGone. */
+export async function runSync(deps: GatewayDeps, s: Submission, t0: number, signal?: AbortSignal): Promise<SyncOutcome> {
+  const q = await queueSync(deps, s, { signal });
+  const reply = await q.reply;
   const totalMs = performance.now() - t0;
-  metrics.duration.observe({ function: s.key }, totalMs / 1000);
-  if (!reply) {
-    // Take the job back if no replica has started it.
-    if (entry) await live.remove(s.key, entry).catch(() => 0);
-    metrics.requests.inc({ function: s.key, status: '504' });
-    throw new ApiError(504, 'timeout', `${s.name} did not answer in time (queue limit ${deps.queueTimeoutMs} ms + run limit ${s.fn.manifest.timeoutMs} ms); see \`embers functions show ${s.name}\``);
-  }
-  metrics.requests.inc({ function: s.key, status: String(reply.header.status) });
-  metrics.queue.observe({ function: s.key }, reply.header.timing.queueMs / 1000);
+  deps.metrics.duration.observe({ function: s.key }, totalMs / 1000);
+  if (!reply) return noReply(deps, s, q, signal);
+  q.end(reply.header.status, reply.header.timing.queueMs);
   return { header: reply.header, body: reply.body, totalMs };
+}
+
+/** A sync run that got no reply: its caller left (CallerGone), or nobody answered in time (504; taken back if no replica started it). */
+export async function noReply(deps: GatewayDeps, s: Submission, q: QueuedSync, signal?: AbortSignal): Promise<never> {
+  if (signal?.aborted) {
+    q.end(499);
+    await q.callerLeft();
+    throw new CallerGone();
+  }
+  q.end(504);
+  await deps.live.takeBack(s.key, q.entry).catch(() => false);
+  throw new ApiError(504, 'timeout', `${s.name} did not answer in time (queue limit ${deps.queueTimeoutMs} ms + run limit ${s.fn.manifest.timeoutMs} ms); see \`embers functions show ${s.name}\``);
 }
 
 /** Queues an async run: its record first (so GET never misses it), then the job itself. Resolves with the job id. */
@@ -143,12 +193,18 @@ function notQueued(deps: GatewayDeps, err: unknown, key: string, keyId: string):
 
 /** Server-Timing (and Embers-Cold-Start when it waited for one) of a sync run's reply. */
 export function setTimingHeaders(c: Context<GatewayEnv>, header: ReplyHeader, totalMs: number): void {
+  c.header('server-timing', serverTiming(header, totalMs));
+  if (header.cold) c.header('embers-cold-start', coldStartHeader(header.cold.phases));
+}
+
+/** A run's Server-Timing text. */
+export function serverTiming(header: ReplyHeader, totalMs: number): string {
   const t = header.timing;
   const cold = header.cold ? `cold;dur=${round(header.cold.waitedMs)}, ` : '';
   // infer: how long the inferences it rode in ran, summed over its calls (usage meters its share).
-  c.header('server-timing', `${cold}queue;dur=${round(t.queueMs)}, input;dur=${t.inputMs}, batch;dur=${round(t.batchMs)}, infer;dur=${round(t.execMs)}, output;dur=${t.outputMs}, handler;dur=${t.handlerMs}, total;dur=${round(totalMs)}`);
-  if (header.cold) c.header('embers-cold-start', coldStartHeader(header.cold.phases));
+  return `${cold}queue;dur=${round(t.queueMs)}, input;dur=${t.inputMs}, batch;dur=${round(t.batchMs)}, infer;dur=${round(t.execMs)}, output;dur=${t.outputMs}, handler;dur=${t.handlerMs}, total;dur=${round(totalMs)}`;
 }
+
 
 const round = (n: number) => Math.round(n * 100) / 100;
 

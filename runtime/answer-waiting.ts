@@ -27,7 +27,7 @@ export async function answerWaiting(o: Waiting, error: { phase: string; message:
   if (others.some((r) => r && (JSON.parse(r) as { state: string }).state === 'ready')) return;
   const failed = (jobId: string, data: RunJobData): Promise<LiveOutcome | undefined> => {
     const body = JSON.stringify(errorBody('replica_start_failed', `${plainName(name)} ${version} cannot start: ${error.phase} failed: ${error.message}`));
-    return o.delivery.deliver(jobId, data, { rid: data.rid, status: 503, replica: o.replica, timing: unrunTiming(sinceEnqueued(data)) }, body, false);
+    return o.delivery.deliver(jobId, data, { rid: data.rid, status: 503, replica: o.replica, timing: unrunTiming(sinceEnqueued(data)) }, body);
   };
   // Live requests: read them all as this replica, answer, acknowledge.
   for (;;) {

@@ -21,6 +21,18 @@ const USAGE_KIND = { gateway: 'sync', job: 'async', batch: 'batch' } as const;
 /** Text replies longer than this (UTF-16 units) are handed to Redis as bytes (deliver). */
 const LARGE_REPLY = 64 * 1024;
 
+/** How a request ended, besides its header and body. */
+export interface Delivered {
+  /** An async job stopped by its caller's cancel. */
+  canceled?: boolean;
+  /** The handler answered with bytes (the body is then unused). */
+  bytes?: BinaryBody;
+  /** A sync caller went away: nobody gets a reply, and the usage record says so. */
+  disconnected?: boolean;
+  /** A sync caller was sent the answer as chunks, as they came: their bytes. */
+  streamedBytes?: number;
+}
+
 export interface DeliveryOptions {
   redis: Redis;
   manifest: Manifest;
@@ -50,16 +62,22 @@ export class Delivery {
    * answered with bytes (`body` is then unused): a sync caller gets them as they are (the reply's
    * body is bytes, its header says their type), an async job and a batch line as JSON (binaryAsJson).
    */
-  async deliver(jobId: string, data: RunJobData, header: ReplyHeader, body: string, canceled: boolean, bytes?: BinaryBody): Promise<LiveOutcome | undefined> {
+  async deliver(jobId: string, data: RunJobData, header: ReplyHeader, body: string, o: Delivered = {}): Promise<LiveOutcome | undefined> {
+    const { canceled = false, disconnected } = o;
+    let { bytes } = o;
     if (header.status >= 500) this.counts.failed++;
     else this.counts.completed++;
     const destination = destinationOf(data);
     const toGateway = destination?.to === 'gateway';
     // Metered by what the caller gets: a sync caller the bytes, an async job and a batch line their JSON.
     if (bytes && !toGateway) body = binaryAsJson(bytes);
-    const usage = this.usageRecord(jobId, data, header, bytes && toGateway ? bytes.bytes.length : Buffer.byteLength(body), destination?.to ?? 'batch');
+    const bytesOut = disconnected ? (o.streamedBytes ?? 0) : o.streamedBytes ?? (bytes && toGateway ? bytes.bytes.length : Buffer.byteLength(body));
+    const usage = this.usageRecord(jobId, data, header, bytesOut, destination?.to ?? 'batch');
+    if (disconnected) usage.disconnected = true;
     switch (destination?.to) {
       case 'gateway': {
+        // Nobody waits for it.
+        if (disconnected) return { usage };
         if (destination.id) header = { ...header, id: destination.id };
         let message: string | Buffer = bytes ? encodeReply({ ...header, type: bytes.contentType, ...(bytes.headerLength !== undefined ? { headerLength: bytes.headerLength } : {}) }, bytes.bytes) : encodeReply(header, body);
         // A large text reply goes to ioredis as bytes, encoded once: as a string it would be
@@ -70,6 +88,8 @@ export class Delivery {
       case 'job': {
         const done = await this.jobStore.finish(destination.job, { httpStatus: header.status, body, type: bytes?.contentType, canceled, timing: header.timing, version: this.o.manifest.version });
         if (done.webhook) await enqueueWebhook(this.webhooks(), { job: destination.job, url: done.webhook });
+        // Whoever follows its events (GET /v1/jobs/:id/events) hears that it ended.
+        if (done.finished) void this.o.redis.publish(keys.chunksChannel(destination.job), 'end').catch(() => 0);
         return { usage };
       }
       case 'batch': {
@@ -98,7 +118,7 @@ export class Delivery {
     if (state === 'running') return 'run';
     if (state === 'cancel') {
       const zero = unrunTiming(sinceEnqueued(data));
-      return this.deliver(jobId, data, { rid: data.rid, status: 499, replica: this.o.replica, timing: zero }, CANCELED_BODY, true);
+      return this.deliver(jobId, data, { rid: data.rid, status: 499, replica: this.o.replica, timing: zero }, CANCELED_BODY, { canceled: true });
     }
     if (!isTerminal(state)) return undefined;
     // Finished by an earlier run that died before its entry was acknowledged: queue the webhook

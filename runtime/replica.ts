@@ -7,20 +7,21 @@
 import os from 'node:os';
 import type { Redis } from 'ioredis';
 import { sinceEnqueued } from '../core/clock.ts';
-import { errorBody, type ColdStartPhases, type PlatformEvent, type RunJobData } from '../core/contracts.ts';
-import { CANCELED_BODY } from '../core/jobs.ts';
+import type { ColdStartPhases, PlatformEvent, ReplyHeader, RunJobData } from '../core/contracts.ts';
 import { keys, SCAN_NOW } from '../core/keys.ts';
 import { liveJobId, type LiveOutcome } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
-import { lua } from '../core/lua.ts';
 import { plainName } from '../core/names.ts';
+import { lua } from '../core/lua.ts';
 import { evalScript } from '../core/redis.ts';
 import { answerWaiting } from './answer-waiting.ts';
-import { BatchLane, MAX_CRASHES } from './batch-lane.ts';
+import { BatchLane } from './batch-lane.ts';
 import { Delivery } from './delivery.ts';
 import { LiveConsumer } from './live-consumer.ts';
 import { loadFunction, type LoadOptions } from './load.ts';
-import type { BinaryBody } from './result-body.ts';
+import { refusal } from './refusals.ts';
+import { runOnUserCode, type RunContext, type RunEnd } from './run-request.ts';
+import { Stops } from './stops.ts';
 import { unrunTiming } from './timing.ts';
 import { StartFailure, type UserStats } from './user-code-messages.ts';
 import type { UserCodeExit, UserCodeProcess } from './user-code-process.ts';
@@ -95,8 +96,10 @@ export class Replica {
   private readyAt = 0;
   private readonly log: Logger;
   private readonly delivery: Delivery;
-  /** Running async jobs, by job id, so DELETE /v1/jobs/:id can abort their handlers. */
-  private readonly cancels = new Map<string, AbortController>();
+  /** Running requests their callers may stop: async jobs (DELETE /v1/jobs/:id), sync runs whose caller went away. */
+  private readonly stops = new Stops();
+  /** What running a request on the user code needs. */
+  private readonly runs: RunContext;
   private cancelSub?: Redis;
   private readonly user: UserCodeProcess;
   /** The user-code process is being stopped (drain, abandon) or is gone. */
@@ -109,6 +112,7 @@ export class Replica {
     this.user.onAnnounce = (busy) => void o.redis.publish(keys.liveChannel(this.nodeId), `${o.id} ${busy ? 1 : 0}`).catch(() => {});
     this.user.onStuck = (rid) => this.stuck(rid);
     this.user.onExit = (e) => this.userCodeExited(e);
+    this.runs = { user: this.user, redis: o.redis, stops: this.stops, fn: plainName(o.manifest.name), timeoutMs: o.manifest.timeoutMs, jobRetentionS: o.jobRetentionS };
   }
 
   /** The machine whose cores (or GPUs) this replica shares with the others there. */
@@ -175,7 +179,7 @@ export class Replica {
         if (a !== this.o.id) this.user.peer(a, b === '1');
       } else if (a === manifest.name) {
         if (b === SCAN_NOW) this.live?.scanNow();
-        else this.cancels.get(b)?.abort();
+        else this.stops.stop(b);
       }
     });
     // Cancellations (and hand-overs of live requests), and, for a function with models, the
@@ -311,72 +315,32 @@ export class Replica {
   }
 
   /**
-   * Runs one request from either queue  /**
    * Runs one request from either queue; `crashes`: replicas that died holding it before. A live
    * request resolves with what its acknowledgement writes (usage record, reply); a batch line is
    * metered and answered here.
    */
   private async process(jobId: string, data: RunJobData, crashes: number, jobSignal?: AbortSignal): Promise<LiveOutcome | undefined> {
-    const { rid, input, enq } = data;
+    const { rid, enq } = data;
     if (data.job) {
       const start = await this.delivery.startJob(jobId, data);
       if (start !== 'run') return start;
     }
     const queued = sinceEnqueued(data);
-    const t0 = performance.now();
     const lane = data.batch ? 'batch' : 'live';
     this.lanes[lane]++;
-    let status = 200;
-    let body = '';
-    // Set when the handler answered with bytes (binary(), a Uint8Array): body stays ''.
-    let bytes: BinaryBody | undefined;
-    let timing = unrunTiming(queued);
-    let canceled = false;
-    const log = () => this.log.child({ rid });
-    // Only async jobs can be canceled (DELETE /v1/jobs/:id).
-    const cancel = data.job ? new AbortController() : undefined;
-    if (cancel) this.cancels.set(data.job!, cancel);
+    let end: RunEnd;
     try {
-      if (crashes >= MAX_CRASHES) {
-        // Replicas died twice while holding this request: it is likely the cause. Answer, don't run.
-        status = 500;
-        body = JSON.stringify(errorBody('replica_crashed', `${plainName(this.o.manifest.name)}: the replica crashed ${crashes} times while running this request; it was not retried again`));
-        log().error({ crashes }, 'poison request answered without running');
-      } else if (data.bodyMissing) {
-        status = 500;
-        body = JSON.stringify(errorBody('queue_entry_damaged', `${plainName(this.o.manifest.name)}: the request's body was missing from its queue entry, so it was not run; send it again`));
-        log().error('binary body missing from the queue entry: answered without running');
-      } else if (data.tensors && !this.o.manifest.tensors) {
-        status = 400;
-        body = JSON.stringify(errorBody('invalid_input', `${plainName(this.o.manifest.name)} version ${this.o.manifest.version} does not take tensors (a new version became active meanwhile); call it through /v1/run`));
-      } else if (!data.tensors && data.raw !== undefined && data.raw !== this.o.manifest.binaryInput) {
-        // Bytes queued for a version that took them, run by one that does not (a rollout):
-        // its schema would strip the field and run on defaults.
-        status = 415;
-        body = JSON.stringify(errorBody('unsupported_media_type', `${plainName(this.o.manifest.name)} version ${this.o.manifest.version} takes ${this.o.manifest.binaryInput ? `bytes as its "${this.o.manifest.binaryInput}"` : 'JSON bodies only'}, and the bytes were sent for "${data.raw}" (a new version became active meanwhile); send the request again`));
-      } else {
-        // The user code checks the input against the function's schema and runs the handler.
-        const { n, result } = this.user.run({ rid, input, raw: data.raw, tensors: data.tensors, deadline: data.deadline, batch: lane === 'batch', queueMs: queued });
-        const stop = (canceledByCaller: boolean) => () => this.user.abort(n, canceledByCaller);
-        cancel?.signal.addEventListener('abort', stop(true), { once: true });
-        jobSignal?.addEventListener('abort', stop(false), { once: true });
-        const r = await result;
-        ({ status, body } = r);
-        if (r.bytes) bytes = { contentType: r.bytes.contentType, bytes: r.bytes.data, headerLength: r.bytes.headerLength };
-        canceled = r.canceled === true && (cancel?.signal.aborted ?? false);
-        // Metered by this process's clock; the user code's split is bounded by it.
-        const handlerMs = Math.round((performance.now() - t0) * 100) / 100;
-        const bound = (v: number | undefined) => Math.min(v ?? 0, handlerMs);
-        timing = { queueMs: queued, handlerMs, inferMs: bound(r.timing.inferMs), execMs: bound(r.timing.execMs), batchMs: bound(r.timing.batchMs), inputMs: bound(r.timing.inputMs), outputMs: bound(r.timing.outputMs) };
-      }
+      const refused = refusal(this.o.manifest, data, crashes);
+      if (refused?.log) this.log.child({ rid }).error({ crashes: refused.log.crashes }, refused.log.message);
+      end = refused ? { ...refused, timing: unrunTiming(queued) } : await runOnUserCode(this.runs, data, queued, jobSignal);
     } finally {
       this.lanes[lane]--;
-      if (cancel) this.cancels.delete(data.job!);
     }
     // A request queued before this replica was ready waited for its cold start.
     const cold = enq < this.readyAt && this.coldStart ? { waitedMs: Math.min(this.coldStart.totalMs, this.readyAt - enq), phases: this.coldStart } : undefined;
-    // A handler that stopped because it was canceled ends "canceled", not "failed".
-    return this.delivery.deliver(jobId, data, { rid, status, replica: this.o.id, timing, ...(cold ? { cold } : {}) }, canceled ? CANCELED_BODY : body, canceled, canceled ? undefined : bytes);
+    const header: ReplyHeader = { rid, status: end.status, replica: this.o.id, timing: end.timing, ...(cold ? { cold } : {}) };
+    if (end.chunks !== undefined) header.chunks = end.chunks;
+    return this.delivery.deliver(jobId, data, header, end.body, end);
   }
 
   /** Moves to `next`, which must follow from the state it is in (STATE_MOVES). */

@@ -101,3 +101,30 @@ export function inferenceResultBody(result: unknown, d: InferenceDescriptor, mod
 export function binaryAsJson(b: BinaryBody): string {
   return JSON.stringify({ contentType: b.contentType, base64: b.bytes.toString('base64') });
 }
+
+/** A chunk over MAX_CHUNK_BYTES (core/chunks.ts): the run ends 500 `answer_too_large`. */
+export class ChunkTooLargeError extends AnswerTooLargeError {
+  constructor(bytes: number, max: number) {
+    super(bytes, max);
+    this.message = `yielded a chunk of ${bytes} bytes, over the ${max} one chunk may hold; yield smaller chunks`;
+  }
+}
+
+/**
+ * A chunk a handler yielded, as JSON: as a result is written, with bytes (binary(), a
+ * Uint8Array) as `{ contentType, base64 }`, since a chunk always travels as JSON. Throws
+ * ChunkTooLargeError past `maxBytes`.
+ */
+export function chunkJson(value: unknown, maxBytes: number): string {
+  let body: ResultBody;
+  try {
+    body = resultBody(value, maxBytes);
+  } catch (err) {
+    if (err instanceof AnswerTooLargeError) throw new ChunkTooLargeError(err.bytes, maxBytes);
+    throw err;
+  }
+  const json = body.binary ? binaryAsJson(body.binary) : body.json;
+  // base64 grows bytes by a third; JSON text is counted in bytes only when it could be over.
+  if (json.length > maxBytes / 3 && Buffer.byteLength(json) > maxBytes) throw new ChunkTooLargeError(Buffer.byteLength(json), maxBytes);
+  return json;
+}

@@ -56,12 +56,20 @@ export interface RunMessage {
   batch: boolean;
   /** Time it waited in the queue (ms), for its timing. */
   queueMs: number;
+  /**
+   * Where a handler that yields sends its chunks as they come (chunk messages, within the
+   * replica's credit: handler-stream.ts): a sync caller reading events ('caller'), or an async
+   * job, which also gets them gathered as its output ('job'). Unset: gathered only, as its answer.
+   */
+  streamTo?: 'caller' | 'job';
 }
 
 export type ToUserCode =
   | AssignMessage
   | RunMessage
   | { type: 'abort'; n: number; canceled: boolean }
+  /** The replica took `k` more of run `n`'s chunks: that many more may be sent. */
+  | { type: 'credit'; n: number; k: number }
   /** Another replica on the node announced live requests (busy) or none. */
   | { type: 'peer'; id: string; busy: boolean }
   | { type: 'stats' };
@@ -77,7 +85,9 @@ export type FromUserCode =
   | { type: 'standby' }
   | { type: 'started'; phases: { bundleMs: number; modelLoadMs: number; setupMs: number; warmupMs: number } }
   | { type: 'start_failed'; phase: string; message: string }
-  | { type: 'result'; n: number; status: number; body: string; bytes?: { contentType: string; length: number; headerLength?: number }; timing: ReplyHeader['timing']; canceled?: boolean }
+  | { type: 'result'; n: number; status: number; body: string; bytes?: { contentType: string; length: number; headerLength?: number }; timing: ReplyHeader['timing']; canceled?: boolean; streamed?: true }
+  /** One chunk (its JSON) a handler yielded, for a run with `streamTo`. */
+  | { type: 'chunk'; n: number; data: string }
   /** Tells the node's other replicas it runs live requests (busy) or none. */
   | { type: 'announce'; busy: boolean }
   /** A handler ran past its timeout and grace and will not stop: replace the replica. */

@@ -65,6 +65,8 @@ export class UserCodeProcess {
   private readonly staging: string;
   private readonly cgroup?: SandboxCgroup;
   private readonly waiting = new Map<number, (r: CheckedResult) => void>();
+  /** Where the chunks of runs that stream go (runtime/chunk-sink.ts checks them), by run. */
+  private readonly chunkTargets = new Map<number, (data: unknown) => void>();
   private next = 1;
   private readonly outbox = new Outbox<ToUserCode>((messages) => {
     if (this.child.connected) this.child.send(messages, undefined, undefined, (err) => err && this.o.log.debug({ err: err.message }, 'could not reach the user-code process'));
@@ -197,9 +199,13 @@ export class UserCodeProcess {
     return { bundleMs: ms(p.bundleMs), modelLoadMs: ms(p.modelLoadMs), setupMs: ms(p.setupMs), warmupMs: ms(p.warmupMs) };
   }
 
-  /** Runs a request; always resolves (a process that exits meanwhile answers 500 or 503 replica_oom). */
-  run(m: Omit<RunMessage, 'type' | 'n' | 'rawBytes'>): { n: number; result: Promise<CheckedResult> } {
+  /**
+   * Runs a request; always resolves (a process that exits meanwhile answers 500 or 503 replica_oom).
+   * `onChunk` takes the chunks of a run that streams (`streamTo`), as the process sent them.
+   */
+  run(m: Omit<RunMessage, 'type' | 'n' | 'rawBytes'>, onChunk?: (data: unknown) => void): { n: number; result: Promise<CheckedResult> } {
     const n = this.next++;
+    if (onChunk) this.chunkTargets.set(n, onChunk);
     const body = m.raw !== undefined ? (m.input as Record<string, unknown> | null)?.[m.raw] : undefined;
     let rawBytes: number | undefined;
     if (body instanceof Uint8Array) {
@@ -219,6 +225,11 @@ export class UserCodeProcess {
 
   abort(n: number, canceled: boolean): void {
     if (this.waiting.has(n)) this.send({ type: 'abort', n, canceled });
+  }
+
+  /** Lets run `n` send `k` more chunks. */
+  credit(n: number, k: number): void {
+    if (this.waiting.has(n)) this.send({ type: 'credit', n, k });
   }
 
   peer(id: string, busy: boolean): void {
@@ -256,12 +267,16 @@ export class UserCodeProcess {
         const resolve = this.waiting.get(m.n);
         if (!resolve) return;
         this.waiting.delete(m.n);
+        this.chunkTargets.delete(m.n);
         // A binary answer's bytes come on the byte channel (checkResult checks their length).
         const length = (m.bytes as { length?: unknown } | undefined)?.length;
         if (m.bytes === undefined || typeof length !== 'number') resolve(checkResult(m, this.o.maxAnswerBytes));
         else void this.frames.take(m.n).then((data) => resolve(checkResult(m, this.o.maxAnswerBytes, data)));
         break;
       }
+      case 'chunk':
+        this.chunkTargets.get(m.n)?.(m.data);
+        break;
       case 'announce':
         this.onAnnounce(m.busy === true);
         break;
@@ -287,6 +302,7 @@ export class UserCodeProcess {
   }
 
   private cleanUp(): void {
+    this.chunkTargets.clear();
     for (const [n, resolve] of this.waiting) {
       this.waiting.delete(n);
       resolve(this.exitResult(this.exitInfo!, 0));
@@ -340,5 +356,7 @@ export function checkResult(m: Result, maxAnswerBytes: number, data?: Buffer): C
     if (headerLength !== undefined && !(Number.isSafeInteger(headerLength) && (headerLength as number) > 0 && (headerLength as number) <= data.length)) return invalid('inference header length');
     bytes = { contentType, data, ...(headerLength !== undefined ? { headerLength: headerLength as number } : {}) };
   }
-  return { status: m.status, body: m.body, bytes, timing, canceled: m.canceled === true || undefined };
+  const checked: CheckedResult = { status: m.status, body: m.body, bytes, timing, canceled: m.canceled === true || undefined };
+  if (m.streamed === true) checked.streamed = true;
+  return checked;
 }

@@ -12,11 +12,13 @@ import { ModelSession, type ModelSessionInit } from '../native/session.ts';
 import type { Feeds } from '../native/tensor.ts';
 import { DynamicBatcher, type Lane } from './batcher.ts';
 import { LiveFirst } from './live-first.ts';
-import { AnswerTooLargeError, inferenceResultBody, resultBody, writeTypedArraysAsJson } from './result-body.ts';
-import { InferenceRequestError, type InferenceDescriptor } from '../core/oip/request.ts';
+import { inferenceResultBody, resultBody, writeTypedArraysAsJson } from './result-body.ts';
+import type { InferenceDescriptor } from '../core/oip/request.ts';
 import { inputTensors } from '../core/oip/tensors.ts';
 import { modelFunction } from './model-function.ts';
-import { HandlerError, isFunctionDefinition, type FunctionDefinition, type HandlerContext, type ModelHandle } from '../sdk/index.ts';
+import { HandlerStreams, isChunkSource, StreamedAnswer } from './handler-stream.ts';
+import { CanceledError, errorReply, TimeoutError } from './handler-errors.ts';
+import { isFunctionDefinition, type FunctionDefinition, type HandlerContext, type ModelHandle } from '../sdk/index.ts';
 import { heldMs, holdCall, newCallTimes, splitTiming, type CallTimes } from './timing.ts';
 import { StartFailure, type AssignMessage, type FromUserCode, type RunMessage, type UserStats } from './user-code-messages.ts';
 
@@ -41,6 +43,8 @@ export interface UserCodeOptions {
   onStuck: (rid: string) => void;
   /** Loads one model. @default ModelSession.create (onnxruntime) */
   openModel?: (init: ModelSessionInit) => Promise<ModelRunner>;
+  /** Sends a chunk a handler yielded, for a run that streams (handler-stream.ts). */
+  sendChunk?: (n: number, data: string) => void;
 }
 
 export class UserCode {
@@ -64,10 +68,12 @@ export class UserCode {
   private loadingWide = false;
   /** Running requests' abort controllers, by their number on the channel. */
   private readonly running = new Map<number, AbortController>();
+  private readonly streams: HandlerStreams;
 
   constructor(private readonly o: UserCodeOptions) {
     observeGc();
     writeTypedArraysAsJson();
+    this.streams = new HandlerStreams(o.sendChunk ?? (() => {}));
   }
 
   /** Loads the bundle and models, runs setup and warmup; a failure says its phase (StartFailure). */
@@ -156,6 +162,11 @@ export class UserCode {
     this.running.get(n)?.abort(canceled ? new CanceledError('canceled') : new Error('stopped by the replica'));
   }
 
+  /** The replica took `k` more of run `n`'s chunks. */
+  credit(n: number, k: number): void {
+    this.streams.credit(n, k);
+  }
+
   /** Releases the models (a replica that drains). */
   async close(): Promise<void> {
     this.closing = true;
@@ -178,6 +189,7 @@ export class UserCode {
     let status = 200;
     let body = '';
     let bytes: RunOutcome['bytes'];
+    let streamed: true | undefined;
     // Made on first use: most requests never log.
     let child: Logger | undefined;
     const log = () => (child ??= this.o.log.child({ rid: m.rid }));
@@ -190,9 +202,15 @@ export class UserCode {
       } else {
         const result = await this.runHandler(parsed.data, m, ctl, times, log);
         const max = this.a.settings.maxAnswerBytes;
-        const encoded = request ? inferenceResultBody(result, request, this.a.fn, max) : resultBody(result, max);
-        if (encoded.binary) bytes = { contentType: encoded.binary.contentType, data: encoded.binary.bytes, headerLength: encoded.binary.headerLength };
-        else body = encoded.json;
+        if (result instanceof StreamedAnswer) {
+          if (request) throw new Error('a handler serving tensors answers with its outputs, not chunks');
+          streamed = true;
+          body = result.json ?? 'null';
+        } else {
+          const encoded = request ? inferenceResultBody(result, request, this.a.fn, max) : resultBody(result, max);
+          if (encoded.binary) bytes = { contentType: encoded.binary.contentType, data: encoded.binary.bytes, headerLength: encoded.binary.headerLength };
+          else body = encoded.json;
+        }
       }
     } catch (err) {
       if (!ctl.signal.aborted || !(ctl.signal.reason instanceof CanceledError)) ({ status, body } = errorReply(err, this.a.fn, log()));
@@ -207,7 +225,7 @@ export class UserCode {
     const timing = splitTiming(m.queueMs, t0, performance.now(), times);
     // A handler that stopped because it was canceled ends "canceled", not "failed".
     const canceled = ctl.signal.reason instanceof CanceledError && (status >= 400 || (body === '' && !bytes));
-    return { type: 'result', n: m.n, status, body, bytes, timing, canceled: canceled || undefined };
+    return { type: 'result', n: m.n, status, body, bytes, timing, canceled: canceled || undefined, streamed };
   }
 
   /** Runs the function's warmup input once through the handler, so the first caller pays no first-run costs. */
@@ -216,7 +234,8 @@ export class UserCode {
     if (example === undefined) return;
     const input = (this.def.input as z.ZodType).parse(example);
     const ctl = new AbortController();
-    await this.def.handler(input, { models: this.handles(), log: this.o.log, requestId: 'warmup', signal: ctl.signal, fn: { name: this.a.fn.name, version: this.a.fn.version } });
+    const out = await this.def.handler(input, { models: this.handles(), log: this.o.log, requestId: 'warmup', signal: ctl.signal, fn: { name: this.a.fn.name, version: this.a.fn.version } });
+    if (isChunkSource(out)) for await (const _ of out);
   }
 
   /**
@@ -333,7 +352,10 @@ export class UserCode {
     };
     let timer: NodeJS.Timeout | undefined;
     let settled = false;
-    const running = Promise.resolve().then(() => this.def.handler(input, ctx));
+    // A handler that yields is pulled within the same budget (handler-stream.ts).
+    const running = Promise.resolve()
+      .then(() => this.def.handler(input, ctx))
+      .then((r) => (isChunkSource(r) ? this.streams.drain(r, m, ctl.signal, settings.maxAnswerBytes) : r));
     void running.then(
       () => (settled = true),
       () => (settled = true),
@@ -387,27 +409,3 @@ function observeGc(): void {
 const GROW_AFTER_MS = 1000;
 /** After the process goes idle, its inline sessions may load (maybeLoadWide). */
 const LOAD_WIDE_AFTER_MS = 5;
-
-export class TimeoutError extends Error {
-  override name = 'TimeoutError';
-}
-
-export class CanceledError extends Error {
-  override name = 'CanceledError';
-}
-
-function errorReply(err: unknown, fn: { name: string; version: string }, log: Logger): { status: number; body: string } {
-  if (err instanceof InferenceRequestError) return { status: 400, body: JSON.stringify(errorBody('invalid_input', err.message)) };
-  if (err instanceof HandlerError || (err as Error)?.name === 'HandlerError') {
-    const e = err as HandlerError;
-    return { status: e.status, body: JSON.stringify(errorBody(e.code, e.message)) };
-  }
-  if (err instanceof TimeoutError) return { status: 504, body: JSON.stringify(errorBody('timeout', err.message)) };
-  if (err instanceof AnswerTooLargeError) {
-    log.error({ bytes: err.bytes, max: err.max }, 'answer too large: answered 500 instead');
-    return { status: 500, body: JSON.stringify(errorBody('answer_too_large', `${fn.name} ${err.message}`)) };
-  }
-  log.error({ err }, 'handler failed');
-  const message = err instanceof Error ? err.message : String(err);
-  return { status: 500, body: JSON.stringify(errorBody('handler_error', `${fn.name} ${fn.version} failed: ${message}`)) };
-}

@@ -52,6 +52,7 @@ const user = new UserCode({
   log,
   announce: (busy) => send({ type: 'announce', busy }),
   onStuck: (rid) => send({ type: 'stuck', rid }),
+  sendChunk: (n, data) => send({ type: 'chunk', n, data }),
 });
 
 process.on('message', (messages: ToUserCode[]) => {
@@ -74,6 +75,9 @@ function receive(m: ToUserCode): void {
       break;
     case 'abort':
       user.abort(m.n, m.canceled);
+      break;
+    case 'credit':
+      user.credit(m.n, m.k);
       break;
     case 'peer':
       user.peer(m.id, m.busy);

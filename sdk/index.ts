@@ -63,7 +63,7 @@ export interface SetupContext<M extends string = string> {
 export interface HandlerContext<M extends string = string> extends SetupContext<M> {
   /** The request id, also in every log line the handler writes through `log`. */
   readonly requestId: string;
-  /** Aborted when the request times out or is canceled: stop work early. */
+  /** Aborted when the request times out, is canceled, or its sync caller goes away: stop work early. */
   readonly signal: AbortSignal;
 }
 
@@ -170,7 +170,10 @@ export interface FunctionOptions<S extends z.ZodType, M extends string, O> {
   setup?: (ctx: SetupContext<M>) => Promise<void> | void;
   /**
    * Runs once per request; its result is sent as JSON (typed arrays as arrays of numbers, bytes
-   * nested in it as base64 strings), or as bytes when it returns binary() or a Uint8Array.
+   * nested in it as base64 strings), or as bytes when it returns binary() or a Uint8Array. An
+   * async generator (or a handler returning an async iterable) streams: each value it yields is
+   * a chunk, sent as it comes to a caller reading events, and gathered into an array for others.
+   * @example async *handler({ prompt }, ctx) { for await (const token of generate(prompt, ctx.signal)) yield { token }; }
    */
   handler: (input: z.infer<S>, ctx: HandlerContext<M>) => Promise<O> | O;
 }

@@ -4,6 +4,7 @@ import { errorMessage, jsonOrText } from '../client.ts';
 import { CliError } from '../errors.ts';
 import { isJsonType } from '../../core/contracts.ts';
 import { clientFrom, withConnection, withTenant } from './common.ts';
+import { readEvents } from '../sse.ts';
 
 export function runCommand(): Command {
   return withTenant(withConnection(
@@ -16,6 +17,7 @@ export function runCommand(): Command {
       .option('--content-type <type>', 'with --binary: the Content-Type sent (default: from the file extension)')
       .option('-o, --out <path>', 'write the result to this file instead of stdout (a function answering with bytes, e.g. an image, needs it when stdout is a terminal)')
       .option('-v, --verbose', 'print the request id and Server-Timing to stderr')
+      .option('--stream', 'print each chunk as a streaming handler (one that yields) produces it, one JSON line per chunk; a handler that returns prints its answer as one line')
       .option('--async', 'queue it and print the job id at once (follow with `embers jobs show <id> --wait`)')
       .option('--webhook <url>', 'with --async: POST the finished job here (signed; see GET /v1/webhooks/secret)'),
   )).action(async (name: string, opts: RunOptions) => {
@@ -25,12 +27,15 @@ export function runCommand(): Command {
     }
     if (opts.contentType !== undefined && opts.binary === undefined) throw new CliError('--content-type goes with --binary', 2);
     if (opts.out !== undefined && opts.async) throw new CliError('--out goes with a synchronous run; an async job\'s result comes from `embers jobs show <id>`', 2);
+    if (opts.stream && (opts.async || opts.out !== undefined)) throw new CliError('--stream prints chunks as they come to stdout: leave out --async and --out (redirect stdout to keep them)', 2);
     const { body, type } = opts.binary !== undefined ? await binaryBody(opts.binary, opts.contentType) : { body: await jsonBody(opts), type: 'application/json' };
     const query = opts.webhook ? `?webhook=${encodeURIComponent(opts.webhook)}` : '';
-    const headers: Record<string, string> = { 'content-type': type, ...(opts.async ? { prefer: 'respond-async' } : {}) };
+    const headers: Record<string, string> = { 'content-type': type, ...(opts.async ? { prefer: 'respond-async' } : {}), ...(opts.stream ? { accept: 'text/event-stream' } : {}) };
     const res = await clientFrom(opts).send('POST', `/v1/run/${encodeURIComponent(name)}${query}`, body, headers);
-    if (opts.verbose) process.stderr.write(`request id ${res.headers.get('x-request-id')}  server-timing ${res.headers.get('server-timing') ?? '-'}\n`);
     const answerType = res.headers.get('content-type') ?? '';
+    // Events: the timing comes with the last one.
+    if (res.status < 400 && answerType.startsWith('text/event-stream')) return printEvents(name, res, opts.verbose ?? false);
+    if (opts.verbose) process.stderr.write(`request id ${res.headers.get('x-request-id')}  server-timing ${res.headers.get('server-timing') ?? '-'}\n`);
     const answer = Buffer.from(await res.arrayBuffer());
     const parsed = () => jsonOrText(answer.toString());
     if (res.status >= 400) throw new CliError(`${name} → ${res.status}: ${errorMessage(parsed())}`);
@@ -46,6 +51,25 @@ export function runCommand(): Command {
     }
     process.stdout.write(answer);
   });
+}
+
+/**
+ * Prints a streamed answer as it comes: each chunk's JSON on a line of its own, then, with
+ * --verbose, its timing on stderr; an `error` event fails the command with its message.
+ */
+async function printEvents(name: string, res: Response, verbose: boolean): Promise<void> {
+  for await (const e of readEvents(res.body!)) {
+    if (e.event === 'chunk') {
+      process.stdout.write(`${e.data}\n`);
+      continue;
+    }
+    if (e.event !== 'done' && e.event !== 'error') continue;
+    const end = jsonOrText(e.data) as { status?: number; serverTiming?: string; error?: { message?: string } };
+    if (verbose) process.stderr.write(`request id ${res.headers.get('x-request-id')}  server-timing ${end.serverTiming ?? '-'}\n`);
+    if (e.event === 'error') throw new CliError(`${name} → ${end.status ?? 'error'}: ${end.error?.message ?? e.data}`);
+    return;
+  }
+  throw new CliError(`${name}: the stream ended before the run did (connection lost?)`);
 }
 
 /** Writes a result to `file` as its bytes came, and says so on stderr. */
@@ -68,6 +92,7 @@ interface RunOptions {
   out?: string;
   async?: boolean;
   webhook?: string;
+  stream?: boolean;
 }
 
 async function jsonBody(opts: RunOptions): Promise<string> {

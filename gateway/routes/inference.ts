@@ -95,7 +95,8 @@ export function inferenceRoutes(deps: GatewayDeps) {
       }
       const submission = { name, key, fn: fn as ActiveFunction, auth: c.get('auth'), rid: c.get('rid'), data: { input: request.descriptor, raw: TENSOR_BYTES_FIELD, tensors: true as const }, payload: { inputJson: undefined, body: request.body }, bytesIn: raw.length };
       await admit(deps, submission);
-      const reply = await runSync(deps, submission, t0);
+      // A caller that leaves stops the run (or takes it back unstarted), metered as disconnected.
+      const reply = await runSync(deps, submission, t0, c.req.raw.signal);
       setTimingHeaders(c, reply.header, reply.totalMs);
       if (reply.header.status >= 400) {
         // The handler's or replica's error, in the protocol's shape.

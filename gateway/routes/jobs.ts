@@ -1,4 +1,4 @@
-// /v1/jobs/:id — async runs: read the status and result, or cancel.
+// /v1/jobs/:id — async runs: read the status and result, follow their chunks as events, or cancel.
 import { Hono, type Context } from 'hono';
 import { z } from 'zod';
 import { canAccess } from '../../core/tenants.ts';
@@ -8,6 +8,8 @@ import { CANCELED_BODY, enqueueWebhook, JOB_ID } from '../../core/jobs.ts';
 import { ApiError } from '../errors.ts';
 import type { GatewayDeps, GatewayEnv } from '../deps.ts';
 import { keys } from '../../core/keys.ts';
+import { resumeAfter } from '../../core/chunks.ts';
+import { jobEvents } from '../job-events.ts';
 import { anyJson, bytes, type RouteGroup } from '../openapi/operation.ts';
 
 const JobParams = z.object({ id: z.string().regex(JOB_ID).describe('`job_…`, from the 202 of an async run') });
@@ -68,6 +70,16 @@ export function jobRoutes(deps: GatewayDeps) {
     return c.json(view.output ?? null);
   });
 
+  /** The job's chunks as Server-Sent Events, after the Last-Event-ID a reconnecting caller sends, then live until it ends (job-events.ts). */
+  app.get('/:id/events', async (c) => {
+    const id = c.req.param('id');
+    await find(c, id);
+    const lastEventId = c.req.header('last-event-id');
+    const after = resumeAfter(lastEventId);
+    if (after === undefined) throw new ApiError(400, 'invalid_last_event_id', `Last-Event-ID "${lastEventId!.slice(0, 40)}" is not the id of an event this stream sent (a chunk's sequence number: 1, 2, …); leave it out to read from the first chunk kept`);
+    return jobEvents(c, deps, id, after);
+  });
+
   app.delete('/:id', async (c) => {
     const id = c.req.param('id');
     const found = await find(c, id);
@@ -110,6 +122,18 @@ export const jobOperations: RouteGroup = {
       params: JobParams,
       responses: { 200: { description: 'the output', content: { 'application/json': anyJson('the handler\'s result'), 'application/octet-stream': bytes('a result that is bytes, with its own Content-Type') } } },
       errors: { ...NOT_FOUND, 409: '`job_not_succeeded`: queued, running, failed or canceled' },
+    },
+    {
+      method: 'get',
+      path: '/:id/events',
+      id: 'getJobEvents',
+      summary: 'A job\'s chunks as Server-Sent Events',
+      description: 'A streaming handler\'s chunks (`event: chunk`, `id` its number, `data` its JSON), replayed after `Last-Event-ID` when a reader reconnects, then followed live; the last event is the job\'s outcome (`done` or `error`). A job whose handler returns sends its result as one chunk.',
+      access: 'run',
+      params: JobParams,
+      headers: z.object({ 'last-event-id': z.string().optional().describe('the last chunk number the reader saw: the stream resumes after it') }),
+      responses: { 200: { description: 'the events', content: { 'text/event-stream': { jsonSchema: { type: 'string', description: 'Server-Sent Events' } } } } },
+      errors: { ...NOT_FOUND, 400: '`invalid_last_event_id`: not a chunk number this stream sent' },
     },
     {
       method: 'delete',

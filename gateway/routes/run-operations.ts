@@ -14,6 +14,7 @@ const RunQuery = z.object({
 
 const RunHeaders = z.object({
   prefer: z.string().optional().describe('`respond-async`: queue the run and answer 202 with its job at once'),
+  accept: z.string().optional().describe('`text/event-stream`: a streaming handler\'s chunks as Server-Sent Events as they come (`chunk`, then `done` with the timing, or `error`)'),
   'embers-webhook': z.string().optional().describe('the same as `?webhook=`'),
 });
 
@@ -43,7 +44,11 @@ export const runOperations: RouteGroup = {
       responses: {
         200: {
           description: 'the handler\'s result',
-          content: { 'application/json': anyJson('what the handler returned'), 'application/octet-stream': bytes('what a handler answered with `binary()`, with its own Content-Type') },
+          content: {
+            'application/json': anyJson('what the handler returned (a streaming handler\'s chunks gathered as an array)'),
+            'application/octet-stream': bytes('what a handler answered with `binary()`, with its own Content-Type'),
+            'text/event-stream': { jsonSchema: { type: 'string', description: 'with `Accept: text/event-stream`: the chunks as Server-Sent Events' } },
+          },
           headers: { 'server-timing': 'where the time went', 'embers-cold-start': 'when the request waited for a replica to start: its phases in ms' },
         },
         202: {

@@ -1,4 +1,5 @@
-// POST /v1/run/:name — validate, enqueue on the function's queue, wait for the reply.
+// POST /v1/run/:name — validate, enqueue on the function's queue, wait for the reply (or, for a
+// caller that accepts text/event-stream, stream the answer's chunks as events).
 import { refusedHost } from '../../core/webhook-target.ts';
 import { Hono, type Context } from 'hono';
 import { limitBody } from '../middleware/body-limit.ts';
@@ -9,6 +10,8 @@ import { readBytes, readJsonText } from '../request-body.ts';
 import type { GatewayEnv, GatewayDeps } from '../deps.ts';
 import { actingTenant, requireScope } from '../middleware/auth.ts';
 import { admit, runAsync, runSync, setTimingHeaders, type Submission } from '../submit.ts';
+import { acceptsEventStream } from '../sse.ts';
+import { runStreamed } from '../stream-run.ts';
 
 export function runRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
@@ -51,7 +54,10 @@ export function runRoutes(deps: GatewayDeps) {
         c.header('preference-applied', 'respond-async');
         return c.json({ id: job, status: 'queued', url }, 202);
       }
-      const { header, body, totalMs } = await runSync(deps, submission, t0);
+      // A caller that asks for events gets a streaming handler's chunks as they come (stream-run.ts).
+      const ran = acceptsEventStream(c.req.header('accept')) ? await runStreamed(c, deps, submission, t0) : await runSync(deps, submission, t0, c.req.raw.signal);
+      if (ran instanceof Response) return ran;
+      const { header, body, totalMs } = ran;
       setTimingHeaders(c, header, totalMs);
       // The handler answered with bytes (binary()): they go out as they are, with their type.
       c.header('content-type', header.type ?? 'application/json');

@@ -115,6 +115,7 @@ describe('embers CLI', () => {
       [['run', 'echo', '--binary', 'missing.png'], 2, /cannot read missing\.png/],
       [['run', 'echo', '--data', '{}', '--binary', 'pixel.gif'], 2, /one of --data/],
       [['run', 'echo', '--data', '{}', '--content-type', 'image/png'], 2, /--content-type goes with --binary/],
+      [['run', 'echo', '--data', '{}', '--stream', '--async'], 2, /--stream prints chunks as they come/],
       [['deploy', 'syntax.ts'], 1, /cannot bundle .*syntax\.ts/],
       [['deploy', 'plain.ts'], 1, /no default export made with defineFunction/],
       [['deploy', 'badname.ts'], 1, /name: function names are 1-63 lower-case/],
@@ -201,6 +202,24 @@ export default defineFunction({
     assert.equal(JSON.parse(dep.stdout)[0].name, 'echo');
     const res = await embers(['run', 'echo', '--data', '{"from":"cli"}']);
     assert.deepEqual(JSON.parse(res.stdout), { from: 'cli' });
+  });
+
+  it('prints a streaming handler\'s chunks as they come (--stream)', async () => {
+    const dep = await embers(['deploy', fixture('counter.ts')]);
+    assert.equal(dep.code, 0, dep.stderr);
+    const help = await embers(['run', '--help']);
+    assert.match(help.stdout, /--stream +print each chunk as a streaming handler/);
+    const res = await embers(['run', 'counter', '--data', '{"n":3}', '--stream', '-v']);
+    assert.equal(res.code, 0, res.stderr);
+    assert.deepEqual(res.stdout.trim().split('\n').map((l) => JSON.parse(l)), [{ i: 1 }, { i: 2 }, { i: 3 }]);
+    assert.match(res.stderr, /server-timing (cold;dur=[\d.]+, )?queue;dur=.*total;dur=/);
+    const failed = await embers(['run', 'counter', '--data', '{"n":5,"mode":"failLate"}', '--stream']);
+    assert.equal(failed.code, 1);
+    assert.equal(failed.stdout.trim().split('\n').length, 2);
+    assert.match(failed.stderr, /counter → 500: .*failed after two chunks/);
+    // Without --stream, the chunks gathered.
+    const gathered = await embers(['run', 'counter', '--data', '{"n":2}']);
+    assert.deepEqual(JSON.parse(gathered.stdout), [{ i: 1 }, { i: 2 }]);
   });
 
   it('submits a batch file with a progress bar, waits, and fetches its output; runs async and follows the job', async () => {

@@ -251,9 +251,9 @@ describe('live queue', () => {
     }
   });
 
-  it('a live replica keeps what it holds past lockMs; a request the gateway took back is skipped', async () => {
+  it('a live replica keeps what it holds past lockMs; a request the gateway took back is skipped, one held is not taken back', async () => {
     const q = new LiveQueue(redis);
-    await q.add('slow', job('long'));
+    const long = await q.add('slow', job('long'));
     let finish!: () => void;
     // A lock of 1 s: a stall of this test process (or of Redis) of a few hundred ms must not let
     // b's takeover run before a's tending and take the long request.
@@ -262,9 +262,11 @@ describe('live queue', () => {
     await eventually(async () => finish !== undefined, 'the long request to start');
     const taken: string[] = [];
     const b = new LiveConsumer({ redis, fn: 'slow', consumer: 'replica-b', concurrency: 4, lockMs: 1_000, log, process: async (_e, data) => void taken.push(data.rid) });
-    // Removed before anyone read it (a gateway's 504): never run. (a, busy, reads nothing; b starts after.)
+    // Taken back before anyone read it (a gateway's 504): never run. (a, busy, reads nothing; b starts after.)
     const gone = await q.add('slow', job('timed-out'));
-    await q.remove('slow', gone);
+    assert.equal(await q.takeBack('slow', gone), true);
+    // One a replica holds stays with it, to be finished and metered there.
+    assert.equal(await q.takeBack('slow', long), false);
     await b.start();
     await q.add('slow', job('next'));
     await eventually(async () => taken.includes('next'), 'the next request to run on b');
