@@ -6,6 +6,7 @@
 // reply: a run that fails before yielding anything answers with its status as a plain run does.
 // Events: `chunk` (id: its sequence number, data: its JSON) as they come, then `done` (status and
 // the timing Server-Timing carries) or `error` (with the error too); a comment while idle.
+import { callerOf } from './caller.ts';
 import type { Context } from 'hono';
 import type { Chunk } from '../core/chunks.ts';
 import { ChunkReader } from './chunk-reader.ts';
@@ -29,13 +30,13 @@ const TAIL_POLL_MS = 50;
  */
 export async function runStreamed(c: Context<GatewayEnv>, deps: GatewayDeps, s: Submission, t0: number): Promise<Response | SyncOutcome> {
   requireListening(deps);
-  const signal = c.req.raw.signal;
+  const caller = callerOf(c);
   const id = randomUUID();
   const reader = new ChunkReader({ redis: deps.redis, hub: deps.replies, id, consume: true });
   let queued: QueuedSync;
   try {
     await reader.open();
-    queued = await queueSync(deps, s, { id, signal, stream: true });
+    queued = await queueSync(deps, s, { id, caller, stream: true });
   } catch (err) {
     await reader.close();
     throw err;
@@ -60,7 +61,7 @@ export async function runStreamed(c: Context<GatewayEnv>, deps: GatewayDeps, s: 
   if (!first.length && reply === null) {
     await reader.close();
     deps.metrics.duration.observe({ function: s.key }, totalMs() / 1000);
-    return noReply(deps, s, queued, signal);
+    return noReply(deps, s, queued, caller);
   }
   // A reply before any chunk was read: one that yielded nothing and failed answers as a plain run.
   const early = reply;
@@ -86,7 +87,7 @@ export async function runStreamed(c: Context<GatewayEnv>, deps: GatewayDeps, s: 
   const gone = () => {
     if (finish(499)) void queued.callerLeft();
   };
-  signal.addEventListener('abort', gone, { once: true });
+  caller.onLeave(gone);
   const next = async (): Promise<string | null> => {
     if (finished) return null;
     if (pending) {

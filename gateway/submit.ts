@@ -2,6 +2,7 @@
 // memory, in-flight slot), the live queue, and for a sync run the wait for its reply. /v1/run
 // and the Open Inference Protocol's infer share it, so both are keyed, limited, queued, metered
 // and timed alike.
+import type { CallerConnection } from './caller.ts';
 import { randomUUID } from 'node:crypto';
 import type { Context } from 'hono';
 import type { ColdStartPhases, ReplyHeader, RunJobData } from '../core/contracts.ts';
@@ -89,10 +90,10 @@ export interface QueuedSync {
  * Queues a sync run (admit first). The reply and the in-flight slot go by an id of the gateway's
  * own (`id`, else a new one): the request id may be the caller's (x-request-id), and two callers,
  * of two tenants even, may send the same one. Time in the queue (cold starts included) and
- * handler time are bounded separately. `signal`: the caller's connection; when it closes, the
+ * handler time are bounded separately. `caller`: the caller's connection; when it closes, the
  * reply resolves null at once. `stream`: the caller reads the answer as events (stream-run.ts).
  */
-export async function queueSync(deps: GatewayDeps, s: Submission, o: { id?: string; signal?: AbortSignal; stream?: boolean } = {}): Promise<QueuedSync> {
+export async function queueSync(deps: GatewayDeps, s: Submission, o: { id?: string; caller?: CallerConnection; stream?: boolean } = {}): Promise<QueuedSync> {
   const { replies, live, metrics } = deps;
   requireListening(deps);
   const stamp = enqueueStamp();
@@ -101,20 +102,18 @@ export async function queueSync(deps: GatewayDeps, s: Submission, o: { id?: stri
   if (o.stream) data.stream = true;
   const waitMs = deps.queueTimeoutMs + s.fn.manifest.timeoutMs + REPLY_GRACE_MS;
   const release = await counted(deps, s.key, () => acquireSlot(deps.redis, s.auth, id, waitMs));
-  if (o.signal?.aborted) {
+  if (o.caller?.left) {
     release();
     throw new CallerGone();
   }
   const reply = replies.expect(id, waitMs);
-  const signal = o.signal;
-  const left = () => replies.cancel(id);
-  signal?.addEventListener('abort', left, { once: true });
+  const stopWatching = o.caller?.onLeave(() => replies.cancel(id));
   metrics.inflight.inc();
   let ended = false;
   const end = (status: number, queueMs?: number) => {
     if (ended) return;
     ended = true;
-    signal?.removeEventListener('abort', left);
+    stopWatching?.();
     metrics.inflight.dec();
     release();
     metrics.requests.inc({ function: s.key, status: String(status) });
@@ -125,7 +124,7 @@ export async function queueSync(deps: GatewayDeps, s: Submission, o: { id?: stri
     entry = await live.add(s.key, data, { keyHash: s.auth.verifyHash, ...s.payload, mustBeDeployed: true });
   } catch (err) {
     replies.cancel(id);
-    signal?.removeEventListener('abort', left);
+    stopWatching?.();
     metrics.inflight.dec();
     release();
     throw notQueued(deps, err, s.key, s.auth.keyId);
@@ -137,19 +136,19 @@ export async function queueSync(deps: GatewayDeps, s: Submission, o: { id?: stri
 }
 
 /** Queues a sync run and waits for its reply; nobody answering in time is a 504, a caller who left is CallerGone. */
-export async function runSync(deps: GatewayDeps, s: Submission, t0: number, signal?: AbortSignal): Promise<SyncOutcome> {
-  const q = await queueSync(deps, s, { signal });
+export async function runSync(deps: GatewayDeps, s: Submission, t0: number, caller?: CallerConnection): Promise<SyncOutcome> {
+  const q = await queueSync(deps, s, { caller });
   const reply = await q.reply;
   const totalMs = performance.now() - t0;
   deps.metrics.duration.observe({ function: s.key }, totalMs / 1000);
-  if (!reply) return noReply(deps, s, q, signal);
+  if (!reply) return noReply(deps, s, q, caller);
   q.end(reply.header.status, reply.header.timing.queueMs);
   return { header: reply.header, body: reply.body, totalMs };
 }
 
 /** A sync run that got no reply: its caller left (CallerGone), or nobody answered in time (504; taken back if no replica started it). */
-export async function noReply(deps: GatewayDeps, s: Submission, q: QueuedSync, signal?: AbortSignal): Promise<never> {
-  if (signal?.aborted) {
+export async function noReply(deps: GatewayDeps, s: Submission, q: QueuedSync, caller?: CallerConnection): Promise<never> {
+  if (caller?.left) {
     q.end(499);
     await q.callerLeft();
     throw new CallerGone();

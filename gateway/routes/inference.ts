@@ -15,6 +15,7 @@ import { authenticate, actingTenant, requireScope } from '../middleware/auth.ts'
 import { limitBody } from '../middleware/body-limit.ts';
 import { readBytes } from '../request-body.ts';
 import { batchable } from '../bare-model.ts';
+import { callerOf } from '../caller.ts';
 import { admit, runSync, setTimingHeaders } from '../submit.ts';
 
 /** The extensions GET /v2 names. */
@@ -96,7 +97,7 @@ export function inferenceRoutes(deps: GatewayDeps) {
       const submission = { name, key, fn: fn as ActiveFunction, auth: c.get('auth'), rid: c.get('rid'), data: { input: request.descriptor, raw: TENSOR_BYTES_FIELD, tensors: true as const }, payload: { inputJson: undefined, body: request.body }, bytesIn: raw.length };
       await admit(deps, submission);
       // A caller that leaves stops the run (or takes it back unstarted), metered as disconnected.
-      const reply = await runSync(deps, submission, t0, c.req.raw.signal);
+      const reply = await runSync(deps, submission, t0, callerOf(c));
       setTimingHeaders(c, reply.header, reply.totalMs);
       if (reply.header.status >= 400) {
         // The handler's or replica's error, in the protocol's shape.

@@ -12,6 +12,7 @@ import { actingTenant, requireScope } from '../middleware/auth.ts';
 import { admit, runAsync, runSync, setTimingHeaders, type Submission } from '../submit.ts';
 import { acceptsEventStream } from '../sse.ts';
 import { runStreamed } from '../stream-run.ts';
+import { callerOf } from '../caller.ts';
 
 export function runRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
@@ -55,7 +56,7 @@ export function runRoutes(deps: GatewayDeps) {
         return c.json({ id: job, status: 'queued', url }, 202);
       }
       // A caller that asks for events gets a streaming handler's chunks as they come (stream-run.ts).
-      const ran = acceptsEventStream(c.req.header('accept')) ? await runStreamed(c, deps, submission, t0) : await runSync(deps, submission, t0, c.req.raw.signal);
+      const ran = acceptsEventStream(c.req.header('accept')) ? await runStreamed(c, deps, submission, t0) : await runSync(deps, submission, t0, callerOf(c));
       if (ran instanceof Response) return ran;
       const { header, body, totalMs } = ran;
       setTimingHeaders(c, header, totalMs);
