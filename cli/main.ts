@@ -1,5 +1,5 @@
 // `embers` — one file per command under cli/commands; errors decide the exit code.
-import { readFileSync } from 'node:fs';
+import { EMBERS_VERSION } from '../core/version.ts';
 import { Command, CommanderError } from 'commander';
 import { ConfigError } from '../core/config.ts';
 import { DataDirInUseError, MissingDependencyError } from '../platform/local-redis.ts';
@@ -21,7 +21,7 @@ import { keysCommand } from './commands/keys.ts';
 
 const program = new Command('embers')
   .description('Serverless inference endpoints on your own machines: TypeScript handlers, ONNX models, one command to deploy.')
-  .version((JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version, '-V, --version', 'print the version')
+  .version(EMBERS_VERSION, '-V, --version', 'print the version')
   .showHelpAfterError('(run with --help for usage)')
   .exitOverride();
 

@@ -1,6 +1,5 @@
 // The Hono app: one sub-app per resource, each mounted with the operations it describes for
 // the OpenAPI document; errors mapped in one place.
-import { readFileSync } from 'node:fs';
 import { Hono } from 'hono';
 import { z } from 'zod';
 import type { GatewayDeps, GatewayEnv } from './deps.ts';
@@ -29,7 +28,7 @@ import { openApiOperations, openApiRoutes } from './openapi/routes.ts';
 import { docsOperations, docsRoutes } from './openapi/docs-page.ts';
 import { tenantFunctions } from './openapi/tenant-functions.ts';
 
-const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+import { EMBERS_VERSION } from '../core/version.ts';
 
 /** Replica counts by function and state, read from their heartbeats at scrape time. */
 async function refreshReplicaGauge(deps: GatewayDeps): Promise<void> {
@@ -53,7 +52,7 @@ export function createApp(deps: GatewayDeps) {
     app.route(prefix, routes);
     mounted.push({ prefix, group });
   };
-  const documents = new OpenApiDocuments(() => buildDocument(mounted, { serverUrl: deps.publicUrl, version: VERSION }), (tenant) => tenantFunctions(deps.registry, tenant));
+  const documents = new OpenApiDocuments(() => buildDocument(mounted, { serverUrl: deps.publicUrl, version: EMBERS_VERSION }), (tenant) => tenantFunctions(deps.registry, tenant));
   deps.functions.onChange(() => documents.changed());
 
   app.get('/healthz', (c) => c.json({ ok: true }));

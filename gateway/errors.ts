@@ -45,28 +45,32 @@ export function functionNotFound(name: string, hint?: keyof typeof FUNCTION_NOT_
   return new ApiError(404, 'function_not_found', `no function named "${name}"${hint ? FUNCTION_NOT_FOUND_HINTS[hint] : ''}`);
 }
 
-export function onError(log: Logger) {
+/**
+ * Answers an error thrown by a route with its status and a body: Embers' ErrorBody, or `bodyOf`'s
+ * shape for routes that speak another protocol's (the Open Inference Protocol's `{ error }`).
+ */
+export function onError(log: Logger, bodyOf: (code: string, message: string, details?: unknown) => unknown = errorBody) {
   return function handleError(err: Error, c: Context) {
     if (err instanceof ApiError) {
       // The unread rest of an oversized body is discarded with the connection: tell the client.
       if (err.status === 413) c.header('connection', 'close');
       const retryAfter = (err as { retryAfter?: number }).retryAfter;
       if (retryAfter !== undefined) c.header('retry-after', String(retryAfter));
-      return c.json(errorBody(err.code, err.message, err.details), err.status);
+      return c.json(bodyOf(err.code, err.message, err.details), err.status);
     }
     if (err instanceof CallerGone) return c.body(null, 499 as number as ContentfulStatusCode);
     if (err instanceof HTTPException) {
       const code = err.status === 413 ? 'too_large' : err.status === 401 ? 'unauthorized' : 'bad_request';
-      return c.json(errorBody(code, err.message || 'bad request'), err.status);
+      return c.json(bodyOf(code, err.message || 'bad request'), err.status);
     }
     // The caller closed its connection before its body was all there: its mistake, not a crash of ours.
-    if (isAbortedBody(err)) return c.json(errorBody('incomplete_body', 'the request body ended before it was complete: the connection closed'), 400);
+    if (isAbortedBody(err)) return c.json(bodyOf('incomplete_body', 'the request body ended before it was complete: the connection closed'), 400);
     if (isRedisDown(err)) {
       log.warn({ err: err.message, rid: c.get('rid') }, 'redis unavailable');
-      return c.json(errorBody('unavailable', 'the queue (Redis) is unreachable right now; retry shortly'), 503);
+      return c.json(bodyOf('unavailable', 'the queue (Redis) is unreachable right now; retry shortly'), 503);
     }
     log.error({ err, rid: c.get('rid') }, 'unhandled error');
-    return c.json(errorBody('internal', `internal error (request id ${c.get('rid') ?? 'unknown'})`), 500);
+    return c.json(bodyOf('internal', `internal error (request id ${c.get('rid') ?? 'unknown'})`), 500);
   };
 }
 

@@ -3,6 +3,7 @@
 // job ends: a last `done` event (succeeded) or `error` (failed, canceled, expired) carries its
 // status, HTTP status and timing. The chunks stay in Redis (core/chunks.ts), so any gateway can
 // serve any reader any number of times; each reader reads them at its own pace.
+import { callerOf } from './caller.ts';
 import type { Context } from 'hono';
 import type { Chunk } from '../core/chunks.ts';
 import { isTerminal } from '../core/jobs.ts';
@@ -29,7 +30,7 @@ export async function jobEvents(c: Context<GatewayEnv>, deps: GatewayDeps, id: s
     finished = true;
     void reader.close();
   };
-  c.req.raw.signal.addEventListener('abort', close, { once: true });
+  callerOf(c).onLeave(close);
   const events = (chunks: Chunk[]) => {
     lastSent = performance.now();
     return chunks.map((ch) => sseEvent({ id: ch.seq, event: 'chunk', data: ch.data })).join('');

@@ -39,6 +39,20 @@ const ARRAYS: Record<TensorType, new (n: number) => TensorData> = {
   float16: Uint16Array,
 };
 
+type TypedArrayConstructor = { new (buffer: ArrayBufferLike, byteOffset: number, length: number): TypedTensorData; readonly BYTES_PER_ELEMENT: number };
+
+/** The typed array a tensor of `type` holds its data in; undefined for string and bytes, which hold arrays. */
+export function typedArrayOf(type: TensorType): TypedArrayConstructor | undefined {
+  const Ctor = ARRAYS[type] as unknown;
+  return Ctor === Array ? undefined : (Ctor as TypedArrayConstructor);
+}
+
+/** Whether a value is a Tensor: a type, dims, and data in a typed array or an array. */
+export function isTensor(value: unknown): value is Tensor {
+  const t = value as Tensor;
+  return typeof t === 'object' && t !== null && typeof t.type === 'string' && Array.isArray(t.dims) && (ArrayBuffer.isView(t.data) || Array.isArray(t.data));
+}
+
 export function elementCount(dims: readonly number[]): number {
   return dims.reduce((a, b) => a * b, 1);
 }

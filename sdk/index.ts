@@ -3,8 +3,9 @@
 import { z } from 'zod';
 import type { Feeds, Tensor } from '../native/tensor.ts';
 
-export { tensor } from '../native/tensor.ts';
-export { isTensor, tensors, tensorSignatureOf, type TensorDeclaration, type TensorsSchema } from './tensors.ts';
+/** isTensor: whether a value is a Tensor (what a tensors() field holds once parsed). */
+export { isTensor, tensor } from '../native/tensor.ts';
+export { tensors, tensorSignatureOf, type TensorDeclaration, type TensorsSchema } from './tensors.ts';
 export type { Datatype } from '../core/oip/datatypes.ts';
 /** zod, re-exported so a function file needs only `embers`: `import { defineFunction, z } from 'embers'`. */
 export { z } from 'zod';

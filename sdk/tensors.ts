@@ -1,8 +1,8 @@
 // tensors(): a function's input as named tensors, so the Open Inference Protocol can call it
 // (POST /v2/models/<name>/infer) with JSON or binary tensors, and /v1/run with JSON ones.
 import { z } from 'zod';
-import type { Tensor } from '../native/tensor.ts';
-import { DATATYPES, elementCount, shapeFits, TENSOR_TYPE, type Datatype, type TensorSignature, type TensorSpec } from '../core/oip/datatypes.ts';
+import { elementCount, type Tensor } from '../native/tensor.ts';
+import { DATATYPES, shapeFits, TENSOR_TYPE, type Datatype, type TensorSignature, type TensorSpec } from '../core/oip/datatypes.ts';
 import { InferenceRequestError, readInferenceRequest } from '../core/oip/request.ts';
 import { inputTensors } from '../core/oip/tensors.ts';
 
@@ -75,10 +75,4 @@ export function tensorSignatureOf(schema: unknown): TensorSignature | undefined 
     if (found) return found;
   }
   return undefined;
-}
-
-/** Whether a value is a Tensor (what a tensors() field holds once parsed). */
-export function isTensor(value: unknown): value is Tensor {
-  const t = value as Tensor;
-  return typeof t === 'object' && t !== null && typeof t.type === 'string' && Array.isArray(t.dims) && (ArrayBuffer.isView(t.data) || Array.isArray(t.data));
 }

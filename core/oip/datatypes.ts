@@ -1,20 +1,20 @@
 // The Open Inference Protocol's tensor datatypes, and how each maps to the platform's tensors
 // (native/tensor.ts), to onnxruntime's and to ONNX's element types.
 import { z } from 'zod';
-import type { TensorType } from '../../native/tensor.ts';
+import { typedArrayOf, type TensorType } from '../../native/tensor.ts';
 
 export const DATATYPES = ['BOOL', 'UINT8', 'UINT16', 'UINT32', 'UINT64', 'INT8', 'INT16', 'INT32', 'INT64', 'FP16', 'FP32', 'FP64', 'BYTES'] as const;
 export type Datatype = (typeof DATATYPES)[number];
-
-/** Bytes per element in the binary tensor extension's layout; BYTES is variable (a 4-byte length, then the bytes). */
-export const ELEMENT_BYTES: Record<Exclude<Datatype, 'BYTES'>, number> = {
-  BOOL: 1, UINT8: 1, INT8: 1, UINT16: 2, INT16: 2, FP16: 2, UINT32: 4, INT32: 4, FP32: 4, UINT64: 8, INT64: 8, FP64: 8,
-};
 
 /** The platform tensor type of each datatype (BYTES: an array of byte strings). */
 export const TENSOR_TYPE: Record<Datatype, TensorType> = {
   BOOL: 'bool', UINT8: 'uint8', UINT16: 'uint16', UINT32: 'uint32', UINT64: 'uint64', INT8: 'int8', INT16: 'int16', INT32: 'int32', INT64: 'int64', FP16: 'float16', FP32: 'float32', FP64: 'float64', BYTES: 'bytes',
 };
+
+/** Bytes per element in the binary tensor extension's layout: its tensor type's (BYTES is variable: a 4-byte length, then the bytes). */
+export function elementBytes(datatype: Exclude<Datatype, 'BYTES'>): number {
+  return typedArrayOf(TENSOR_TYPE[datatype])!.BYTES_PER_ELEMENT;
+}
 
 /** The datatype of a platform tensor type (onnxruntime's `string` is BYTES too). */
 export function datatypeOf(type: TensorType): Datatype | undefined {
@@ -58,10 +58,4 @@ export function lengthPrefixed(items: readonly (string | Uint8Array)[]): Buffer 
     at += 4 + s.length;
   }
   return out;
-}
-
-export function elementCount(shape: readonly number[]): number {
-  let n = 1;
-  for (const d of shape) n *= d;
-  return n;
 }

@@ -3,7 +3,8 @@
 // tensor extension would have sent, so a replica gets one layout whatever the caller used.
 // A request of binary tensors alone is queued as it came, without a copy.
 import { nestsDeeperThan } from '../json-depth.ts';
-import { DATATYPES, ELEMENT_BYTES, elementCount, lengthPrefixed, shapeFits, type Datatype, type TensorSignature } from './datatypes.ts';
+import { elementCount } from '../../native/tensor.ts';
+import { DATATYPES, elementBytes, lengthPrefixed, shapeFits, type Datatype, type TensorSignature } from './datatypes.ts';
 import { toHalfBits } from './fp16.ts';
 
 /** The protocol's refusal of a request: answered 400 with `{ "error": message }`. */
@@ -138,7 +139,7 @@ export function readInferenceRequest(header: unknown, tail: Buffer, signature: T
 /** A binary tensor's bytes must be exactly its elements: fixed-size ones, or BYTES' length-prefixed strings. */
 function checkBinary(name: string, datatype: Datatype, count: number, bytes: Buffer): void {
   if (datatype !== 'BYTES') {
-    const want = count * ELEMENT_BYTES[datatype];
+    const want = count * elementBytes(datatype);
     if (bytes.length !== want) fail(`input '${name}': ${bytes.length} bytes of binary data, where ${count} ${datatype} elements take ${want}`);
     return;
   }
@@ -173,7 +174,7 @@ function jsonToBytes(name: string, datatype: Datatype, count: number, data: unkn
   if (values.length !== count) fail(`input '${name}': ${values.length} elements in data, where its shape holds ${count}`);
   const bad = (i: number, what: string): never => fail(`input '${name}': element ${i} is ${JSON.stringify(values[i])?.slice(0, 40)}, not ${what}`);
   if (datatype === 'BYTES') return lengthPrefixed(values.map((v, i) => (typeof v === 'string' ? v : bad(i, 'a string'))));
-  const out = Buffer.alloc(count * ELEMENT_BYTES[datatype]);
+  const out = Buffer.alloc(count * elementBytes(datatype));
   const view = new DataView(out.buffer, out.byteOffset, out.byteLength);
   const range = INT_RANGE[datatype];
   for (let i = 0; i < count; i++) {

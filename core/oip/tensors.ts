@@ -1,17 +1,10 @@
 // The user code's side of an inference request: the tensors of a descriptor's bytes (views where
 // the bytes are aligned, no copy), and the response for what the handler gave back, in the
 // protocol's JSON or with the binary tensor extension's bytes after it.
-import type { Tensor, TensorData, TensorType } from '../../native/tensor.ts';
+import { isTensor, typedArrayOf, type Tensor, type TensorData, type TensorType } from '../../native/tensor.ts';
 import { datatypeOf, lengthPrefixed, TENSOR_TYPE, type Datatype } from './datatypes.ts';
 import { fromHalfBits } from './fp16.ts';
 import { InferenceRequestError, type InferenceDescriptor } from './request.ts';
-
-type TypedCtor = { new (buffer: ArrayBufferLike, byteOffset: number, length: number): TensorData; BYTES_PER_ELEMENT: number };
-
-const VIEWS: Record<Exclude<Datatype, 'BYTES'>, TypedCtor> = {
-  BOOL: Uint8Array, UINT8: Uint8Array, INT8: Int8Array, UINT16: Uint16Array, INT16: Int16Array, FP16: Uint16Array,
-  UINT32: Uint32Array, INT32: Int32Array, FP32: Float32Array, UINT64: BigUint64Array, INT64: BigInt64Array, FP64: Float64Array,
-} as unknown as Record<Exclude<Datatype, 'BYTES'>, TypedCtor>;
 
 /** The request's tensors, by input name, over `body` (the descriptor's inputs back to back). */
 export function inputTensors(d: InferenceDescriptor, body: Uint8Array): Record<string, Tensor> {
@@ -36,15 +29,12 @@ function tensorData(datatype: Datatype, bytes: Uint8Array): TensorData {
     }
     return items;
   }
-  const Ctor = VIEWS[datatype];
+  const Ctor = typedArrayOf(TENSOR_TYPE[datatype])!;
   const width = Ctor.BYTES_PER_ELEMENT;
   // A typed array must start on a multiple of its element size: an unaligned tensor is copied once.
   const aligned = bytes.byteOffset % width === 0 ? bytes : new Uint8Array(bytes);
   return new Ctor(aligned.buffer, aligned.byteOffset, aligned.byteLength / width);
 }
-
-const isTensor = (v: unknown): v is Tensor =>
-  typeof v === 'object' && v !== null && typeof (v as Tensor).type === 'string' && Array.isArray((v as Tensor).dims) && (ArrayBuffer.isView((v as Tensor).data) || Array.isArray((v as Tensor).data));
 
 /**
  * What a handler returned, as output tensors: a record of tensors as it is (a model's outputs);

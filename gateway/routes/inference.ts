@@ -16,21 +16,17 @@ import { limitBody } from '../middleware/body-limit.ts';
 import { readBytes } from '../request-body.ts';
 import { batchable } from '../bare-model.ts';
 import { callerOf } from '../caller.ts';
+import { EMBERS_VERSION } from '../../core/version.ts';
 import { admit, runSync, setTimingHeaders } from '../submit.ts';
 
 /** The extensions GET /v2 names. */
 export const EXTENSIONS = ['binary_tensor_data', 'model_configuration'];
-const SERVER = { name: 'embers', version: '0.1.0' };
+const SERVER = { name: 'embers', version: EMBERS_VERSION };
 
 export function inferenceRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
-  const embersErrors = onError(deps.log);
-  app.onError(async (err, c) => {
-    // The same statuses and headers as the rest of the API, with the protocol's body.
-    const res = embersErrors(err, c);
-    const { error } = (await res.clone().json()) as { error: { message: string } };
-    return c.json({ error: error.message }, res.status as ContentfulStatusCode, Object.fromEntries(res.headers));
-  });
+  // The same statuses and headers as the rest of the API, with the protocol's body.
+  app.onError(onError(deps.log, (_code, message) => ({ error: message })));
 
   app.get('/', (c) => c.json({ ...SERVER, extensions: EXTENSIONS }));
   app.get('/health/live', (c) => c.json({ live: true }));
