@@ -61,6 +61,12 @@ const FINISH = lua('job-finish');
 /** The ids JobStore.newId makes (12 random bytes, base64url): routes check an id by it before any lookup. */
 export const JOB_ID = /^job_[A-Za-z0-9_-]{16}$/;
 
+/** The job fields a listing reads: all but the result. */
+const LISTED = ['id', 'function', 'tenant', 'status', 'createdAt', 'version', 'startedAt', 'finishedAt', 'webhook', 'cancel', 'timing', 'httpStatus', 'type'];
+
+/** How many of a tenant's jobs GET /v1/jobs can list. */
+const RECENT_JOBS = 1000;
+
 export class JobStore {
   constructor(
     private readonly redis: Redis,
@@ -75,7 +81,23 @@ export class JobStore {
   async create(r: { id: string; fn: string; tenant: string; key: string; webhook?: string }): Promise<void> {
     const fields: Record<string, string> = { id: r.id, function: r.fn, tenant: r.tenant, key: r.key, status: 'queued', createdAt: new Date().toISOString() };
     if (r.webhook) fields.webhook = r.webhook;
-    await this.redis.multi().hset(keys.job(r.id), fields).expire(keys.job(r.id), QUEUED_TTL_S).exec();
+    await this.redis
+      .multi()
+      .hset(keys.job(r.id), fields)
+      .expire(keys.job(r.id), QUEUED_TTL_S)
+      .zadd(keys.recentJobs(r.tenant), Date.now(), r.id)
+      .zremrangebyrank(keys.recentJobs(r.tenant), 0, -RECENT_JOBS - 1)
+      .exec();
+  }
+
+  /** A tenant's newest jobs whose records are kept, newest first, without outputs or errors (GET /v1/jobs/:id has them). */
+  async list(tenant: string, limit: number, baseUrl: string): Promise<JobView[]> {
+    const ids = await this.redis.zrevrange(keys.recentJobs(tenant), 0, limit - 1);
+    if (!ids.length) return [];
+    const pipe = this.redis.pipeline();
+    for (const id of ids) pipe.hmget(keys.job(id), ...LISTED);
+    const rows = ((await pipe.exec()) ?? []).map(([, values]) => Object.fromEntries(LISTED.map((f, i) => [f, (values as (string | null)[])[i]]).filter(([, v]) => v !== null)) as Record<string, string>);
+    return rows.filter((h) => h.status && h.tenant === tenant).map((h) => toView(h, baseUrl));
   }
 
   /** The replica is about to run it: 'running', or why not ('cancel', 'gone' or a final status). */

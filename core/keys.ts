@@ -62,6 +62,10 @@ export const keys = {
   /** A Files API upload's record (hash), and a tenant's uploads by creation time. */
   file: (id: string) => `embers:file:${id}`,
   files: (tenant: string) => `embers:tenant:${tenant}:files`,
+  /** A tenant's async jobs by creation time (ms), the newest kept (core/jobs.ts). */
+  recentJobs: (tenant: string) => `embers:tenant:${tenant}:jobs`,
+  /** A function's per-minute roll-up (core/series.ts): metric → value, per UTC minute (YYYYMMDDHHmm). */
+  series: (fn: string, minute: string) => `embers:series:${fn}:${minute}`,
 };
 
 export const tenantKeys = {

@@ -12,6 +12,7 @@ import type { Redis } from 'ioredis';
 import { encodeReplies, type RunJobData } from './contracts.ts';
 import { evalScript, flushWrites } from './redis.ts';
 import { hourKey, recordArgs, RECORD_FIELDS, RECORDS_MAX, type UsageRecord } from './usage.ts';
+import { minuteKey, SERIES_TTL_S } from './series.ts';
 import { lua } from './lua.ts';
 import { keys, liveStream, SCAN_NOW, STREAM_PREFIX, tenantKeys, usageKeys } from './keys.ts';
 
@@ -85,7 +86,7 @@ export interface LiveOutcome {
   reply?: { channel: string; message: string | Buffer };
 }
 
-const FINISH = lua('live-finish', { RECORD_FIELDS });
+const FINISH = lua('live-finish', { RECORD_FIELDS, SERIES_TTL_S });
 
 const NO_RECORD: string[] = new Array<string>(RECORD_FIELDS).fill('');
 
@@ -101,7 +102,8 @@ export async function finishLiveEntries(redis: Redis, fn: string, entries: { id:
   // Replies to one gateway leave in one message.
   const byChannel = new Map<string, (string | Buffer)[]>();
   for (const { id, outcome } of entries) {
-    keys.push(outcome?.usage ? hourKey(outcome.usage) : stream);
+    if (outcome?.usage) keys.push(hourKey(outcome.usage), minuteKey(outcome.usage.fn, outcome.usage.at));
+    else keys.push(stream, stream);
     args.push(id, ...(outcome?.usage ? recordArgs(outcome.usage) : NO_RECORD));
     if (!outcome?.reply) continue;
     const { channel, message } = outcome.reply;

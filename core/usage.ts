@@ -5,13 +5,14 @@
 //   entry, and only by the call whose XACK removed it from the pending list (core/live-queue.ts);
 // - a batch line, or a queued job the gateway cancels, under its id, kept only if no record with
 //   that id was written in the last day (a seen key each: these are bounded by batch sizes).
-// Records are kept in a capped stream and rolled up per tenant × hour × function in the same
-// call, in Redis (append-only).
+// Records are kept in a capped stream and rolled up per tenant × hour × function (and per
+// function × minute: core/series.ts) in the same call, in Redis (append-only).
 import type { Redis } from 'ioredis';
 import { evalScript } from './redis.ts';
 import { plainName } from './names.ts';
 import { lua } from './lua.ts';
 import { usageKeys } from './keys.ts';
+import { latencyBucket, minuteKey, SERIES_TTL_S } from './series.ts';
 
 export interface UsageRecord {
   /** The queue job's id: one record per accepted request. */
@@ -43,12 +44,12 @@ const SEEN_S = 24 * 3600;
 export const RECORDS_MAX = 1_000_000;
 
 /** Fields per record in the ARGV layout of core/lua/usage.lua. */
-export const RECORD_FIELDS = 10;
+export const RECORD_FIELDS = 11;
 
 /** A record's ARGV fields for core/lua/usage.lua; numbers Redis cannot add (NaN, Infinity) become 0, or they would fail the whole call. */
 export function recordArgs(r: UsageRecord): string[] {
   const n = (x: number) => String(Number.isFinite(x) ? x : 0);
-  return [JSON.stringify(r), r.fn, n(r.computeMs), n(r.inferMs), n(r.queueMs), n(r.coldMs), n(r.status), n(r.bytesIn), n(r.bytesOut), r.tenant];
+  return [JSON.stringify(r), r.fn, n(r.computeMs), n(r.inferMs), n(r.queueMs), n(r.coldMs), n(r.status), n(r.bytesIn), n(r.bytesOut), r.tenant, String(latencyBucket(r.queueMs + r.computeMs))];
 }
 
 /** The hourly roll-up key a record is added to. */
@@ -57,7 +58,7 @@ export const hourKey = (r: UsageRecord) => usageKeys.hour(r.tenant, ISO_UTC.test
 /** What toISOString writes (a UTC time): its hour is in its first 13 characters, no Date needed. */
 const ISO_UTC = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/;
 
-const RECORD_MANY = lua('usage-record-many', { RECORD_FIELDS });
+const RECORD_MANY = lua('usage-record-many', { RECORD_FIELDS, SERIES_TTL_S });
 
 export const hourOf = (d: Date) => d.toISOString().slice(0, 13).replace(/[-T]/g, '');
 
@@ -92,7 +93,7 @@ async function flush(redis: Redis, batch: Waiting[]): Promise<void> {
   const keys = [usageKeys.records, usageKeys.tenants];
   const args: string[] = [String(SEEN_S), String(RECORDS_MAX)];
   for (const { r } of batch) {
-    keys.push(usageKeys.seen(r.id), hourKey(r));
+    keys.push(usageKeys.seen(r.id), hourKey(r), minuteKey(r.fn, r.at));
     args.push(...recordArgs(r));
   }
   try {

@@ -19,6 +19,9 @@ import { tenantOperations, tenantRoutes } from './routes/tenants.ts';
 import { usageOperations, usageRoutes } from './routes/usage.ts';
 import { inferenceOperations } from './routes/inference-operations.ts';
 import { inferenceRoutes } from './routes/inference.ts';
+import { seriesOperations, seriesRoutes } from './routes/series.ts';
+import { whoamiOperations, whoamiRoutes } from './routes/whoami.ts';
+import { consoleOperations, consoleRoutes } from './console/routes.ts';
 import { sandboxReport } from './sandbox-report.ts';
 import { replicasOf } from './replicas.ts';
 import type { MountedGroup, RouteGroup } from './openapi/operation.ts';
@@ -76,6 +79,7 @@ export function createApp(deps: GatewayDeps) {
 
   mount('/v2', inferenceRoutes(deps), inferenceOperations);
   mount('', docsRoutes({ publicUrl: () => deps.publicUrl }), docsOperations);
+  mount('', consoleRoutes(), consoleOperations);
   // Before the /v1 auth below: a key is optional here (openapi/routes.ts), and a route that
   // answers ends the chain, so that middleware never runs for it.
   mount('/v1/openapi.json', openApiRoutes(deps, documents), openApiOperations);
@@ -91,6 +95,8 @@ export function createApp(deps: GatewayDeps) {
   mount('/v1/webhooks', webhookRoutes(deps), webhookOperations);
   mount('/v1/tenants', tenantRoutes(deps), tenantOperations);
   mount('/v1/usage', usageRoutes(deps), usageOperations);
+  mount('/v1/series', seriesRoutes(deps), seriesOperations);
+  mount('/v1/whoami', whoamiRoutes(), whoamiOperations);
   return app;
 }
 

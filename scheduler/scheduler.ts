@@ -9,6 +9,7 @@ import { type Manifest, type NodeRecord, type PlacementRecord, type ScaleRecord 
 import { DEFAULT_MAX_JSON_DEPTH } from '../core/json-depth.ts';
 import { lastTakenAt } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
+import { sampleGauges } from '../core/series.ts';
 import { Registry } from '../core/registry.ts';
 import type { ObjectStore } from '../core/s3.ts';
 import { Sealer } from '../core/sealed.ts';
@@ -197,6 +198,7 @@ export class Scheduler {
     if (deleted.length) write.hdel(keys.desired, ...deleted).hdel(keys.idleTimes, ...deleted);
     if (Object.keys(learned).length) write.hset(keys.idleTimes, learned);
     await write.exec();
+    await sampleGauges(this.o.redis, manifests.map((m, i) => ({ fn: m.name, depth: counts[i].inFlight, ready: replicas[i].ready })), now);
     if (changed) await this.o.redis.publish(keys.registryChannel, JSON.stringify({ type: 'placement' }));
     if (committed > totalSlots) this.log.warn({ committed, totalSlots }, 'more replicas with work wanted than the nodes have slots');
   }

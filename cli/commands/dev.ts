@@ -68,6 +68,7 @@ export function devCommand(name: 'dev' | 'start'): Command {
         `    curl -s ${config.EMBERS_TLS_CERT ? `--cacert ${config.EMBERS_TLS_CERT} ` : ''}-H "Authorization: Bearer ${platform.apiKey}" -H 'content-type: application/json' \\`,
         `      -d '{"hello":"embers"}' ${platform.url}/v1/run/${example}`,
         '',
+        `  Console: ${platform.url}/console  (sign in with a key above)`,
         `  API reference: ${platform.url}/docs   Open Inference Protocol: ${platform.url}/v2`,
         '',
         '  Ctrl-C stops everything this started.',

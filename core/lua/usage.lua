@@ -1,9 +1,10 @@
--- Lua shared by the scripts that write usage: `add_record` keeps one record (stream entry, and
--- its sums per hour × function), `roll_up` adds the sums to the hourly hashes. A burst of
--- requests costs a few hash increments in all rather than ten each. A record is ten ARGV fields
--- from `a + 1` (recordArgs in core/usage.ts); its hour key is given with it.
-local sums, order, tenants = {}, {}, {}
-local function add_record(records, cap, hour, a)
+-- Lua shared by the scripts that write usage: `add_record` keeps one record (stream entry, its
+-- sums per hour × function, and its function's per-minute sums for core/series.ts), `roll_up`
+-- adds the sums to the hashes. A burst of requests costs a few hash increments in all rather than
+-- ten each. A record is RECORD_FIELDS ARGV fields from `a + 1` (recordArgs in core/usage.ts); its
+-- hour and minute keys are given with it.
+local sums, order, tenants, minutes, minute_order = {}, {}, {}, {}, {}
+local function add_record(records, cap, hour, minute, a)
   redis.call('XADD', records, 'MAXLEN', '~', cap, '*', 'r', ARGV[a + 1])
   local f = ARGV[a + 2] .. '|'
   local g = hour .. ' ' .. f
@@ -13,15 +14,31 @@ local function add_record(records, cap, hour, a)
     sums[g] = t
     order[#order + 1] = g
   end
+  local cold = tonumber(ARGV[a + 6]) > 0 and 1 or 0
+  local failed = tonumber(ARGV[a + 7]) >= 500 and 1 or 0
   t.requests = t.requests + 1
   t.compute_ms = t.compute_ms + tonumber(ARGV[a + 3])
   t.infer_ms = t.infer_ms + tonumber(ARGV[a + 4])
   t.queue_ms = t.queue_ms + tonumber(ARGV[a + 5])
-  if tonumber(ARGV[a + 6]) > 0 then t.cold_starts = t.cold_starts + 1 end
+  t.cold_starts = t.cold_starts + cold
   if tonumber(ARGV[a + 7]) >= 400 then t.errors = t.errors + 1 end
   t.bytes_in = t.bytes_in + tonumber(ARGV[a + 8])
   t.bytes_out = t.bytes_out + tonumber(ARGV[a + 9])
   tenants[ARGV[a + 10]] = true
+  local m = minutes[minute]
+  if not m then
+    m = { requests = 0, errors = 0, server_errors = 0, cold_starts = 0, compute_ms = 0, queue_ms = 0, lat = {} }
+    minutes[minute] = m
+    minute_order[#minute_order + 1] = minute
+  end
+  m.requests = m.requests + 1
+  if tonumber(ARGV[a + 7]) >= 400 then m.errors = m.errors + 1 end
+  m.server_errors = m.server_errors + failed
+  m.cold_starts = m.cold_starts + cold
+  m.compute_ms = m.compute_ms + tonumber(ARGV[a + 3])
+  m.queue_ms = m.queue_ms + tonumber(ARGV[a + 5])
+  local b = 'lat_' .. ARGV[a + 11]
+  m.lat[b] = (m.lat[b] or 0) + 1
 end
 local function roll_up(tenants_key)
   for _, g in ipairs(order) do
@@ -34,4 +51,14 @@ local function roll_up(tenants_key)
     end
   end
   for tenant in pairs(tenants) do redis.call('SADD', tenants_key, tenant) end
+  for _, key in ipairs(minute_order) do
+    local m = minutes[key]
+    for _, name in ipairs({ 'requests', 'errors', 'server_errors', 'cold_starts' }) do
+      if m[name] > 0 then redis.call('HINCRBY', key, name, m[name]) end
+    end
+    redis.call('HINCRBYFLOAT', key, 'compute_ms', string.format('%.17g', m.compute_ms))
+    redis.call('HINCRBYFLOAT', key, 'queue_ms', string.format('%.17g', m.queue_ms))
+    for b, n in pairs(m.lat) do redis.call('HINCRBY', key, b, n) end
+    redis.call('EXPIRE', key, {{SERIES_TTL_S}})
+  end
 end

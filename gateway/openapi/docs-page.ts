@@ -1,13 +1,10 @@
 // GET /docs: the interactive API reference, Swagger UI from the swagger-ui-dist package on the
 // gateway's own /v1/openapi.json. Every file comes from this gateway (nothing from a CDN, so it
 // works offline), read once, and the Content-Security-Policy lets the page load nothing else.
-import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Hono } from 'hono';
-import type { GatewayEnv } from '../deps.ts';
-import { ApiError } from '../errors.ts';
+import { staticPage, TYPES, type StaticFile } from '../static-files.ts';
 import type { RouteGroup } from './operation.ts';
 
 const require = createRequire(import.meta.url);
@@ -16,12 +13,12 @@ const OWN = fileURLToPath(new URL('./docs-ui/', import.meta.url));
 const PAGE = path.join(OWN, 'index.html');
 
 /** What the page may load, by the name it is served under. */
-const ASSETS: Record<string, { file: string; type: string }> = {
-  'swagger-ui.css': { file: path.join(SWAGGER_UI, 'swagger-ui.css'), type: 'text/css; charset=utf-8' },
-  'swagger-ui-bundle.js': { file: path.join(SWAGGER_UI, 'swagger-ui-bundle.js'), type: 'text/javascript; charset=utf-8' },
-  'favicon-32x32.png': { file: path.join(SWAGGER_UI, 'favicon-32x32.png'), type: 'image/png' },
-  'docs.css': { file: path.join(OWN, 'docs.css'), type: 'text/css; charset=utf-8' },
-  'init.js': { file: path.join(OWN, 'init.js'), type: 'text/javascript; charset=utf-8' },
+const ASSETS: Record<string, StaticFile> = {
+  'swagger-ui.css': { file: path.join(SWAGGER_UI, 'swagger-ui.css'), type: TYPES.css },
+  'swagger-ui-bundle.js': { file: path.join(SWAGGER_UI, 'swagger-ui-bundle.js'), type: TYPES.js },
+  'favicon-32x32.png': { file: path.join(SWAGGER_UI, 'favicon-32x32.png'), type: TYPES.png },
+  'docs.css': { file: path.join(OWN, 'docs.css'), type: TYPES.css },
+  'init.js': { file: path.join(OWN, 'init.js'), type: TYPES.js },
 };
 
 /**
@@ -51,18 +48,6 @@ export function contentSecurityPolicy(publicUrl: string): string {
 
 /** The page at /docs (mounted at the root: /docs/ sends a browser there), its files under /docs/. */
 export function docsRoutes(o: { publicUrl: () => string }) {
-  const app = new Hono<GatewayEnv>();
-  const loaded = new Map<string, Promise<Buffer>>();
-  const load = (file: string) => {
-    let bytes = loaded.get(file);
-    if (!bytes) {
-      bytes = readFile(file);
-      // A failed read is tried again by the next request.
-      bytes.catch(() => loaded.delete(file));
-      loaded.set(file, bytes);
-    }
-    return bytes;
-  };
   const headers = (type: string) => ({
     'content-type': type,
     'content-security-policy': contentSecurityPolicy(o.publicUrl()),
@@ -70,18 +55,7 @@ export function docsRoutes(o: { publicUrl: () => string }) {
     'referrer-policy': 'no-referrer',
     'cache-control': 'public, max-age=3600',
   });
-
-  // (A Buffer sits on an ArrayBuffer; Hono's type wants that said.)
-  app.get('/docs', async (c) => c.body((await load(PAGE)) as Uint8Array<ArrayBuffer>, 200, headers('text/html; charset=utf-8')));
-  app.get('/docs/', (c) => c.redirect('/docs', 301));
-
-  app.get('/docs/:asset', async (c) => {
-    const name = c.req.param('asset');
-    const asset = Object.hasOwn(ASSETS, name) ? ASSETS[name] : undefined;
-    if (!asset) throw new ApiError(404, 'not_found', `no file /docs/${name.slice(0, 100)}; the reference page is /docs`);
-    return c.body((await load(asset.file)) as Uint8Array<ArrayBuffer>, 200, headers(asset.type));
-  });
-  return app;
+  return staticPage({ path: '/docs', page: PAGE, files: ASSETS, headers, what: 'the reference page' });
 }
 
 export const docsOperations: RouteGroup = {

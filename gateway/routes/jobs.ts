@@ -3,7 +3,8 @@ import { Hono, type Context } from 'hono';
 import { z } from 'zod';
 import { canAccess } from '../../core/tenants.ts';
 import { recordUsage } from '../../core/usage.ts';
-import { requireScope } from '../middleware/auth.ts';
+import { actingTenant, ActingTenantQuery, requireScope } from '../middleware/auth.ts';
+import { limitParam, readQuery } from '../request-query.ts';
 import { CANCELED_BODY, enqueueWebhook, JOB_ID } from '../../core/jobs.ts';
 import { ApiError } from '../errors.ts';
 import type { GatewayDeps, GatewayEnv } from '../deps.ts';
@@ -11,6 +12,8 @@ import { keys } from '../../core/keys.ts';
 import { resumeAfter } from '../../core/chunks.ts';
 import { jobEvents } from '../job-events.ts';
 import { anyJson, bytes, type RouteGroup } from '../openapi/operation.ts';
+
+const ListQuery = z.object({ limit: limitParam(1000, 50), tenant: ActingTenantQuery.shape.tenant });
 
 const JobParams = z.object({ id: z.string().regex(JOB_ID).describe('`job_…`, from the 202 of an async run') });
 
@@ -51,6 +54,12 @@ export function jobRoutes(deps: GatewayDeps) {
     if ('expired' in found) throw new ApiError(404, 'job_expired', `job ${id} finished more than ${deps.jobs.retentionS} s ago and its result has expired (EMBERS_JOB_RETENTION_S)`);
     return { ...found, view: found.view satisfies z.output<typeof JobSchema> };
   };
+
+  app.get('/', async (c) => {
+    requireScope(c, 'run');
+    const { limit } = readQuery(c, ListQuery);
+    return c.json({ data: await deps.jobs.list(actingTenant(c), limit, deps.publicUrl) } satisfies { data: z.output<typeof JobSchema>[] });
+  });
 
   app.get('/:id', async (c) => c.json((await find(c, c.req.param('id'))).view));
 
@@ -111,6 +120,17 @@ export const jobOperations: RouteGroup = {
   tag: 'jobs',
   description: 'Async runs (`POST /v1/run/{name}` with `Prefer: respond-async`): their status and result.',
   operations: [
+    {
+      method: 'get',
+      path: '/',
+      id: 'listJobs',
+      summary: 'List the tenant\'s jobs',
+      description: 'Newest first, while their records are kept (EMBERS_JOB_RETENTION_S after they finish); without outputs and errors, which `GET /v1/jobs/{id}` has.',
+      access: 'run',
+      actsForTenant: true,
+      query: ListQuery,
+      responses: { 200: { description: 'the jobs', content: { 'application/json': z.object({ data: z.array(JobSchema) }) } } },
+    },
     { method: 'get', path: '/:id', id: 'getJob', summary: 'Show a job', access: 'run', params: JobParams, responses: { 200: { description: 'the job', content: { 'application/json': JobSchema } } }, errors: NOT_FOUND },
     {
       method: 'get',

@@ -424,12 +424,24 @@ describe('tenants and keys', () => {
       assert.ok((await usage(admin, `&tenant=${c.tenant}`)).some((r) => r.function === 'tight'));
       await json(asC('/v1/usage?from=yesterday'), 400);
       await json(asC('/v1/usage?since=2026-11-01'), 400);
+
+      // The console's per-minute roll-ups count the same requests as the usage records.
+      const all = (await usage(asC)).filter((x) => x.function === 'tight').reduce((a, x) => a + x.requests, 0);
+      const series = await json<{ functions: { name: string; summary: { requests: number } }[] }>(asC('/v1/series?minutes=240&function=tight'), 200);
+      assert.deepEqual(series.functions.map((f) => [f.name, f.summary.requests]), [['tight', all]]);
+      assert.deepEqual((await json<{ functions: { name: string }[] }>(asD('/v1/series'), 200)).functions.map((f) => f.name).includes('tight'), false);
+      await json(asD('/v1/series?function=tight'), 404);
+      await json(asD(`/v1/series?tenant=${c.tenant}`), 403);
+      await json(asC('/v1/series?minutes=0'), 400);
     });
 
     it('usage is counted once when a replica is killed mid-job and the job runs again', async () => {
       const redis = p.redis();
       const job = await json<{ id: string }>(asC('/v1/run/tight', { method: 'POST', body: JSON.stringify({ ms: 1500 }), headers: { prefer: 'respond-async' } }), 202);
       await eventually(async () => (await json<{ status: string }>(asC(`/v1/jobs/${job.id}`), 200)).status === 'running', 'the job to start');
+      // Listed for its own tenant only.
+      assert.ok((await json<{ data: { id: string }[] }>(asC('/v1/jobs'), 200)).data.some((j) => j.id === job.id));
+      assert.ok(!(await json<{ data: { id: string }[] }>(asD('/v1/jobs'), 200)).data.some((j) => j.id === job.id));
       for (const r of p.agent.running()) if (r.fn === qualifiedName(c.tenant, 'tight') && r.pid) process.kill(r.pid, 'SIGKILL');
       const done = await eventually(async () => {
         const j = await json<{ status: string }>(asC(`/v1/jobs/${job.id}`), 200);

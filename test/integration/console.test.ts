@@ -1,0 +1,113 @@
+// The web console in a real browser: headless Chromium (Debian's `chromium`, driven by
+// playwright-core) against a running platform. A tenant signs in, sees its function, runs it and
+// sees the run in the charts; another tenant never sees it; the page logs no errors. The
+// screenshots are kept under test-results/.
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { mkdir } from 'node:fs/promises';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { EmbersClient } from '../../cli/client.ts';
+import { deployFile } from '../../cli/deploy.ts';
+import { fixture, ROOT, shipped, startTestPlatform, tenantWithKey, type TestPlatform } from '../helpers/platform.ts';
+
+const CHROMIUM = [process.env.EMBERS_CHROMIUM, '/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome'].find((p) => p && existsSync(p));
+const ARTEFACTS = path.join(ROOT, 'test-results');
+/** As root, Chromium's own sandbox cannot start; nothing else is reachable from these machines, so nothing background may call out. */
+const FLAGS = ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+
+describe('the web console in Chromium', { skip: CHROMIUM ? false : 'Chromium is missing: install it (Debian: `apt-get install chromium`) or set EMBERS_CHROMIUM to its path' }, () => {
+  let p: TestPlatform;
+  let browser: Browser;
+  let a: { id: string; key: string };
+  let b: { id: string; key: string };
+  /** Errors the pages logged, and those a step expects (a 404 it asked for). */
+  const errors: string[] = [];
+  let expected: RegExp | null = null;
+
+  before(async () => {
+    p = await startTestPlatform();
+    [a, b] = [await tenantWithKey(p, 'console-a'), await tenantWithKey(p, 'console-b')];
+    await deployFile(new EmbersClient({ url: p.url, apiKey: a.key }), fixture('tiny.ts'));
+    await deployFile(new EmbersClient({ url: p.url, apiKey: b.key }), shipped('echo.ts'));
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS });
+    await mkdir(ARTEFACTS, { recursive: true });
+  });
+  after(async () => {
+    await browser?.close();
+    await p?.close();
+  });
+
+  async function signedIn(key: string): Promise<Page> {
+    const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+    page.on('console', (m) => {
+      if (m.type() === 'error' && !expected?.test(m.text())) errors.push(m.text());
+    });
+    page.on('pageerror', (e) => errors.push(e.message));
+    await page.goto(`${p.url}/console`);
+    await page.fill('#key', key);
+    await page.click('#sign-in button[type=submit]');
+    await page.waitForSelector('#sign-out');
+    return page;
+  }
+
+  it('signs a tenant in, lists its function, runs it and shows the run in the charts', async () => {
+    const page = await signedIn(a.key);
+    await page.waitForSelector('a.fn');
+    assert.deepEqual(await page.locator('a.fn').allTextContents(), ['tiny']);
+    await page.click('a.fn');
+    await page.waitForSelector('#run-form');
+    await page.fill('#run-input', '{"n": 2}');
+    await page.click('#run-form button[type=submit]');
+    await page.waitForSelector('#run-output[data-status="200"]', { timeout: 60_000 });
+    assert.match(await page.locator('#run-output').textContent() ?? '', /"classes"/);
+    // The run reaches the per-minute roll-ups with its usage record; the page reads them every 10 s.
+    await page.waitForFunction(() => Number(document.querySelector('#totals')?.getAttribute('data-requests') ?? 0) >= 1, null, { timeout: 30_000 });
+    assert.equal(await page.locator('#chart-requests canvas').count(), 1, 'the requests chart is drawn');
+    assert.equal(await page.locator('#chart-latency canvas').count(), 1, 'the latency chart is drawn');
+    await page.waitForSelector('.coldstart .phase', { timeout: 30_000 });
+    assert.match(await page.locator('#totals').textContent() ?? '', /1 cold start/);
+    await page.screenshot({ path: path.join(ARTEFACTS, 'console-function.png'), fullPage: true });
+
+    for (const [hash, heading] of [
+      ['#/jobs', 'Jobs'],
+      ['#/usage', 'Usage, last 30 days'],
+    ]) {
+      await page.goto(`${p.url}/console${hash}`);
+      await page.waitForSelector(`h2:text-is("${heading}")`);
+      await page.waitForSelector('table, p.muted');
+    }
+    assert.match(await page.locator('main').textContent() ?? '', /tiny/, 'the usage page shows the run');
+    await page.close();
+    assert.deepEqual(errors, []);
+  });
+
+  it('never shows one tenant\'s functions to another', async () => {
+    const page = await signedIn(b.key);
+    await page.waitForSelector('a.fn');
+    assert.deepEqual(await page.locator('a.fn').allTextContents(), ['echo']);
+    expected = /status of 404/;
+    await page.goto(`${p.url}/console#/functions/tiny`);
+    await page.waitForSelector('text=No function "tiny" for this key.');
+    expected = null;
+    assert.doesNotMatch(await page.locator('main').textContent() ?? '', /classes|Last hour/);
+    await page.goto(`${p.url}/console#/usage`);
+    await page.waitForSelector('h2:text-is("Usage, last 30 days")');
+    await page.waitForSelector('table, p.muted');
+    assert.doesNotMatch(await page.locator('main').textContent() ?? '', /tiny/);
+    await page.screenshot({ path: path.join(ARTEFACTS, 'console-other-tenant.png'), fullPage: true });
+    await page.close();
+    assert.deepEqual(errors, []);
+  });
+
+  it('lets the admin key look at any tenant', async () => {
+    const page = await signedIn(p.adminKey);
+    await page.selectOption('#tenant', a.id);
+    await page.waitForSelector('a.fn:text-is("tiny")');
+    await page.selectOption('#tenant', b.id);
+    await page.waitForSelector('a.fn:text-is("echo")');
+    await page.close();
+    assert.deepEqual(errors, []);
+  });
+});
