@@ -134,8 +134,11 @@ export interface FunctionOptions<S extends z.ZodType, M extends string, O> {
    * @example { det: 's3://models/ppocr/det.onnx' }
    */
   models?: Record<M, string>;
-  /** zod schema of the request body; invalid input is answered with 400 before the handler runs. */
-  input: S;
+  /**
+   * zod schema of the request body; invalid input is answered with 400 before the handler runs.
+   * @default z.unknown(): any JSON
+   */
+  input?: S;
   /**
    * The input field a binary request body fills: a request whose Content-Type is not JSON (say
    * `image/png`) arrives as `{ [binaryInput]: <the body's bytes, a Uint8Array> }`, with no base64
@@ -180,7 +183,9 @@ export interface FunctionOptions<S extends z.ZodType, M extends string, O> {
 }
 
 export interface FunctionDefinition<S extends z.ZodType = z.ZodType, M extends string = string, O = unknown>
-  extends FunctionOptions<S, M, O> {
+  extends Omit<FunctionOptions<S, M, O>, 'input'> {
+  /** The input schema; `z.unknown()` where the options gave none. */
+  readonly input: S;
   readonly [FUNCTION_BRAND]: true;
 }
 
@@ -195,10 +200,10 @@ export const FUNCTION_BRAND = Symbol.for('embers.function');
  *   handler: (input) => input,
  * })
  */
-export function defineFunction<S extends z.ZodType, M extends string = never, O = unknown>(
+export function defineFunction<S extends z.ZodType = z.ZodUnknown, M extends string = never, O = unknown>(
   options: FunctionOptions<S, M, O>,
 ): FunctionDefinition<S, M, O> {
-  return Object.assign(Object.create(null), options, { [FUNCTION_BRAND]: true as const });
+  return Object.assign(Object.create(null), options, { input: options.input ?? z.unknown(), [FUNCTION_BRAND]: true as const });
 }
 
 export function isFunctionDefinition(value: unknown): value is FunctionDefinition {

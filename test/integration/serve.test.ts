@@ -5,7 +5,7 @@ import { after, before, describe, it } from 'node:test';
 import sharp from 'sharp';
 import { decodeReplies, type ReplyHeader } from '../../core/contracts.ts';
 import { LiveQueue } from '../../core/live-queue.ts';
-import { eventually, shipped, startTestPlatform, textImage, type TestPlatform } from '../helpers/platform.ts';
+import { eventually, fixture, shipped, startTestPlatform, textImage, type TestPlatform } from '../helpers/platform.ts';
 import { keys } from '../../core/keys.ts';
 
 let p: TestPlatform;
@@ -299,6 +299,15 @@ describe('deploy and manage', () => {
     const again = await p.deploy(shipped('ocr/index.ts'));
     assert.equal(again.unchanged, true);
     assert.equal(again.version, 'v1');
+  });
+
+  it('a function without an input schema deploys and takes any JSON', async () => {
+    await p.deploy(fixture('minimal.ts'));
+    for (const body of ['{"a":[1,2]}', '"text"', '7', 'null']) {
+      const res = await p.fetch('/v1/run/minimal', { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+      assert.equal(res.status, 200, body);
+      assert.deepEqual(await res.json(), { got: JSON.parse(body) });
+    }
   });
 
   it('rejects an invalid deploy with 400 and says why', async () => {
