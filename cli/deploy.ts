@@ -18,6 +18,8 @@ import { CliError } from './errors.ts';
 import { ProgressBar, formatBytes } from './progress.ts';
 
 const SDK = fileURLToPath(new URL('../sdk/index.ts', import.meta.url));
+/** The platform's own code a bundle takes in through `embers` (never the user's to watch). */
+const PLATFORM_SOURCES = ['sdk', 'native', 'core', 'runtime'].map((dir) => `${fileURLToPath(new URL(`../${dir}/`, import.meta.url))}`);
 const EXTRACT = fileURLToPath(new URL('./extract-manifest.ts', import.meta.url));
 const TSX = import.meta.resolve('tsx');
 /** Native or platform-provided packages: never bundled, resolved from the runtime's node_modules. */
@@ -31,11 +33,19 @@ export interface DeployResult {
   unchanged: boolean;
   bundleBytes: number;
   models: Record<string, string>;
+  /** The source files bundled from the function's own project. */
+  inputs?: string[];
 }
 
 export async function bundleFunction(file: string): Promise<Buffer> {
+  return (await bundleWithInputs(file)).bundle;
+}
+
+/** The bundle, and the files of the function's own project in it (what `dev --watch` watches). */
+export async function bundleWithInputs(file: string): Promise<{ bundle: Buffer; inputs: string[] }> {
   try {
     const out = await build({
+      metafile: true,
       entryPoints: [file],
       bundle: true,
       format: 'esm',
@@ -54,7 +64,10 @@ export async function bundleFunction(file: string): Promise<Buffer> {
       // CommonJS dependencies call require(); give ESM bundles one.
       banner: { js: "import { createRequire as __embersCreateRequire } from 'node:module'; const require = __embersCreateRequire(import.meta.url);" },
     });
-    return Buffer.from(out.outputFiles[0].contents);
+    const inputs = Object.keys(out.metafile.inputs)
+      .map((f) => path.resolve(f))
+      .filter((f) => !f.split(path.sep).includes('node_modules') && !PLATFORM_SOURCES.some((dir) => f.startsWith(dir)));
+    return { bundle: Buffer.from(out.outputFiles[0].contents), inputs };
   } catch (err) {
     const errors = (err as { errors?: { text: string; location?: { file: string; line: number } }[] }).errors;
     const detail = errors?.map((e) => `${e.location ? `${e.location.file}:${e.location.line}: ` : ''}${e.text}`).join('\n  ') ?? (err as Error).message;
@@ -145,7 +158,7 @@ export async function deployModelFile(client: EmbersClient, file: string, o: { n
 export async function deployFile(client: EmbersClient, file: string, log: (line: string) => void = () => {}): Promise<DeployResult> {
   const source = path.resolve(file);
   if (!(await stat(source).catch(() => null))?.isFile()) throw new CliError(`no such file: ${file}`, 2);
-  const bundle = await bundleFunction(source);
+  const { bundle, inputs } = await bundleWithInputs(source);
   log(`bundled ${path.relative(process.cwd(), source)} (${formatBytes(bundle.length)})`);
   const raw = (await extractManifest(bundle, file)) as Partial<DeploySpec> & { models?: Record<string, string> };
   const models: Record<string, string> = {};
@@ -159,5 +172,5 @@ export async function deployFile(client: EmbersClient, file: string, log: (line:
     throw new CliError(`${file} does not define a valid function:\n${lines.join('\n')}`);
   }
   const res = await client.call<{ name: string; version: string; endpoint: string; unchanged: boolean }>('POST', '/v1/functions', { spec: spec.data, bundle: bundle.toString('base64') });
-  return { ...res, bundleBytes: bundle.length, models };
+  return { ...res, bundleBytes: bundle.length, models, inputs };
 }

@@ -7,6 +7,7 @@ import { GatewayStartError } from '../gateway/server.ts';
 import { CliError } from './errors.ts';
 import { devCommand } from './commands/dev.ts';
 import { deployCommand } from './commands/deploy.ts';
+import { initCommand } from './commands/init.ts';
 import { functionsCommand } from './commands/functions.ts';
 import { runCommand } from './commands/run.ts';
 import { modelsCommand } from './commands/models.ts';
@@ -27,6 +28,7 @@ const program = new Command('embers')
 
 program.addCommand(devCommand('dev'), { isDefault: false });
 program.addCommand(devCommand('start'));
+program.addCommand(initCommand());
 program.addCommand(deployCommand());
 program.addCommand(functionsCommand());
 program.addCommand(runCommand());

@@ -9,6 +9,7 @@ import { discoverFunctions } from '../discover.ts';
 import { startPlatform } from '../../platform/embedded.ts';
 import { onStop } from './common.ts';
 import { CliError } from '../errors.ts';
+import { FunctionWatcher } from '../watch.ts';
 
 /** Longest a Ctrl-C waits for replicas to drain and everything to stop. */
 const STOP_DEADLINE_MS = 45_000;
@@ -19,8 +20,9 @@ export function devCommand(name: 'dev' | 'start'): Command {
     .description('run Embers locally: Redis, S3, gateway and replicas in one process, then deploy ./functions')
     .option('--functions <dir>', 'deploy every function in this folder at start', DEFAULT_FUNCTIONS_DIR)
     .option('--no-deploy', 'start without deploying anything')
+    .option('--watch', 'redeploy a function when its file, or a file of yours it imports, changes (a new version each time)')
     .addHelpText('after', '\nConfiguration comes from EMBERS_* variables (README: Configuration); unset Redis/S3 are started embedded.')
-    .action(async (opts: { functions: string; deploy: boolean }) => {
+    .action(async (opts: { functions: string; deploy: boolean; watch?: boolean }) => {
       // The default folder may be missing (nothing to deploy yet); a folder named on the command
       // line may not: checked before anything starts.
       if (opts.deploy && opts.functions !== DEFAULT_FUNCTIONS_DIR && !(await stat(opts.functions).catch(() => null))?.isDirectory()) {
@@ -32,11 +34,13 @@ export function devCommand(name: 'dev' | 'start'): Command {
       // Replicas drain what they hold first; a stop that cannot finish (Redis killed from
       // outside, a replica that will not exit) must not leave the terminal waiting for ever.
       // Redis, in a process group of its own, is stopped last.
+      let watcher: FunctionWatcher | undefined;
       onStop(log, async () => {
         setTimeout(() => {
           log.error(`could not stop cleanly within ${STOP_DEADLINE_MS / 1000} s (is Redis still reachable?); exiting anyway`);
           process.exit(1);
         }, STOP_DEADLINE_MS).unref();
+        watcher?.close();
         await platform.stop();
       });
 
@@ -44,11 +48,13 @@ export function devCommand(name: 'dev' | 'start'): Command {
       const ca = caCert(process.env.EMBERS_CA_CERT ?? config.EMBERS_TLS_CERT);
       const client = new EmbersClient({ url: platform.url, apiKey: platform.apiKey, ca });
       const deployed: string[] = [];
+      watcher = opts.watch && opts.deploy ? new FunctionWatcher({ deploy: (file) => deployFile(client, file), log: (msg, err) => (err ? log.warn({ err: err.message }, msg) : log.info(msg)) }) : undefined;
       if (opts.deploy) {
         const dir = path.resolve(opts.functions);
         for (const file of await discoverFunctions(dir).catch(() => [])) {
           try {
             const r = await deployFile(client, file, (line) => log.info(line));
+            watcher?.add(file, r);
             deployed.push(r.name);
             log.info({ fn: r.name, version: r.version }, 'deployed');
           } catch (err) {
@@ -71,6 +77,7 @@ export function devCommand(name: 'dev' | 'start'): Command {
         `  Console: ${platform.url}/console  (sign in with a key above)`,
         `  API reference: ${platform.url}/docs   Open Inference Protocol: ${platform.url}/v2`,
         '',
+        ...(watcher ? ['  Watching the functions\' files: a change redeploys the function.', ''] : []),
         '  Ctrl-C stops everything this started.',
         '',
       ].join('\n');

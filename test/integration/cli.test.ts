@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { copyFile, mkdir, readdir, readFile, readlink } from 'node:fs/promises';
+import { copyFile, mkdir, readdir, readFile, readlink, symlink } from 'node:fs/promises';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { startLocalRedis } from '../../platform/local-redis.ts';
 import os from 'node:os';
@@ -251,6 +251,28 @@ export default defineFunction({
     assert.equal(shown.code, 0, shown.stderr);
     assert.deepEqual(JSON.parse(shown.stdout).output, { later: true });
   });
+  it('init writes a project whose function deploys and whose own test passes', async () => {
+    const proj = path.join(tmp, 'new-project');
+    const init = await embers(['init', proj]);
+    assert.equal(init.code, 0, init.stderr);
+    assert.match(init.stdout, /npm install[\s\S]*npm test/);
+    assert.equal((await embers(['init', proj])).code, 2, 'refuses a folder that is not empty');
+    const deployed = await embers(['deploy', path.join(proj, 'functions/hello.ts')]);
+    assert.equal(deployed.code, 0, deployed.stderr);
+    const ran = await embers(['run', 'hello', '--data', '{"name":"Ada"}']);
+    assert.deepEqual(JSON.parse(ran.stdout), { greeting: 'hello, Ada' });
+    // What `npm install` makes of its file: dependency, then its own test as `npm test` runs it.
+    await mkdir(path.join(proj, 'node_modules'));
+    await symlink(ROOT, path.join(proj, 'node_modules/embers'));
+    // Without this runner's context, which would make the child report to it rather than print.
+    const childEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_TEST_CONTEXT'));
+    const test = await new Promise<Result>((resolve) =>
+      execFile(process.execPath, ['--import', import.meta.resolve('tsx'), '--test', 'test/hello.test.ts'], { cwd: proj, timeout: 60_000, env: childEnv }, (err, stdout, stderr) => resolve({ code: err ? 1 : 0, stdout, stderr })),
+    );
+    assert.equal(test.code, 0, test.stdout + test.stderr);
+    assert.match(test.stdout, /# pass 2/);
+  });
+
   it('embers dev refuses a data dir another Embers is using', async () => {
     const data = path.join(tmp, 'busy-data');
     const redis = await startLocalRedis(path.join(data, 'redis'), { persist: true });
@@ -295,9 +317,12 @@ export default defineFunction({
         path.join(fns, 'nap.ts'),
         `import { defineFunction } from 'embers';\nimport { z } from 'zod';\nexport default defineFunction({ name: 'nap', input: z.object({ ms: z.number() }), handler: async ({ ms }) => { await new Promise((r) => setTimeout(r, ms)); return { slept: ms }; } });\n`,
       );
+      // Under Ctrl-C the platform also watches its functions (--watch): greet imports words.ts.
+      await writeFile(path.join(fns, 'words.ts'), `export const word = 'one';\n`);
+      await writeFile(path.join(fns, 'greet.ts'), `import { defineFunction } from 'embers';\nimport { word } from './words';\nexport default defineFunction({ name: 'greet', handler: () => ({ word }) });\n`);
       const data = path.join(tmp, `dev-data-${how}`);
       const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('EMBERS_')));
-      const devArgs = [path.join(ROOT, 'cli/bin.mjs'), 'dev', '--functions', fns];
+      const devArgs = [path.join(ROOT, 'cli/bin.mjs'), 'dev', '--functions', fns, ...(how === 'ctrl-c' ? ['--watch'] : [])];
       // Port 0: the gateway takes one the OS gives it and the banner says which (a port chosen
       // here could be taken by something else before embers dev binds it).
       const devEnv = { ...env, EMBERS_PORT: '0', EMBERS_DATA_DIR: data, EMBERS_LOG_LEVEL: 'warn' };
@@ -325,6 +350,14 @@ export default defineFunction({
           fetch(`http://127.0.0.1:${port}/v1/run/${fn}`, { method: 'POST', headers: { authorization: `Bearer ${banner[1]}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
         assert.deepEqual(await (await run('echo', { hi: 1 })).json(), { hi: 1 });
         assert.equal((await run('nap', { ms: 0 })).status, 200);
+        if (how === 'ctrl-c') {
+          // A change to a file greet imports redeploys greet: a new version answers.
+          assert.deepEqual(await (await run('greet', {})).json(), { word: 'one' });
+          await writeFile(path.join(fns, 'words.ts'), `export const word = 'two';\n`);
+          await eventually(async () => (await (await run('greet', {})).json() as { word: string }).word === 'two', 'greet to be redeployed');
+          const shown = (await (await fetch(`http://127.0.0.1:${port}/v1/functions/greet`, { headers: { authorization: `Bearer ${banner[1]}` } })).json()) as { active: string };
+          assert.equal(shown.active, 'v2');
+        }
         // Accepted before the Ctrl-C or hangup, still running when it comes: answered, not cut.
         const inFlight = run('nap', { ms: 1500 });
         // Accepted: the gateway counts it in flight before it queues it.
