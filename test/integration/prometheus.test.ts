@@ -84,6 +84,19 @@ async function api<T>(route: string): Promise<T> {
 const query = (expr: string) => api<{ result: unknown[] }>(`/api/v1/query?query=${encodeURIComponent(expr)}`);
 
 describe('Prometheus and Grafana', () => {
+  it('the dashboard reads Prometheus through its data source variable, and narrows every panel by function', async () => {
+    const d = JSON.parse(await readFile(path.join(INFRA, 'grafana/embers.json'), 'utf8')) as Dashboard;
+    assert.ok(d.schemaVersion >= 39);
+    assert.deepEqual(d.templating.list.map((v) => [v.name, v.type]), [['DS_PROMETHEUS', 'datasource'], ['function', 'query']]);
+    const panels = d.panels.flatMap((x) => [x, ...(x.panels ?? [])]).filter((x) => x.type !== 'row');
+    for (const panel of panels) {
+      assert.equal(panel.datasource?.uid, '${DS_PROMETHEUS}', `panel "${panel.title}"`);
+      for (const target of panel.targets ?? []) assert.equal(target.datasource?.uid, '${DS_PROMETHEUS}', `panel "${panel.title}"`);
+    }
+    const perFunction = panels.flatMap((x) => x.targets ?? []).filter((x) => /function/.test(x.expr ?? ''));
+    for (const target of perFunction) assert.match(target.expr!, /function=~"\$function"/, 'a per-function expression follows the variable');
+  });
+
   it('promtool passes the config, the alert rules and their unit tests', async (t) => {
     if (SKIP) return t.skip(SKIP);
     await promtool('check', 'config', '--syntax-only', 'prometheus.yml');
@@ -149,10 +162,13 @@ describe('Prometheus and Grafana', () => {
 
 interface Panel {
   title?: string;
-  targets?: { expr?: string }[];
+  type: string;
+  datasource?: { type: string; uid: string };
+  targets?: { expr?: string; datasource?: { uid: string } }[];
   panels?: Panel[];
 }
 interface Dashboard {
+  schemaVersion: number;
   panels: Panel[];
   templating: { list: { name: string; type: string; query?: string | { query: string } }[] };
 }
