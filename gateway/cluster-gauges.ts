@@ -1,7 +1,7 @@
 // What /metrics reports of the platform's state, from what scrape.ts reads in Redis: replicas by
 // state, live requests waiting, batch work outstanding. Pure: Redis's replies in, values out.
 
-export const REPLICA_STATES = ['starting', 'ready', 'draining', 'failed'] as const;
+const REPLICA_STATES = ['starting', 'ready', 'draining', 'failed'] as const;
 
 /** A batch's fields scrape.ts reads, in this order (HMGET). */
 export const BATCH_FIELDS = ['function', 'status', 'total', 'completed', 'failed', 'progressAt', 'inProgressAt'] as const;

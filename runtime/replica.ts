@@ -54,7 +54,7 @@ export interface ReplicaOptions extends LoadOptions {
   memoryLimitBytes: number;
   /** Called when the user-code process exits on its own (crash or memory): this process should exit so the agent replaces it; `answered`: what it held was answered. */
   onUserCodeExit?: (e: UserCodeExit, answered: boolean) => void;
-  /** Called with every heartbeat, and once more when it stops: what it has done so far (for the agent's /metrics). */
+  /** Called with every heartbeat, and once more when it has drained: what it has done so far (for the agent's /metrics). */
   onCounters?: (c: ReplicaCounters) => void;
 }
 

@@ -93,5 +93,3 @@ export function createAgentMetrics() {
     },
   };
 }
-
-export type AgentMetrics = ReturnType<typeof createAgentMetrics>;

@@ -1,7 +1,7 @@
 -- Per function's live stream: the requests no replica has taken yet, and the id of the oldest of
 -- them (its first part is when it was queued, in ms of Redis's clock), read at once for /metrics.
 -- Taken entries stay pending until acknowledged and deleted, so the waiting ones are those after
--- the group's last-delivered-id, and there are the stream's length less the pending count.
+-- the group's last-delivered-id, and they number the stream's length less the pending count.
 -- KEYS: live streams; ARGV: the replicas' group. Returns waiting, oldest id ('0': none) per stream.
 local out = {}
 for _, stream in ipairs(KEYS) do

@@ -136,11 +136,12 @@ describe('Prometheus and Grafana', () => {
       await res.arrayBuffer();
       return res.status;
     };
-    // A cold start each, batched inferences, and an error.
+    // A cold start each, batched inferences, an error, and a request that crashes the two replicas it runs on.
     assert.equal(await runFn('tiny', { n: 1 }), 200);
     assert.deepEqual(await Promise.all([4, 4, 2].map((n) => runFn('tiny', { n }))), [200, 200, 200]);
     assert.equal(await runFn('boom', { mode: 'ok' }), 200);
     assert.equal(await runFn('boom', { mode: 'throw' }), 500);
+    assert.equal(await runFn('boom', { mode: 'exit' }), 500);
 
     const dashboard = JSON.parse(await readFile(path.join(INFRA, 'grafana/embers.json'), 'utf8')) as Dashboard;
     const alerts = YAML.parse(await readFile(path.join(INFRA, 'prometheus/alerts.yml'), 'utf8')) as { groups: { rules: { alert: string; expr: string }[] }[] };
@@ -157,6 +158,9 @@ describe('Prometheus and Grafana', () => {
       'data for every expression',
       30_000,
     ).catch(() => assert.fail(`no data for:\n${empty.join('\n')}`));
+    // The agent counted the crashes, and they show in the crash-loop alert's measure.
+    const crashes = async () => Number(((await query('sum(embers_replica_exits_total{function="boom",reason="crashed"})')).result[0] as { value: [number, string] } | undefined)?.value[1] ?? 0);
+    await eventually(async () => (await crashes()) >= 2, 'two crashes of boom\'s replicas in Prometheus');
   });
 });
 

@@ -6,6 +6,8 @@ import { EXIT_REPLACE_ME } from '../../core/contracts.ts';
 import { clusterGauges } from '../../gateway/cluster-gauges.ts';
 import type { ReplicaCounters } from '../../runtime/agent-messages.ts';
 import { counterIncrements, createAgentMetrics, exitReason } from '../../scheduler/agent-metrics.ts';
+import { MetricsServerError, serveMetrics } from '../../scheduler/metrics-server.ts';
+import { createLogger } from '../../core/log.ts';
 
 const counters = (requests: number, computeMs: number, calls: number, executions: number): ReplicaCounters => ({
   usage: { requests, computeMs, bytesIn: requests * 10, bytesOut: requests * 100 },
@@ -56,6 +58,24 @@ describe('node agent metrics', () => {
       assert.ok(body.split('\n').includes(line), `${line} in:\n${body}`);
     const down = await m.render(() => Promise.reject(new Error('ECONNREFUSED')));
     assert.match(down.body, /^embers_redis_up 0$/m);
+  });
+});
+
+describe('a node agent\'s /metrics listener', () => {
+  it('serves /metrics alone, and a port already taken stops it naming the setting', async () => {
+    const log = createLogger('test', 'silent');
+    const server = await serveMetrics({ host: '127.0.0.1', port: 0, log, render: async () => ({ contentType: 'text/plain; version=0.0.4', body: 'embers_redis_up 1\n' }) });
+    try {
+      const res = await fetch(server.url);
+      assert.equal(res.status, 200);
+      assert.equal(await res.text(), 'embers_redis_up 1\n');
+      assert.equal((await fetch(server.url.replace('/metrics', '/other'))).status, 404);
+      assert.equal((await fetch(server.url, { method: 'POST' })).status, 405);
+      const port = Number(new URL(server.url).port);
+      await assert.rejects(serveMetrics({ host: '127.0.0.1', port, log, render: async () => ({ contentType: '', body: '' }) }), (err: Error) => err instanceof MetricsServerError && /port \d+ on 127\.0\.0\.1 is already in use.*EMBERS_METRICS_PORT/.test(err.message));
+    } finally {
+      await server.close();
+    }
   });
 });
 
