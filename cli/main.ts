@@ -4,6 +4,7 @@ import { Command, CommanderError } from 'commander';
 import { ConfigError } from '../core/config.ts';
 import { DataDirInUseError, MissingDependencyError } from '../platform/local-redis.ts';
 import { GatewayStartError } from '../gateway/server.ts';
+import { MetricsServerError } from '../scheduler/metrics-server.ts';
 import { CliError } from './errors.ts';
 import { devCommand } from './commands/dev.ts';
 import { deployCommand } from './commands/deploy.ts';
@@ -57,7 +58,7 @@ try {
   // Help and --version exit 0; the parser's complaints (unknown command or option, a missing
   // value) are usage errors, 2 like the CLI's own (cli/errors.ts).
   if (err instanceof CommanderError) process.exit(err.exitCode === 0 ? 0 : 2);
-  if (err instanceof CliError || err instanceof ConfigError || err instanceof MissingDependencyError || err instanceof DataDirInUseError || err instanceof GatewayStartError) {
+  if (err instanceof CliError || err instanceof ConfigError || err instanceof MissingDependencyError || err instanceof DataDirInUseError || err instanceof GatewayStartError || err instanceof MetricsServerError) {
     process.stderr.write(`embers: ${err.message}\n`);
     process.exit(err instanceof CliError ? err.exitCode : 2);
   }

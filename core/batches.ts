@@ -61,6 +61,8 @@ export interface BatchRecord {
   chunkSize: number;
   chunkFrom: number;
   createdAt: string;
+  /** When a line last finished (ms since the epoch, Redis's clock: batch-item-done.lua); unset until one has. */
+  progressAt?: string;
 }
 
 /** A batch line's job id, and the id it is metered and logged under. */

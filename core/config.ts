@@ -149,6 +149,14 @@ export const ConfigSchema = z.object({
   EMBERS_PRICE_PER_REQUEST: z.coerce.number().min(0).default(0),
   /** Price per compute-second (handler wall time) for functions that set no `pricing`. @default 0 */
   EMBERS_PRICE_PER_COMPUTE_SECOND: z.coerce.number().min(0).default(0),
+  /**
+   * Port of a node agent's Prometheus `/metrics` (replica starts and exits, batching, usage); 0
+   * turns it off. It needs no key: keep it reachable by Prometheus alone.
+   * @default 9464 under `embers agent`; off under `embers dev` and the tests unless set
+   */
+  EMBERS_METRICS_PORT: int(0, 65535).optional(),
+  /** Bind address of a node agent's `/metrics`. @default 127.0.0.1 */
+  EMBERS_METRICS_HOST: z.string().min(1).default('127.0.0.1'),
   /** Pretty logs (default when stdout is a terminal). */
   EMBERS_LOG_PRETTY: bool.optional(),
 });

@@ -23,7 +23,7 @@ import { seriesOperations, seriesRoutes } from './routes/series.ts';
 import { whoamiOperations, whoamiRoutes } from './routes/whoami.ts';
 import { consoleOperations, consoleRoutes } from './console/routes.ts';
 import { sandboxReport } from './sandbox-report.ts';
-import { replicasOf } from './replicas.ts';
+import { refreshClusterGauges } from './scrape.ts';
 import type { MountedGroup, RouteGroup } from './openapi/operation.ts';
 import { buildDocument } from './openapi/document.ts';
 import { OpenApiDocuments } from './openapi/documents.ts';
@@ -32,16 +32,6 @@ import { docsOperations, docsRoutes } from './openapi/docs-page.ts';
 import { tenantFunctions } from './openapi/tenant-functions.ts';
 
 import { EMBERS_VERSION } from '../core/version.ts';
-
-/** Replica counts by function and state, read from their heartbeats at scrape time. */
-async function refreshReplicaGauge(deps: GatewayDeps): Promise<void> {
-  deps.metrics.replicas.reset();
-  for (const { name } of await deps.registry.list()) {
-    const counts: Record<string, number> = { starting: 0, ready: 0, draining: 0, failed: 0 };
-    for (const r of (await replicasOf(deps.redis, name)) as { state: string }[]) counts[r.state] = (counts[r.state] ?? 0) + 1;
-    for (const [state, n] of Object.entries(counts)) deps.metrics.replicas.set({ function: name, state }, n);
-  }
-}
 
 export function createApp(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
@@ -73,7 +63,7 @@ export function createApp(deps: GatewayDeps) {
   // admin key's to read, like the tenant routes, never a tenant's or a stranger's.
   app.get('/metrics', authenticate(deps.tenants, deps.adminKey), async (c) => {
     if (!c.get('auth').admin) throw new ApiError(403, 'forbidden', '/metrics names every tenant\'s functions: scrape it with the admin key (EMBERS_ADMIN_KEY) as a Bearer token');
-    await refreshReplicaGauge(deps);
+    await refreshClusterGauges(deps.redis, deps.metrics, deps.log);
     return c.text(await deps.metrics.registry.metrics(), 200, { 'content-type': deps.metrics.registry.contentType });
   });
 

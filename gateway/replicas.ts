@@ -1,5 +1,5 @@
 // The replicas a function has, as their heartbeats describe them: read by GET /v1/functions/:name
-// and by the replica gauge of /metrics.
+// (/metrics reads every function's at once: scrape.ts).
 import type { Redis } from 'ioredis';
 import { keys } from '../core/keys.ts';
 

@@ -74,8 +74,12 @@ export function gatewayOptions(config: Config, o: { redisUrl: string; store: Obj
   };
 }
 
-/** Node agent settings from config: shared by `embers dev` and a standalone `embers agent`. */
-export function agentOptions(config: Config, o: { redisUrl: string; store: ObjectStore; s3Endpoint?: string; secretsKey?: string; log: Logger }): AgentOptions {
+/**
+ * Node agent settings from config: shared by `embers dev` and a standalone `embers agent`.
+ * `metricsPort`: the agent's /metrics port when EMBERS_METRICS_PORT is unset (none: off).
+ */
+export function agentOptions(config: Config, o: { redisUrl: string; store: ObjectStore; s3Endpoint?: string; secretsKey?: string; log: Logger; metricsPort?: number }): AgentOptions {
+  const metricsPort = config.EMBERS_METRICS_PORT ?? o.metricsPort;
   const secretsKey = o.secretsKey ?? config.EMBERS_SECRETS_KEY;
   return {
     redisUrl: o.redisUrl,
@@ -92,6 +96,7 @@ export function agentOptions(config: Config, o: { redisUrl: string; store: Objec
     jobRetentionS: config.EMBERS_JOB_RETENTION_S,
     allowUnsandboxed: config.EMBERS_ALLOW_UNSANDBOXED,
     sandbox: config.EMBERS_SANDBOX,
+    metrics: metricsPort ? { host: config.EMBERS_METRICS_HOST, port: metricsPort } : undefined,
     scheduler: { ...schedulerOptions(config), secretsKey, bucketAllowPrivate: config.EMBERS_BUCKET_ALLOW_PRIVATE },
     // The replica process is trusted (its user code never sees these: runtime/user-code-process.ts).
     replicaEnv: {

@@ -12,5 +12,17 @@ export interface Assignment {
   env?: Record<string, string>;
 }
 
-/** Runtime → agent: booted and waiting for an assignment (standby), or serving (ready). */
-export type ToAgent = { type: 'standby' } | { type: 'ready' };
+/**
+ * What a replica has done since it started, sent to its agent with every heartbeat for the
+ * agent's /metrics (scheduler/agent-metrics.ts). Counts only grow, but start again from zero
+ * when the user-code process does.
+ */
+export interface ReplicaCounters {
+  /** Requests it ran to an outcome, their handler time, and the bytes they took and gave (as metered). */
+  usage: { requests: number; computeMs: number; bytesIn: number; bytesOut: number };
+  /** Per model, its batcher's counts: calls from handlers, rows, executions, their time, failed executions. */
+  models: Record<string, { calls: number; inferences: number; executions: number; inferMs: number; failures: number }>;
+}
+
+/** Runtime → agent: booted and waiting for an assignment (standby), serving (ready), or its counters. */
+export type ToAgent = { type: 'standby' } | { type: 'ready' } | { type: 'counters'; counters: ReplicaCounters };

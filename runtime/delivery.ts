@@ -45,6 +45,8 @@ export interface DeliveryOptions {
 export class Delivery {
   /** Outcomes sent, for the replica's record: failed ones are 5xx. */
   readonly counts = { completed: 0, failed: 0 };
+  /** What the outcomes sent were metered, summed, for the agent's /metrics (a request run twice counts twice here, once in usage). */
+  readonly metered = { requests: 0, computeMs: 0, bytesIn: 0, bytesOut: 0 };
   readonly jobStore: JobStore;
   readonly batchStore: BatchStore;
   private webhookQueue?: Queue;
@@ -74,6 +76,7 @@ export class Delivery {
     const bytesOut = disconnected ? (o.streamedBytes ?? 0) : o.streamedBytes ?? (bytes && toGateway ? bytes.bytes.length : Buffer.byteLength(body));
     const usage = this.usageRecord(jobId, data, header, bytesOut, destination?.to ?? 'batch');
     if (disconnected) usage.disconnected = true;
+    this.meter(usage);
     switch (destination?.to) {
       case 'gateway': {
         // Nobody waits for it.
@@ -134,6 +137,14 @@ export class Delivery {
 
   async close(): Promise<void> {
     await this.webhookQueue?.close();
+  }
+
+  private meter(u: UsageRecord): void {
+    const m = this.metered;
+    m.requests++;
+    m.computeMs += Number.isFinite(u.computeMs) ? u.computeMs : 0;
+    m.bytesIn += u.bytesIn;
+    m.bytesOut += u.bytesOut;
   }
 
   private usageRecord(jobId: string, data: RunJobData, header: ReplyHeader, bytesOut: number, to: Destination['to']): UsageRecord {

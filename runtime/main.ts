@@ -163,6 +163,10 @@ replica = new Replica({
     if (!answered) process.exit(1);
     void replica!.abandon().finally(() => process.exit(EXIT_REPLACE_ME));
   },
+  onCounters: (counters) => {
+    // Sent on every heartbeat, during a drain too: an agent gone meanwhile is no error here.
+    if (process.connected) process.send?.({ type: 'counters', counters } satisfies ToAgent, undefined, undefined, () => {});
+  },
 });
 
 try {

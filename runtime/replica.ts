@@ -25,6 +25,7 @@ import { Stops } from './stops.ts';
 import { unrunTiming } from './timing.ts';
 import { StartFailure, type UserStats } from './user-code-messages.ts';
 import type { UserCodeExit, UserCodeProcess } from './user-code-process.ts';
+import type { ReplicaCounters } from './agent-messages.ts';
 
 export type ReplicaState = 'starting' | 'ready' | 'draining' | 'failed';
 
@@ -53,6 +54,8 @@ export interface ReplicaOptions extends LoadOptions {
   memoryLimitBytes: number;
   /** Called when the user-code process exits on its own (crash or memory): this process should exit so the agent replaces it; `answered`: what it held was answered. */
   onUserCodeExit?: (e: UserCodeExit, answered: boolean) => void;
+  /** Called with every heartbeat, and once more when it has drained: what it has done so far (for the agent's /metrics). */
+  onCounters?: (c: ReplicaCounters) => void;
 }
 
 const RAISE_FOOTPRINT = lua('footprint-raise');
@@ -261,6 +264,7 @@ export class Replica {
     await this.beat().catch(() => {});
     await Promise.all([this.live?.drain(), this.batch?.close()]);
     clearInterval(this.heartbeat);
+    this.reportCounters();
     this.cancelSub?.disconnect();
     await this.delivery.close();
     this.stopping = true;
@@ -274,12 +278,22 @@ export class Replica {
     const silent = this.user.silentMs();
     if (this.state === 'ready' && this.lanes.live + this.lanes.batch > 0 && silent > this.o.manifest.timeoutMs + this.o.handlerGraceMs + this.o.heartbeatMs) this.stuck(`(the user code has not answered for ${Math.round(silent)} ms)`);
     const ttl = this.o.heartbeatMs * 3;
+    const record = this.record();
+    this.reportCounters(record.models);
     await this.o.redis
       .multi()
-      .set(keys.replica(this.o.id), JSON.stringify(this.record()), 'PX', ttl)
+      .set(keys.replica(this.o.id), JSON.stringify(record), 'PX', ttl)
       .sadd(keys.replicas(this.o.manifest.name), this.o.id)
       .exec();
     if (this.state === 'ready') await this.recordFootprint();
+  }
+
+  /** Hands the agent what this replica has done: its deliveries' metering and its models' batchers. */
+  private reportCounters(models = this.user.stats()?.models ?? {}): void {
+    if (!this.o.onCounters) return;
+    const byModel: ReplicaCounters['models'] = {};
+    for (const [name, m] of Object.entries(models)) byModel[name] = { calls: m.requests, inferences: m.inferences, executions: m.executions, inferMs: m.inferMsTotal, failures: m.failures };
+    this.o.onCounters({ usage: { ...this.delivery.metered }, models: byModel });
   }
 
   /** The most this replica held (its process and its user code's cgroup), kept per version for placement. */

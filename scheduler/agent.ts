@@ -22,6 +22,8 @@ import { answerUnrun, JobStore } from '../core/jobs.ts';
 import { Queue } from 'bullmq';
 import { keys, QUEUE_PREFIX, WEBHOOK_QUEUE } from '../core/keys.ts';
 import type { Assignment, ToAgent } from '../runtime/agent-messages.ts';
+import { createAgentMetrics, exitReason } from './agent-metrics.ts';
+import { serveMetrics, type MetricsServer } from './metrics-server.ts';
 
 const REPLICA_SOURCE = fileURLToPath(new URL('../runtime/main.ts', import.meta.url));
 const TSX = import.meta.resolve('tsx');
@@ -66,6 +68,8 @@ export interface AgentOptions {
   allowUnsandboxed?: boolean;
   /** EMBERS_SANDBOX. @default auto */
   sandbox?: 'auto' | 'off';
+  /** Where to serve Prometheus's /metrics (EMBERS_METRICS_HOST, EMBERS_METRICS_PORT; port 0: nowhere). @default nowhere */
+  metrics?: { host: string; port: number };
 }
 
 interface ReplicaProcess {
@@ -103,6 +107,8 @@ export class NodeAgent {
   private webhooks?: Queue;
   /** Hand-overs under way (close waits for them before it closes Redis). */
   private readonly handOvers = new Set<Promise<void>>();
+  private readonly metrics = createAgentMetrics();
+  private metricsServer?: MetricsServer;
 
   constructor(private readonly o: AgentOptions) {
     this.id = `node-${os.hostname()}-${randomUUID().slice(0, 6)}`;
@@ -115,6 +121,18 @@ export class NodeAgent {
   }
 
   async start(): Promise<void> {
+    // First: a port already taken stops the start before this node takes any work.
+    if (this.o.metrics && this.o.metrics.port > 0) {
+      this.metricsServer = await serveMetrics({ ...this.o.metrics, log: this.log, render: () => this.metrics.render(() => this.redis.ping()) });
+      this.log.info({ url: this.metricsServer.url }, 'serving metrics');
+    }
+    await this.begin().catch(async (err: unknown) => {
+      await this.metricsServer?.close();
+      throw err;
+    });
+  }
+
+  private async begin(): Promise<void> {
     try {
       this.replicaMain = (await buildRuntime(path.join(this.o.cacheDir, 'runtime'))).main;
     } catch (err) {
@@ -140,6 +158,11 @@ export class NodeAgent {
     this.scheduler.start();
     this.prepareStandby();
     await this.reconcile();
+  }
+
+  /** Where this node serves Prometheus's /metrics, if it does. */
+  get metricsUrl(): string | undefined {
+    return this.metricsServer?.url;
   }
 
   /** Replica processes on this node, for tests and the dev banner. */
@@ -271,9 +294,11 @@ export class NodeAgent {
     const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
     const r: ReplicaProcess = { id, fn, version, child, state: 'starting', stopping: false, spawnedAt, exited };
     this.replicas.set(id, r);
+    this.metrics.started(fn);
     void this.redis.hset(keys.replicaNodes, id, this.id).catch(() => {});
     this.log.info({ replica: id, pid: child.pid, gpu: gpu?.index }, 'replica spawned');
     child.on('message', (m: ToAgent) => {
+      if (m?.type === 'counters') this.metrics.reported(id, fn, m.counters);
       if (m?.type === 'ready') {
         r.state = 'ready';
         this.backoff.delete(`${fn}@${version}`);
@@ -281,6 +306,7 @@ export class NodeAgent {
       }
     });
     void exited.then((code) => {
+      this.metrics.exited(id, fn, exitReason({ stopping: r.stopping || this.closed, code, everReady: r.state === 'ready' }));
       this.replicas.delete(id);
       this.prepareStandby();
       void this.redis.multi().del(keys.replica(id)).srem(keys.replicas(fn), id).hdel(keys.replicaNodes, id).exec().catch(() => {});
@@ -389,6 +415,7 @@ export class NodeAgent {
     await this.bounded(this.redis.multi().del(keys.node(this.id)).srem(keys.nodes, this.id).exec(), 'the node record to be removed');
     await this.bounded(Promise.all(this.handOvers), 'exited replicas\' requests to be handed over or answered');
     await this.bounded(this.webhooks?.close(), 'the webhook queue to close');
+    await this.metricsServer?.close();
     this.sub.disconnect();
     this.redis.disconnect();
   }

@@ -52,6 +52,9 @@ async function reachS3(config: Config, store: ObjectStore, use: 'write' | 'read'
   }
 }
 
+/** `embers agent`'s /metrics port when EMBERS_METRICS_PORT is unset (OpenTelemetry's Prometheus exporter's). */
+const DEFAULT_AGENT_METRICS_PORT = 9464;
+
 /** What an agent reads to check its S3 settings: a key that never exists. */
 const PROBE_KEY = 'embers-probe/none';
 
@@ -82,9 +85,9 @@ export function agentCommand(): Command {
       const store = storeFromConfig(config);
       await reachRedis(redisUrl);
       await reachS3(config, store, 'read');
-      const agent = new NodeAgent(agentOptions(config, { redisUrl, store, s3Endpoint: config.EMBERS_S3_ENDPOINT, log }));
+      const agent = new NodeAgent(agentOptions(config, { redisUrl, store, s3Endpoint: config.EMBERS_S3_ENDPOINT, log, metricsPort: DEFAULT_AGENT_METRICS_PORT }));
       await agent.start();
-      process.stdout.write(`agent ${agent.id} running (cache ${config.dataDir}/cache)\n`);
+      process.stdout.write(`agent ${agent.id} running (cache ${config.dataDir}/cache${agent.metricsUrl ? `, metrics ${agent.metricsUrl}` : ''})\n`);
       onStop(log, () => agent.close());
     });
 }

@@ -41,6 +41,8 @@ const TEST_ENV: Record<string, string> = {
   EMBERS_LOG_PRETTY: 'false',
   EMBERS_HEARTBEAT_MS: '200',
   EMBERS_JOB_LOCK_MS: '2000',
+  // And agents a test starts as processes (`embers agent`): no /metrics, where two would want its default port.
+  EMBERS_METRICS_PORT: '0',
 };
 
 export async function startTestPlatform(env: Record<string, string> = {}): Promise<TestPlatform> {
