@@ -33,6 +33,7 @@ const frames = new FrameReader(new net.Socket({ fd: BYTES_IN_FD, readable: true,
 
 /** A result goes out with its answer's bytes, if any, on the byte channel first. */
 function sendResult(r: RunOutcome): void {
+  tellDrops(r.n);
   if (!r.bytes) return send(r as FromUserCode);
   const { data, ...rest } = r.bytes;
   writeFrame(bytesOut, r.n, data);
@@ -63,11 +64,15 @@ function sendLog(n: number, call: LogCall): void {
     return;
   }
   logsDropped++;
-  dropsTimer ??= setTimeout(() => {
-    dropsTimer = undefined;
-    if (logsDropped) send({ type: 'log', n, dropped: logsDropped });
-    logsDropped = 0;
-  }, DROPS_TOLD_MS);
+  dropsTimer ??= setTimeout(() => tellDrops(n), DROPS_TOLD_MS);
+}
+
+/** Says how many lines were dropped, if any: before a result too, so its summary line comes after them. */
+function tellDrops(n: number): void {
+  clearTimeout(dropsTimer);
+  dropsTimer = undefined;
+  if (logsDropped) send({ type: 'log', n, dropped: logsDropped });
+  logsDropped = 0;
 }
 
 const user = new UserCode({
