@@ -60,7 +60,8 @@ export type TailLine = TailLogLine | TailRequestLine;
 /**
  * A log call as the tail takes it, whoever sent it (the user code is not trusted): a known level,
  * a string message and a plain object of fields, each cut to its bound; undefined if it is not one.
- * Fields whose JSON is too long are kept as `{ truncated: <the start of that JSON> }`.
+ * Fields whose JSON is too long are kept as `{ truncated: <the start of that JSON> }`; fields
+ * that cannot be serialised as `{ unserializable: <why> }`.
  */
 export function capLogCall(raw: unknown): LogCall | undefined {
   const c = raw as Partial<LogCall> | null;
@@ -70,7 +71,9 @@ export function capLogCall(raw: unknown): LogCall | undefined {
   const call: LogCall = { level: c.level as TailLevel, msg, time };
   if (typeof c.fields === 'object' && c.fields !== null && !Array.isArray(c.fields) && Object.keys(c.fields).length) {
     const json = safeJson(c.fields);
-    call.fields = json.length <= TAIL_MAX_FIELDS_CHARS ? c.fields : { truncated: `${json.slice(0, TAIL_MAX_FIELDS_CHARS)}…` };
+    // As its JSON reads back: plain data, whatever the handler passed (a cycle, a class, a BigInt).
+    const back = json.length <= TAIL_MAX_FIELDS_CHARS ? (JSON.parse(json) as unknown) : undefined;
+    call.fields = back === undefined ? { truncated: `${json.slice(0, TAIL_MAX_FIELDS_CHARS)}…` } : typeof back === 'object' && back !== null && !Array.isArray(back) ? (back as Record<string, unknown>) : { value: back };
   }
   return call;
 }
