@@ -207,9 +207,10 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
       // Requests still open after a grace period are cut rather than holding shutdown forever
       // (`embers dev` closes its gateway before its replicas, so what it accepted gets answered).
       const cut = setTimeout(() => http.closeAllConnections?.(), CLOSE_GRACE_MS);
+      // Tails never finish on their own.
+      tails.close();
       await closed;
       clearTimeout(cut);
-      tails.close();
       await webhooks.close();
       await closeOrDisconnect(webhookQueue, log, 'the webhook queue', 'closing the gateway');
       stores.close();

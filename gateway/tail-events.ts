@@ -26,6 +26,7 @@ export async function tailEvents(c: Context<GatewayEnv>, deps: GatewayDeps, fn: 
       backlog.push(taken.show, dropped + taken.dropped);
       if (!backlog.empty) wake?.();
     },
+    end: () => close(),
   });
   let finished = false;
   const close = () => {
@@ -34,7 +35,10 @@ export async function tailEvents(c: Context<GatewayEnv>, deps: GatewayDeps, fn: 
     leave();
     wake?.();
   };
-  callerOf(c).onLeave(close);
+  const caller = callerOf(c);
+  caller.onLeave(close);
+  // Gone while the feed started: nothing would tell it to stop.
+  if (caller.left) close();
   let first = true;
   const next = async (): Promise<string | null> => {
     if (first) {

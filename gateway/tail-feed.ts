@@ -13,6 +13,8 @@ import type { TailItem } from './tail-filter.ts';
 /** A reader of a feed: takes each batch read, and the lines the feed knows were lost before it. */
 export interface TailReader {
   push(items: TailItem[], dropped: number): void;
+  /** The gateway is closing: end the caller's response. */
+  end(): void;
 }
 
 /** Readers one gateway serves at once, over all functions: each feed holds a Redis connection. */
@@ -74,7 +76,9 @@ export class TailFeeds {
     return leave;
   }
 
+  /** Ends every tail (the gateway is closing: a tail would hold its shutdown for its grace period). */
   close(): void {
+    for (const f of [...this.feeds.values()]) for (const r of [...f.readers]) r.end();
     for (const f of this.feeds.values()) f.close();
     this.feeds.clear();
   }

@@ -15,6 +15,7 @@ import type { Logger } from '../core/log.ts';
 import { plainName } from '../core/names.ts';
 import { lua } from '../core/lua.ts';
 import { evalScript } from '../core/redis.ts';
+import { waitAtMost } from '../core/settle.ts';
 import { answerWaiting } from './answer-waiting.ts';
 import { BatchLane } from './batch-lane.ts';
 import { Delivery, USAGE_KIND } from './delivery.ts';
@@ -58,6 +59,8 @@ export interface ReplicaOptions extends LoadOptions {
 }
 
 const RAISE_FOOTPRINT = lua('footprint-raise');
+/** A draining replica waits this long, at most, for its last tail lines to be written (Redis may be away). */
+const TAIL_FLUSH_WAIT_MS = 2_000;
 
 /** The replica's own record, written on every heartbeat and read by the API and the scheduler. */
 export interface ReplicaRecord {
@@ -278,7 +281,7 @@ export class Replica {
     this.moveTo('draining');
     await this.beat().catch(() => {});
     await Promise.all([this.live?.drain(), this.batch?.close()]);
-    await this.tail.writer.flush();
+    await waitAtMost(this.tail.writer.flush(), TAIL_FLUSH_WAIT_MS, this.log, 'the tail\'s last lines');
     clearInterval(this.heartbeat);
     this.cancelSub?.disconnect();
     await this.delivery.close();
