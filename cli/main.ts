@@ -20,11 +20,14 @@ import { usageCommand } from './commands/usage.ts';
 import { agentCommand, gatewayCommand } from './commands/components.ts';
 import { tenantsCommand } from './commands/tenants.ts';
 import { keysCommand } from './commands/keys.ts';
+import { tailCommand } from './commands/tail.ts';
 
 const program = new Command('embers')
   .description('Serverless inference endpoints on your own machines: TypeScript handlers, ONNX models, one command to deploy.')
   .version(EMBERS_VERSION, '-V, --version', 'print the version')
   .showHelpAfterError('(run with --help for usage)')
+  // `-V, --version` is read before a command's name only: `embers tail fn --version v3` is tail's.
+  .enablePositionalOptions()
   .exitOverride();
 
 program.addCommand(devCommand('dev'), { isDefault: false });
@@ -33,6 +36,7 @@ program.addCommand(initCommand());
 program.addCommand(deployCommand());
 program.addCommand(functionsCommand());
 program.addCommand(runCommand());
+program.addCommand(tailCommand());
 program.addCommand(modelsCommand());
 program.addCommand(batchCommand());
 program.addCommand(filesCommand());

@@ -64,6 +64,13 @@ export const keys = {
   files: (tenant: string) => `embers:tenant:${tenant}:files`,
   /** A tenant's async jobs by creation time (ms), the newest kept (core/jobs.ts). */
   recentJobs: (tenant: string) => `embers:tenant:${tenant}:jobs`,
+  /**
+   * A function's tail (core/tail.ts): its replicas' `ctx.log` lines and one line per finished
+   * request, a stream capped by count and bytes, written only while `tailing` is set.
+   */
+  tail: (fn: string) => `embers:tail:${fn}`,
+  /** Set, with a short time to live, by every gateway tailing the function, for as long as it does. */
+  tailing: (fn: string) => `embers:tail:${fn}:on`,
   /** A function's per-minute roll-up (core/series.ts): metric → value, per UTC minute (YYYYMMDDHHmm). */
   series: (fn: string, minute: string) => `embers:series:${fn}:${minute}`,
 };
@@ -100,6 +107,9 @@ export const liveStream = (fn: string) => `${STREAM_PREFIX}${fn}`;
 
 /** On the cancel channel in place of a job id: scan the live queue for handed-over requests now (core/live-queue.ts). */
 export const SCAN_NOW = '+scan';
+
+/** On the cancel channel in place of a job id: a gateway began tailing the function, so its replicas write the tail now. */
+export const TAIL_NOW = '+tail';
 
 /** BullMQ queues (a function's batch lines, webhook deliveries) live under this prefix. */
 export const QUEUE_PREFIX = 'embers';

@@ -17,6 +17,7 @@ import type { KeyCache } from './key-cache.ts';
 import type { Metrics } from './metrics.ts';
 import type { QueueDepth, RedisMemory } from './quotas.ts';
 import type { ReplyHub } from './replies.ts';
+import type { TailFeeds } from './tail-feed.ts';
 
 export type GatewayEnv = { Variables: { rid: string; auth: AuthContext } };
 
@@ -32,6 +33,8 @@ export interface GatewayDeps {
   adminKey?: string;
   functions: FunctionsCache;
   replies: ReplyHub;
+  /** Function tails this gateway reads for its callers. */
+  tails: TailFeeds;
   /** The functions' live queues (sync and async requests). */
   live: LiveQueue;
   metrics: Metrics;

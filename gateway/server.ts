@@ -24,6 +24,7 @@ import { createApp } from './app.ts';
 import { FunctionsCache } from './functions-cache.ts';
 import { createMetrics } from './metrics.ts';
 import { ReplyHub } from './replies.ts';
+import { TailFeeds } from './tail-feed.ts';
 import { KeyCache } from './key-cache.ts';
 import { startWebhookWorker } from './webhooks.ts';
 import { QueueDepth, RedisMemory } from './quotas.ts';
@@ -125,6 +126,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
   let url = '';
   const webhooks = startWebhookWorker({ redisUrl: o.redisUrl, jobs, secret: webhookSecret, baseUrl: () => o.publicUrl ?? url, log, allowPrivate: o.webhookAllowPrivate });
 
+  const tails = new TailFeeds({ redis, log });
   const lastWake = new Map<string, number>();
   const buckets = new BucketRegistry(redis, o.secretsKey ? new Sealer(o.secretsKey, 'buckets') : null);
   const stores = new TenantStores(o.store, buckets, o.bucketAllowPrivate ?? false);
@@ -138,6 +140,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     adminKey: o.adminKey,
     functions,
     replies,
+    tails,
     live,
     metrics,
     log,
@@ -204,6 +207,8 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
       // Requests still open after a grace period are cut rather than holding shutdown forever
       // (`embers dev` closes its gateway before its replicas, so what it accepted gets answered).
       const cut = setTimeout(() => http.closeAllConnections?.(), CLOSE_GRACE_MS);
+      // Tails never finish on their own.
+      tails.close();
       await closed;
       clearTimeout(cut);
       await webhooks.close();

@@ -16,7 +16,7 @@ import { binaryAsJson, type BinaryBody } from './result-body.ts';
 import { unrunTiming } from './timing.ts';
 
 /** A request's usage kind, by where its outcome goes. */
-const USAGE_KIND = { gateway: 'sync', job: 'async', batch: 'batch' } as const;
+export const USAGE_KIND = { gateway: 'sync', job: 'async', batch: 'batch' } as const;
 
 /** Text replies longer than this (UTF-16 units) are handed to Redis as bytes (deliver). */
 const LARGE_REPLY = 64 * 1024;

@@ -7,16 +7,19 @@
 import os from 'node:os';
 import type { Redis } from 'ioredis';
 import { sinceEnqueued } from '../core/clock.ts';
-import type { ColdStartPhases, PlatformEvent, ReplyHeader, RunJobData } from '../core/contracts.ts';
-import { keys, SCAN_NOW } from '../core/keys.ts';
+import { destinationOf, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData } from '../core/contracts.ts';
+import { keys, SCAN_NOW, TAIL_NOW } from '../core/keys.ts';
+import { addTailLines } from '../core/tail.ts';
 import { liveJobId, type LiveOutcome } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
 import { plainName } from '../core/names.ts';
 import { lua } from '../core/lua.ts';
 import { evalScript } from '../core/redis.ts';
+import { waitAtMost } from '../core/settle.ts';
 import { answerWaiting } from './answer-waiting.ts';
 import { BatchLane } from './batch-lane.ts';
-import { Delivery } from './delivery.ts';
+import { Delivery, USAGE_KIND } from './delivery.ts';
+import { TailGate, TailWriter } from './tail.ts';
 import { LiveConsumer } from './live-consumer.ts';
 import { loadFunction, type LoadOptions } from './load.ts';
 import { refusal } from './refusals.ts';
@@ -59,6 +62,8 @@ export interface ReplicaOptions extends LoadOptions {
 }
 
 const RAISE_FOOTPRINT = lua('footprint-raise');
+/** A draining replica waits this long, at most, for its last tail lines to be written (Redis may be away). */
+const TAIL_FLUSH_WAIT_MS = 2_000;
 
 /** The replica's own record, written on every heartbeat and read by the API and the scheduler. */
 export interface ReplicaRecord {
@@ -107,6 +112,8 @@ export class Replica {
   private readonly user: UserCodeProcess;
   /** The user-code process is being stopped (drain, abandon) or is gone. */
   private stopping = false;
+  /** Whether anyone tails the function, and what this replica writes to its tail meanwhile. */
+  private readonly tail: { gate: TailGate; writer: TailWriter };
 
   constructor(private readonly o: ReplicaOptions) {
     this.log = o.log.child({ replica: o.id, fn: o.manifest.name, version: o.manifest.version });
@@ -115,7 +122,18 @@ export class Replica {
     this.user.onAnnounce = (busy) => void o.redis.publish(keys.liveChannel(this.nodeId), `${o.id} ${busy ? 1 : 0}`).catch(() => {});
     this.user.onStuck = (rid) => this.stuck(rid);
     this.user.onExit = (e) => this.userCodeExited(e);
-    this.runs = { user: this.user, redis: o.redis, stops: this.stops, fn: plainName(o.manifest.name), timeoutMs: o.manifest.timeoutMs, jobRetentionS: o.jobRetentionS };
+    const fn = o.manifest.name;
+    this.tail = {
+      gate: new TailGate(async () => (await o.redis.exists(keys.tailing(fn))) === 1),
+      writer: new TailWriter({
+        replica: o.id,
+        version: o.manifest.version,
+        write: (entries) => addTailLines(o.redis, fn, entries),
+        onWriteError: (err) => this.log.warn({ err: err.message }, 'could not write to the function\'s tail; its readers see the lines as dropped'),
+      }),
+    };
+    this.user.onLogsDropped = (count) => this.tail.writer.dropped(count);
+    this.runs = { user: this.user, redis: o.redis, stops: this.stops, fn: plainName(fn), timeoutMs: o.manifest.timeoutMs, jobRetentionS: o.jobRetentionS, tail: this.tail };
   }
 
   /** The machine whose cores (or GPUs) this replica shares with the others there. */
@@ -182,6 +200,7 @@ export class Replica {
         if (a !== this.o.id) this.user.peer(a, b === '1');
       } else if (a === manifest.name) {
         if (b === SCAN_NOW) this.live?.scanNow();
+        else if (b === TAIL_NOW) this.tail.gate.nudge();
         else this.stops.stop(b);
       }
     });
@@ -217,6 +236,8 @@ export class Replica {
     if (this.state !== 'starting') return false;
     this.moveTo('ready');
     this.readyAt = Date.now();
+    // Read once now, so a replica started while its function is tailed tails its first request.
+    this.tail.gate.on();
     await this.beat();
     await this.announceColdStart();
     this.log.info({ coldStart: this.coldStart }, 'replica ready');
@@ -263,6 +284,7 @@ export class Replica {
     this.moveTo('draining');
     await this.beat().catch(() => {});
     await Promise.all([this.live?.drain(), this.batch?.close()]);
+    await waitAtMost(this.tail.writer.flush(), TAIL_FLUSH_WAIT_MS, this.log, 'the tail\'s last lines');
     clearInterval(this.heartbeat);
     this.reportCounters();
     this.cancelSub?.disconnect();
@@ -354,6 +376,10 @@ export class Replica {
     const cold = enq < this.readyAt && this.coldStart ? { waitedMs: Math.min(this.coldStart.totalMs, this.readyAt - enq), phases: this.coldStart } : undefined;
     const header: ReplyHeader = { rid, status: end.status, replica: this.o.id, timing: end.timing, ...(cold ? { cold } : {}) };
     if (end.chunks !== undefined) header.chunks = end.chunks;
+    if (this.tail.gate.on()) {
+      const kind = USAGE_KIND[destinationOf(data)?.to ?? 'batch'];
+      this.tail.writer.request({ rid, status: end.status, ms: end.timing.handlerMs, queueMs: end.timing.queueMs, cold: cold !== undefined, ...(cold ? { coldMs: cold.waitedMs } : {}), kind });
+    }
     return this.delivery.deliver(jobId, data, header, end.body, end);
   }
 

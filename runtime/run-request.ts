@@ -9,8 +9,10 @@ import { keys } from '../core/keys.ts';
 import { ChunkSink } from './chunk-sink.ts';
 import type { Delivered } from './delivery.ts';
 import type { Stops } from './stops.ts';
+import type { TailGate, TailWriter } from './tail.ts';
 import { unrunTiming } from './timing.ts';
 import type { UserCodeProcess } from './user-code-process.ts';
+import type { RunMessage } from './user-code-messages.ts';
 
 export interface RunContext {
   user: UserCodeProcess;
@@ -21,6 +23,8 @@ export interface RunContext {
   timeoutMs: number;
   /** How long an async job's result is kept (s): its chunks live as long. */
   jobRetentionS: number;
+  /** Whether the function is tailed, and where its tailed runs' `ctx.log` lines go. */
+  tail?: { gate: TailGate; writer: TailWriter };
 }
 
 /** How a run ended: what its reply header and body carry, and what delivering it needs to know. */
@@ -49,8 +53,10 @@ export async function runOnUserCode(c: RunContext, data: RunJobData, queueMs: nu
     const streamTo = streamId === undefined ? undefined : data.job ? 'job' : 'caller';
     let n = 0;
     const sink = streamId === undefined ? undefined : chunkSink(c, streamId, streamTo === 'job', () => n);
+    const tail = c.tail?.gate.on() ? c.tail.writer : undefined;
     // The user code checks the input against the function's schema and runs the handler.
-    const run = c.user.run({ rid: data.rid, input: data.input, raw: data.raw, tensors: data.tensors, deadline: data.deadline, batch: data.batch !== undefined, queueMs, streamTo }, sink?.take);
+    const message: Omit<RunMessage, 'type' | 'n' | 'rawBytes'> = { rid: data.rid, input: data.input, raw: data.raw, tensors: data.tensors, deadline: data.deadline, batch: data.batch !== undefined, queueMs, streamTo, ...(tail ? { tail: true as const } : {}) };
+    const run = c.user.run(message, sink?.take, tail && ((call) => tail.log(data.rid, call)));
     n = run.n;
     if (stop) stop.onStop = () => c.user.abort(n, true);
     jobSignal?.addEventListener('abort', () => c.user.abort(n, false), { once: true });

@@ -9,6 +9,7 @@ import type { TensorSignature } from '../core/oip/datatypes.ts';
 import type { ExecutionProvider } from '../native/session.ts';
 import type { DynamicBatcher } from './batcher.ts';
 import type { ModelSession } from '../native/session.ts';
+import type { LogCall } from '../core/tail.ts';
 
 /** What the user code loads: files the replica prepared (read-only in the sandbox). */
 export interface AssignMessage {
@@ -62,6 +63,8 @@ export interface RunMessage {
    * job, which also gets them gathered as its output ('job'). Unset: gathered only, as its answer.
    */
   streamTo?: 'caller' | 'job';
+  /** Someone tails the function: the handler's `ctx.log` lines come back too (log messages). */
+  tail?: true;
 }
 
 export type ToUserCode =
@@ -88,6 +91,11 @@ export type FromUserCode =
   | { type: 'result'; n: number; status: number; body: string; bytes?: { contentType: string; length: number; headerLength?: number }; timing: ReplyHeader['timing']; canceled?: boolean; streamed?: true }
   /** One chunk (its JSON) a handler yielded, for a run with `streamTo`. */
   | { type: 'chunk'; n: number; data: string }
+  /**
+   * A tailed run's `ctx.log` line (tail-log.ts), and/or how many lines the process dropped since
+   * it last said (over LOG_LINES_PER_S, any run's).
+   */
+  | { type: 'log'; n: number; call?: LogCall; dropped?: number }
   /** Tells the node's other replicas it runs live requests (busy) or none. */
   | { type: 'announce'; busy: boolean }
   /** A handler ran past its timeout and grace and will not stop: replace the replica. */

@@ -67,6 +67,8 @@ export class UserCodeProcess {
   private readonly waiting = new Map<number, (r: CheckedResult) => void>();
   /** Where the chunks of runs that stream go (runtime/chunk-sink.ts checks them), by run. */
   private readonly chunkTargets = new Map<number, (data: unknown) => void>();
+  /** Where the `ctx.log` lines of tailed runs go (unchecked: runtime/tail.ts checks them), by run. */
+  private readonly logTargets = new Map<number, (call: unknown) => void>();
   private next = 1;
   private readonly outbox = new Outbox<ToUserCode>((messages) => {
     if (this.child.connected) this.child.send(messages, undefined, undefined, (err) => err && this.o.log.debug({ err: err.message }, 'could not reach the user-code process'));
@@ -85,6 +87,8 @@ export class UserCodeProcess {
   onAnnounce: (busy: boolean) => void = () => {};
   /** Called as the process exits, before what it held is answered. */
   onExit: (e: UserCodeExit) => void = () => {};
+  /** The process dropped `count` log lines of tailed runs (over its budget). */
+  onLogsDropped: (count: number) => void = () => {};
 
   constructor(private readonly o: UserCodeProcessOptions) {
     this.staging = path.join(o.cacheDir, 'staging', o.id);
@@ -201,11 +205,13 @@ export class UserCodeProcess {
 
   /**
    * Runs a request; always resolves (a process that exits meanwhile answers 500 or 503 replica_oom).
-   * `onChunk` takes the chunks of a run that streams (`streamTo`), as the process sent them.
+   * `onChunk` takes the chunks of a run that streams (`streamTo`), as the process sent them;
+   * `onLog` the `ctx.log` lines of a tailed one (`tail`).
    */
-  run(m: Omit<RunMessage, 'type' | 'n' | 'rawBytes'>, onChunk?: (data: unknown) => void): { n: number; result: Promise<CheckedResult> } {
+  run(m: Omit<RunMessage, 'type' | 'n' | 'rawBytes'>, onChunk?: (data: unknown) => void, onLog?: (call: unknown) => void): { n: number; result: Promise<CheckedResult> } {
     const n = this.next++;
     if (onChunk) this.chunkTargets.set(n, onChunk);
+    if (onLog) this.logTargets.set(n, onLog);
     const body = m.raw !== undefined ? (m.input as Record<string, unknown> | null)?.[m.raw] : undefined;
     let rawBytes: number | undefined;
     if (body instanceof Uint8Array) {
@@ -268,6 +274,7 @@ export class UserCodeProcess {
         if (!resolve) return;
         this.waiting.delete(m.n);
         this.chunkTargets.delete(m.n);
+        this.logTargets.delete(m.n);
         // A binary answer's bytes come on the byte channel (checkResult checks their length).
         const length = (m.bytes as { length?: unknown } | undefined)?.length;
         if (m.bytes === undefined || typeof length !== 'number') resolve(checkResult(m, this.o.maxAnswerBytes));
@@ -276,6 +283,10 @@ export class UserCodeProcess {
       }
       case 'chunk':
         this.chunkTargets.get(m.n)?.(m.data);
+        break;
+      case 'log':
+        if (m.call !== undefined) this.logTargets.get(m.n)?.(m.call);
+        if (typeof m.dropped === 'number' && m.dropped > 0) this.onLogsDropped(Math.min(m.dropped, 1e9));
         break;
       case 'announce':
         this.onAnnounce(m.busy === true);
@@ -303,6 +314,7 @@ export class UserCodeProcess {
 
   private cleanUp(): void {
     this.chunkTargets.clear();
+    this.logTargets.clear();
     for (const [n, resolve] of this.waiting) {
       this.waiting.delete(n);
       resolve(this.exitResult(this.exitInfo!, 0));

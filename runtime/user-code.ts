@@ -19,6 +19,8 @@ import { modelFunction } from './model-function.ts';
 import { HandlerStreams, isChunkSource, StreamedAnswer } from './handler-stream.ts';
 import { CanceledError, errorReply, TimeoutError } from './handler-errors.ts';
 import { isFunctionDefinition, type FunctionDefinition, type HandlerContext, type ModelHandle } from '../sdk/index.ts';
+import { tailedLogger } from './tail-log.ts';
+import type { LogCall } from '../core/tail.ts';
 import { heldMs, holdCall, newCallTimes, splitTiming, type CallTimes } from './timing.ts';
 import { StartFailure, type AssignMessage, type FromUserCode, type RunMessage, type UserStats } from './user-code-messages.ts';
 
@@ -45,6 +47,8 @@ export interface UserCodeOptions {
   openModel?: (init: ModelSessionInit) => Promise<ModelRunner>;
   /** Sends a chunk a handler yielded, for a run that streams (handler-stream.ts). */
   sendChunk?: (n: number, data: string) => void;
+  /** Sends a `ctx.log` line of a tailed run (tail-log.ts). */
+  sendLog?: (n: number, call: LogCall) => void;
 }
 
 export class UserCode {
@@ -192,7 +196,7 @@ export class UserCode {
     let streamed: true | undefined;
     // Made on first use: most requests never log.
     let child: Logger | undefined;
-    const log = () => (child ??= this.o.log.child({ rid: m.rid }));
+    const log = () => (child ??= m.tail ? tailedLogger(this.o.log.child({ rid: m.rid }), (call) => this.o.sendLog?.(m.n, call)) : this.o.log.child({ rid: m.rid }));
     try {
       const request = m.tensors ? (m.input as InferenceDescriptor) : undefined;
       const parsed = (this.def.input as z.ZodType).safeParse(request ? inputTensors(request, request.data ?? EMPTY) : m.input);

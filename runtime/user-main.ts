@@ -11,6 +11,8 @@ import type { FromUserCode, ToUserCode } from './user-code-messages.ts';
 import { StartFailure } from './user-code-messages.ts';
 import { UserCode, type RunOutcome } from './user-code.ts';
 import net from 'node:net';
+import { LogBudget } from './tail-log.ts';
+import type { LogCall } from '../core/tail.ts';
 import { BYTES_IN_FD, BYTES_OUT_FD, FrameReader, writeFrame } from './byte-channel.ts';
 
 const log = createLogger('user-code');
@@ -31,6 +33,7 @@ const frames = new FrameReader(new net.Socket({ fd: BYTES_IN_FD, readable: true,
 
 /** A result goes out with its answer's bytes, if any, on the byte channel first. */
 function sendResult(r: RunOutcome): void {
+  tellDrops(r.n);
   if (!r.bytes) return send(r as FromUserCode);
   const { data, ...rest } = r.bytes;
   writeFrame(bytesOut, r.n, data);
@@ -48,11 +51,36 @@ async function run(m: Extract<ToUserCode, { type: 'run' }>): Promise<RunOutcome>
 /** Loaded before the assignment, so a cold start finds them loaded; one not installed is skipped. */
 const PRELOAD = ['sharp', 'onnxruntime-node'];
 
+const logBudget = new LogBudget();
+/** Lines dropped over the budget, not told yet; told with the next line, or on their own within DROPS_TOLD_MS. */
+let logsDropped = 0;
+let dropsTimer: NodeJS.Timeout | undefined;
+const DROPS_TOLD_MS = 250;
+
+function sendLog(n: number, call: LogCall): void {
+  if (logBudget.take()) {
+    send({ type: 'log', n, call, ...(logsDropped ? { dropped: logsDropped } : {}) });
+    logsDropped = 0;
+    return;
+  }
+  logsDropped++;
+  dropsTimer ??= setTimeout(() => tellDrops(n), DROPS_TOLD_MS);
+}
+
+/** Says how many lines were dropped, if any: before a result too, so its summary line comes after them. */
+function tellDrops(n: number): void {
+  clearTimeout(dropsTimer);
+  dropsTimer = undefined;
+  if (logsDropped) send({ type: 'log', n, dropped: logsDropped });
+  logsDropped = 0;
+}
+
 const user = new UserCode({
   log,
   announce: (busy) => send({ type: 'announce', busy }),
   onStuck: (rid) => send({ type: 'stuck', rid }),
   sendChunk: (n, data) => send({ type: 'chunk', n, data }),
+  sendLog,
 });
 
 process.on('message', (messages: ToUserCode[]) => {

@@ -17,6 +17,8 @@ import { replicasOf } from '../replicas.ts';
 import { BARE_MODEL_BUNDLE, bareModelSpec } from '../bare-model.ts';
 import type { GatewayDeps, GatewayEnv } from '../deps.ts';
 import { keys, liveStream } from '../../core/keys.ts';
+import { tailEvents } from '../tail-events.ts';
+import type { TailFilterSpec } from '../tail-filter.ts';
 
 const FunctionParams = z.object({ name: FunctionName });
 
@@ -56,6 +58,16 @@ const FunctionDetailSchema = z.object({
   replicas: z.array(z.unknown()).describe('its replicas\' latest heartbeats'),
   scale: z.object({ desired: z.number(), inFlight: z.number(), ready: z.number(), reason: z.string(), at: z.string() }).nullable().describe('the scheduler\'s latest decision'),
   coldStarts: z.array(z.unknown()).describe('its latest cold starts, phase by phase, newest first'),
+});
+
+const TailQuery = z.object({
+  status: z
+    .string()
+    .regex(/^(ok|error|[1-5]\d\d)$/, { error: 'status must be ok, error or a status code such as 404' })
+    .optional()
+    .describe('only requests that ended so, with their log lines: `ok` (below 400), `error` (400 and up) or a status code'),
+  version: z.string().max(32).optional().describe('only lines of this version (v1, v2, …)'),
+  search: z.string().min(1).max(200).optional().describe('only log lines whose message, fields or request id contain this text, and those requests\' summaries'),
 });
 
 const DeletedSchema = z.object({ deleted: FunctionName, dropped: z.number().int().optional().describe('with force: the requests not started, answered 410') });
@@ -127,6 +139,15 @@ export function functionRoutes(deps: GatewayDeps) {
       scale: await redis.hget(keys.desired, key).then((r) => (r ? JSON.parse(r) : null)),
       coldStarts: (await redis.lrange(keys.coldStarts(key), 0, 19)).map((r) => JSON.parse(r)),
     } satisfies z.output<typeof FunctionDetailSchema>);
+  });
+
+  app.get('/:name/tail', async (c) => {
+    requireScope(c, 'read');
+    const { name, key } = await visible(c);
+    const { status, version, search } = readQuery(c, TailQuery);
+    const spec: TailFilterSpec = { ...(version ? { version } : {}), ...(search ? { search } : {}) };
+    if (status) spec.status = status === 'ok' || status === 'error' ? status : Number(status);
+    return tailEvents(c, deps, { key, name }, spec);
   });
 
   app.delete('/:name', async (c) => {
@@ -268,6 +289,20 @@ export const functionOperations: RouteGroup = {
       params: FunctionParams,
       responses: { 200: { description: 'the function', content: { 'application/json': FunctionDetailSchema } } },
       errors: NAME_ERRORS,
+    },
+    {
+      method: 'get',
+      path: '/:name/tail',
+      id: 'tailFunction',
+      summary: 'Follow a function\'s logs live',
+      description:
+        'Server-Sent Events from every replica of the function, from now until the caller leaves (`embers tail`): `tailing` first, then `log` (a `ctx.log` line: `time`, `rid`, `level`, `msg`, `fields`, `version`, `replica`) and `request` (one per finished request: `rid`, `status`, `ms`, `queueMs`, `cold`, `version`, `kind` sync, async or batch; never its input or output). Lines are cut to a few KiB; lines lost to the tail\'s bounds, or to a reader slower than the function, are counted in `dropped` events (`count`). Replicas write the tail only while someone reads it.',
+      access: 'read',
+      actsForTenant: true,
+      params: FunctionParams,
+      query: TailQuery,
+      responses: { 200: { description: 'the events', content: { 'text/event-stream': { jsonSchema: { type: 'string', description: 'Server-Sent Events' } } } } },
+      errors: { 400: '`invalid_request`: a filter is malformed', ...NAME_ERRORS, 503: '`too_many_tails`: this gateway serves as many tails as it can' },
     },
     {
       method: 'delete',

@@ -1,0 +1,131 @@
+// A function's tail (`embers tail`): its handlers' `ctx.log` lines and one summary line per
+// finished request, from every replica, on one Redis stream per function. Replicas write it only
+// while some gateway tails the function (keys.tailing); gateways read it with XREAD BLOCK and
+// serve it as Server-Sent Events. Everything here is bounded: each line, the stream (by count and
+// by bytes), and the batches replicas write and gateways read.
+import type { Redis } from 'ioredis';
+import { keys } from './keys.ts';
+
+/** Longest message of a log line, and longest JSON of its fields (characters): the rest is cut. */
+export const TAIL_MAX_MSG_CHARS = 2048;
+export const TAIL_MAX_FIELDS_CHARS = 6144;
+/** The stream keeps about this many lines… */
+export const TAIL_MAX_LINES = 2000;
+/** …and about this many bytes of them (fewer lines when they are long). */
+export const TAIL_MAX_BYTES = 2 * 1024 * 1024;
+/** A stream nobody writes to goes after this long (a function no longer tailed). */
+export const TAIL_STREAM_TTL_MS = 60_000;
+/** How long one gateway's mark (keys.tailing) lasts; a tailing gateway renews it every third of it. */
+export const TAIL_GATE_TTL_MS = 10_000;
+
+export const TAIL_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal'] as const;
+export type TailLevel = (typeof TAIL_LEVELS)[number];
+
+/** What a handler logged: its level, message and fields (the logger's bindings and the object it was given). */
+export interface LogCall {
+  level: TailLevel;
+  msg: string;
+  fields?: Record<string, unknown>;
+  /** When it was logged (ms since epoch). */
+  time: number;
+}
+
+/** A `ctx.log` line as the tail carries it. */
+export interface TailLogLine extends LogCall {
+  type: 'log';
+  rid: string;
+  version: string;
+  replica: string;
+}
+
+/** One finished request: never its input or output. */
+export interface TailRequestLine {
+  type: 'request';
+  time: number;
+  rid: string;
+  status: number;
+  /** The handler's time and the queue's (ms). */
+  ms: number;
+  queueMs: number;
+  /** It waited for a replica to start; coldMs: for how long. */
+  cold: boolean;
+  coldMs?: number;
+  version: string;
+  kind: 'sync' | 'async' | 'batch';
+  replica: string;
+}
+
+export type TailLine = TailLogLine | TailRequestLine;
+
+/**
+ * A log call as the tail takes it, whoever sent it (the user code is not trusted): a known level,
+ * a string message and a plain object of fields, each cut to its bound; undefined if it is not one.
+ * Fields whose JSON is too long are kept as `{ truncated: <the start of that JSON> }`; fields
+ * that cannot be serialised as `{ unserializable: <why> }`.
+ */
+export function capLogCall(raw: unknown): LogCall | undefined {
+  const c = raw as Partial<LogCall> | null;
+  if (typeof c !== 'object' || c === null || !TAIL_LEVELS.includes(c.level as TailLevel) || typeof c.msg !== 'string') return undefined;
+  const time = typeof c.time === 'number' && Number.isFinite(c.time) ? c.time : Date.now();
+  const msg = c.msg.length > TAIL_MAX_MSG_CHARS ? `${c.msg.slice(0, TAIL_MAX_MSG_CHARS)}…` : c.msg;
+  const call: LogCall = { level: c.level as TailLevel, msg, time };
+  if (typeof c.fields === 'object' && c.fields !== null && !Array.isArray(c.fields) && Object.keys(c.fields).length) {
+    const json = safeJson(c.fields);
+    // As its JSON reads back: plain data, whatever the handler passed (a cycle, a class, a BigInt).
+    const back = json.length <= TAIL_MAX_FIELDS_CHARS ? (JSON.parse(json) as unknown) : undefined;
+    call.fields = back === undefined ? { truncated: `${json.slice(0, TAIL_MAX_FIELDS_CHARS)}…` } : typeof back === 'object' && back !== null && !Array.isArray(back) ? (back as Record<string, unknown>) : { value: back };
+  }
+  return call;
+}
+
+/** JSON of a handler's fields; one that cannot be serialised (a cycle, a BigInt) says so. */
+export function safeJson(v: unknown): string {
+  try {
+    return JSON.stringify(v) ?? 'null';
+  } catch (err) {
+    return JSON.stringify({ unserializable: (err as Error).message });
+  }
+}
+
+/** The count cap of a write whose lines average `avgBytes`: TAIL_MAX_LINES, fewer when lines are long. */
+export function tailMaxLen(avgBytes: number): number {
+  return Math.max(64, Math.min(TAIL_MAX_LINES, Math.floor(TAIL_MAX_BYTES / Math.max(1, avgBytes))));
+}
+
+/** One line of a replica's, numbered: a gap in a replica's numbers is lines it dropped. */
+export interface TailEntry {
+  n: number;
+  /** The line's JSON. */
+  d: string;
+}
+
+/** Adds lines to function `fn`'s tail, trimming it to its caps, in one round trip. */
+export async function addTailLines(redis: Redis, fn: string, entries: TailEntry[]): Promise<void> {
+  if (!entries.length) return;
+  const key = keys.tail(fn);
+  const avg = entries.reduce((sum, e) => sum + e.d.length, 0) / entries.length;
+  const maxLen = tailMaxLen(avg);
+  const pipe = redis.pipeline();
+  for (const e of entries) pipe.xadd(key, 'MAXLEN', '~', maxLen, '*', 'n', e.n, 'd', e.d);
+  pipe.pexpire(key, TAIL_STREAM_TTL_MS);
+  const res = (await pipe.exec()) ?? [];
+  const failed = res.find(([err]) => err);
+  if (failed) throw failed[0];
+}
+
+/** A stream entry's fields as a numbered line, or undefined if they are not one. */
+export function entryOf(fields: string[]): (TailEntry & { line: TailLine }) | undefined {
+  let n: number | undefined;
+  let d: string | undefined;
+  for (let i = 0; i + 1 < fields.length; i += 2) {
+    if (fields[i] === 'n') n = Number(fields[i + 1]);
+    else if (fields[i] === 'd') d = fields[i + 1];
+  }
+  if (n === undefined || !Number.isSafeInteger(n) || d === undefined) return undefined;
+  try {
+    const line = JSON.parse(d) as TailLine;
+    return line && (line.type === 'log' || line.type === 'request') ? { n, d, line } : undefined;
+  } catch {
+    return undefined;
+  }
+}
