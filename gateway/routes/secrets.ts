@@ -36,7 +36,8 @@ export function secretRoutes(deps: GatewayDeps) {
   /** The acting tenant's function :name, by its key: another tenant's is as unknown as a missing one. */
   const owned = async (c: Context<GatewayEnv>): Promise<{ name: string; key: string }> => {
     const name = c.req.param('name') ?? '';
-    const key = FunctionName.safeParse(name).success ? await registry.find(actingTenant(c), name) : null;
+    if (!FunctionName.safeParse(name).success) throw functionNotFound(name, 'malformed');
+    const key = await registry.find(actingTenant(c), name);
     if (!key) throw functionNotFound(name);
     return { name, key };
   };

@@ -16,6 +16,7 @@ import { deployFile } from '../../cli/deploy.ts';
 import { loadConfig } from '../../core/config.ts';
 import { MAX_SECRET_BYTES, MAX_SECRETS_PER_FUNCTION } from '../../core/function-env.ts';
 import { createLogger } from '../../core/log.ts';
+import { keys } from '../../core/keys.ts';
 import { createRedis, type Redis } from '../../core/redis.ts';
 import { ObjectStore } from '../../core/s3.ts';
 import { gatewayOptions } from '../../platform/embedded.ts';
@@ -202,6 +203,9 @@ describe('function secrets and vars', () => {
     const tooMany = await put('echo', 'ONE_MORE', 'v');
     assert.deepEqual([tooMany.status, code(tooMany)], [409, 'too_many_secrets']);
     assert.equal((await put('echo', 'S_0', 'replaced')).status, 200, 'replacing one is not one more');
+    // Deleting the function deletes its secrets: a function deployed again by that name starts with none.
+    assert.equal((await call('/v1/functions/echo', { method: 'DELETE' })).status, 200);
+    assert.equal(await redis.exists(keys.secrets('echo')), 0);
   });
 
   it('answers 503 secrets_not_configured from a gateway without EMBERS_SECRETS_KEY', async () => {
