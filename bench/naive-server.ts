@@ -51,6 +51,7 @@ app.post('/ocr', async (c) => {
     requestId: String(nextId++),
     signal: new AbortController().signal,
     fn: { name: fn.name, version: 'naive' },
+    env: {},
   };
   try {
     const out = JSON.stringify(await fn.handler(parsed.data, ctx));

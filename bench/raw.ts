@@ -68,6 +68,7 @@ export async function openRawPipeline(image: string, { threads, spin }: ThreadSe
     requestId: 'bench',
     signal: new AbortController().signal,
     fn: { name: fn.name, version: 'bench' },
+    env: {},
   };
   const input = { image };
   return {

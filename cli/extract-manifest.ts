@@ -100,6 +100,7 @@ try {
       pricing: def.pricing,
       maxQueueLength: def.maxQueueLength,
       binaryInput: def.binaryInput,
+      vars: def.vars,
       tensors: tensorSignatureOf(def.input),
     }),
   );

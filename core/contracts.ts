@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { checkS3Uri } from './s3-uri.ts';
 import { DEFAULT_TENANT } from './names.ts';
 import { TensorSignatureSchema } from './oip/datatypes.ts';
+import { VarsSchema } from './function-env.ts';
 
 /** Function names end up in URLs, Redis keys and S3 keys: keep them to a safe alphabet. */
 export const FUNCTION_NAME = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
@@ -57,6 +58,8 @@ export const DeploySpecSchema = z.object({
    * a bare model's come from its ONNX graph, a handler's from `tensors()`. Unset: not served there.
    */
   tensors: TensorSignatureSchema.optional(),
+  /** Plain settings the handler reads as `ctx.env.NAME` (its secrets over them): shown by `functions show`, never for secrets. */
+  vars: VarsSchema.default({}),
 });
 export type DeploySpec = z.infer<typeof DeploySpecSchema>;
 
@@ -82,6 +85,8 @@ export interface Manifest extends DeploySpec {
   version: string;
   createdAt: string;
   bundle: { key: string; sha256: string; bytes: number };
+  /** Made by Registry.roll, not a deploy: the version before's bundle and spec, for replicas to start afresh ('secrets': they changed). */
+  rolledFor?: 'secrets';
 }
 
 /**

@@ -12,6 +12,8 @@ export const keys = {
   function: (name: string) => `embers:function:${name}`,
   versions: (name: string) => `embers:function:${name}:versions`,
   versionSeq: (name: string) => `embers:function:${name}:seq`,
+  /** A function's secrets: name → JSON { sealed, createdAt, updatedAt } (core/secrets.ts); never the plain value. */
+  secrets: (name: string) => `embers:function:${name}:secrets`,
   replica: (id: string) => `embers:replica:${id}`,
   /** fn → its recent idle times (JSON ms, oldest first): keep-alive's learning, kept across scheduler leaders and restarts. */
   idleTimes: 'embers:idle-times',

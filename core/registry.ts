@@ -66,6 +66,29 @@ export class Registry {
     return manifest;
   }
 
+  /**
+   * Makes a new version of the active one, the same bundle and spec, active in its place, so
+   * that replicas roll onto it as on a deploy (the agent drains the old ones, which finish what
+   * they hold): what a change of the function's secrets needs, since a replica reads them when
+   * it starts. A deploy in between wins (tried again on the version it made); null when the
+   * function is gone.
+   */
+  async roll(name: string, reason: NonNullable<Manifest['rolledFor']>): Promise<Manifest | null> {
+    for (let attempt = 0; attempt < ROLL_ATTEMPTS; attempt++) {
+      const current = await this.active(name);
+      if (!current) return null;
+      const version = `v${await this.redis.incr(keys.versionSeq(name))}`;
+      const manifest: Manifest = { ...current, version, createdAt: new Date().toISOString(), rolledFor: reason };
+      await this.store.put(s3Keys.manifest(name, version), JSON.stringify(manifest, null, 2), 'application/json');
+      const ks = [keys.function(name), keys.versions(name), keys.footprints(name), keys.active];
+      if (await evalScript(this.redis, ROLL, ks.length, ...ks, current.version, version, JSON.stringify(manifest), manifest.createdAt, name)) {
+        await this.publish({ type: 'deployed', name, version });
+        return manifest;
+      }
+    }
+    throw new Error(`${name} kept changing while its replicas were to be rolled; try again`);
+  }
+
   /** Makes `tenant` the owner of `name` unless someone owns it already; returns the owner. */
   async claim(name: string, tenant: string): Promise<string> {
     return (await evalScript(this.redis, CLAIM, 1, keys.function(name), tenant, DEFAULT_TENANT)) as string;
@@ -134,7 +157,7 @@ export class Registry {
     if (res === 0) return 'not_found';
     await o.beforeDelete?.();
     // A deploy in between put it back in the index with records of its own: those stay.
-    if (!(await evalScript(this.redis, DELETE_UNINDEXED, 4, keys.functionIndex, keys.function(name), keys.versions(name), keys.footprints(name), name))) return 'redeployed';
+    if (!(await evalScript(this.redis, DELETE_UNINDEXED, 5, keys.functionIndex, keys.function(name), keys.versions(name), keys.footprints(name), keys.secrets(name), name))) return 'redeployed';
     await this.publish({ type: 'deleted', name });
     return 'removed';
   }
@@ -146,10 +169,14 @@ export class Registry {
 
 const UNINDEX = lua('registry-unindex');
 
+const ROLL = lua('registry-roll');
+/** Deploys racing a roll each make it try again on their version; past this many, it gives up. */
+const ROLL_ATTEMPTS = 5;
+
 const DELETE_UNINDEXED = lua('registry-delete-unindexed');
 
 function sameSpec(m: Manifest, spec: DeploySpec): boolean {
-  const pick = (x: DeploySpec) => JSON.stringify([x.models, x.inputSchema, x.batching, x.scaling, x.timeoutMs, x.pricing, x.maxQueueLength, x.binaryInput]);
+  const pick = (x: DeploySpec) => JSON.stringify([x.models, x.inputSchema, x.batching, x.scaling, x.timeoutMs, x.pricing, x.maxQueueLength, x.binaryInput, x.vars ?? {}]);
   return pick(m) === pick(spec);
 }
 

@@ -9,6 +9,7 @@ import type { JobStore } from '../core/jobs.ts';
 import type { LiveQueue } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
 import type { Registry } from '../core/registry.ts';
+import type { FunctionSecrets } from '../core/secrets.ts';
 import type { ObjectStore } from '../core/s3.ts';
 import type { AuthContext, TenantStore } from '../core/tenants.ts';
 import type { Pricing } from '../core/usage.ts';
@@ -58,6 +59,8 @@ export interface GatewayDeps {
   files: FileStore;
   /** Buckets tenants registered with their own credentials. */
   buckets: BucketRegistry;
+  /** Functions' secrets, sealed. */
+  secrets: FunctionSecrets;
   /** Which store reads an s3:// URI a tenant named. */
   stores: TenantStores;
   /** EMBERS_BUCKET_ALLOW_PRIVATE. */

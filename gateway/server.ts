@@ -10,6 +10,7 @@ import { BatchStore } from '../core/batches.ts';
 import { BucketRegistry, TenantStores } from '../core/buckets.ts';
 import { FileStore } from '../core/files.ts';
 import { Sealer } from '../core/sealed.ts';
+import { FunctionSecrets } from '../core/secrets.ts';
 import { errorBody, type PlatformEvent } from '../core/contracts.ts';
 import { DEFAULT_MAX_JSON_DEPTH } from '../core/json-depth.ts';
 import { LiveQueue } from '../core/live-queue.ts';
@@ -64,7 +65,7 @@ export interface GatewayOptions {
   redisMemoryLimitBytes?: number;
   /** @default free */
   defaultPricing?: Pricing;
-  /** EMBERS_SECRETS_KEY: seals tenants' bucket credentials; without one, buckets cannot be registered. */
+  /** EMBERS_SECRETS_KEY: seals tenants' bucket credentials and functions' secrets; without one, neither can be kept. */
   secretsKey?: string;
   /** EMBERS_BUCKET_ALLOW_PRIVATE: registered buckets may be http:// and on loopback or private addresses. @default false */
   bucketAllowPrivate?: boolean;
@@ -158,6 +159,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     files: new FileStore(redis),
     buckets,
     stores,
+    secrets: new FunctionSecrets(redis, o.secretsKey ? new Sealer(o.secretsKey, 'secrets') : null),
     bucketAllowPrivate: o.bucketAllowPrivate ?? false,
     webhookQueue,
     webhookSecret,

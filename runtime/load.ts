@@ -1,4 +1,4 @@
-// A replica's cold start after its process started: the bundle from the node's cache (or S3),
+// A replica's cold start after its process started: the function's secrets opened, the bundle from the node's cache (or S3),
 // the models through the node's model cache, then the user-code process imports the bundle,
 // loads the models, runs the handler's setup and warms up. Timed phase by phase.
 import { rename, stat, writeFile } from 'node:fs/promises';
@@ -6,6 +6,7 @@ import path from 'node:path';
 import { linkPlatformModules } from '../core/bundle-dir.ts';
 import type { ColdStartPhases, Manifest } from '../core/contracts.ts';
 import { plainName } from '../core/names.ts';
+import { mergeEnv } from '../core/function-env.ts';
 import type { ObjectStore } from '../core/s3.ts';
 import type { ExecutionProvider } from '../native/session.ts';
 import { ModelCache } from './model-cache.ts';
@@ -20,6 +21,8 @@ export interface LoadOptions {
   tenant: string;
   /** The store that reads one of the function's models: the platform's, or its tenant's registered bucket; null: neither. */
   modelStore: (uri: string) => Promise<ObjectStore | null>;
+  /** The function's secrets, opened (core/secrets.ts): read at each start, so a replica started after a change has it. */
+  secrets: () => Promise<Record<string, string>>;
   cacheDir: string;
   /** Bound of the node's model cache (LRU beyond it). */
   modelCacheBytes?: number;
@@ -44,6 +47,9 @@ export interface LoadOptions {
 /** Loads the function; `at.phase` says which phase a failure happened in. */
 export async function loadFunction(o: LoadOptions, at: { phase: string }): Promise<Omit<ColdStartPhases, 'spawnMs' | 'totalMs'>> {
   const { manifest } = o;
+  // Kept in this function and sent over IPC only: never logged, recorded or put in an environment.
+  at.phase = 'secrets';
+  const env = mergeEnv(manifest.vars, await o.secrets());
   at.phase = 'bundle';
   const tBundle = performance.now();
   const bundleFile = await fetchBundle(o);
@@ -68,7 +74,7 @@ export async function loadFunction(o: LoadOptions, at: { phase: string }): Promi
       replica: o.id,
       env: o.cudaVisibleDevices !== undefined ? { CUDA_VISIBLE_DEVICES: o.cudaVisibleDevices } : {},
       // The tenant's own name for it, not the platform's key (core/names.ts).
-      fn: { name: plainName(manifest.name), version: manifest.version, timeoutMs: manifest.timeoutMs, batching: manifest.batching, kind: manifest.kind, tensors: manifest.tensors },
+      fn: { name: plainName(manifest.name), version: manifest.version, timeoutMs: manifest.timeoutMs, batching: manifest.batching, kind: manifest.kind, tensors: manifest.tensors, env },
       settings: {
         providers: o.providers,
         threads: o.threads,

@@ -11,6 +11,7 @@ import { createRedis } from '../core/redis.ts';
 import { BucketRegistry, TenantStores } from '../core/buckets.ts';
 import { storeFromConfig } from '../core/s3.ts';
 import { Sealer } from '../core/sealed.ts';
+import { FunctionSecrets } from '../core/secrets.ts';
 import { Replica } from './replica.ts';
 import { probeSandbox, type SandboxSupport } from './sandbox.ts';
 import { USER_CODE_V8_FLAGS, UserCodeProcess } from './user-code-process.ts';
@@ -123,6 +124,7 @@ const refuse =
     : undefined;
 
 const modelStores = new TenantStores(store, new BucketRegistry(redis, config.EMBERS_SECRETS_KEY ? new Sealer(config.EMBERS_SECRETS_KEY, 'buckets') : null), config.EMBERS_BUCKET_ALLOW_PRIVATE);
+const secrets = new FunctionSecrets(redis, config.EMBERS_SECRETS_KEY ? new Sealer(config.EMBERS_SECRETS_KEY, 'secrets') : null);
 
 replica = new Replica({
   id: assignment.id,
@@ -136,6 +138,7 @@ replica = new Replica({
   store,
   tenant,
   modelStore: (uri) => modelStores.forUri(tenant, uri),
+  secrets: () => secrets.open(assignment.fn),
   log,
   cacheDir: required('EMBERS_CACHE_DIR'),
   providers: config.EMBERS_EXECUTION_PROVIDERS,

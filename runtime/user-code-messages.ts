@@ -25,6 +25,11 @@ export interface AssignMessage {
     /** A bare model: the platform's handler runs `models.model` (model-function.ts). */
     kind?: 'model';
     tensors?: TensorSignature;
+    /**
+     * What `ctx.env` holds: the function's vars and its secrets, opened by the replica. Only on
+     * this channel: never in the process's environment, its arguments or a file.
+     */
+    env: Record<string, string>;
   };
   bundlePath: string;
   models: Record<string, { path: string; bytes: number }>;

@@ -18,6 +18,7 @@ import { inputTensors } from '../core/oip/tensors.ts';
 import { modelFunction } from './model-function.ts';
 import { HandlerStreams, isChunkSource, StreamedAnswer } from './handler-stream.ts';
 import { CanceledError, errorReply, TimeoutError } from './handler-errors.ts';
+import { envView } from '../core/function-env.ts';
 import { isFunctionDefinition, type FunctionDefinition, type HandlerContext, type ModelHandle } from '../sdk/index.ts';
 import { tailedLogger } from './tail-log.ts';
 import type { LogCall } from '../core/tail.ts';
@@ -54,6 +55,8 @@ export interface UserCodeOptions {
 export class UserCode {
   private a!: AssignMessage;
   private def!: FunctionDefinition;
+  /** ctx.env: the same frozen object for setup, warmup and every request. */
+  private env!: Readonly<Record<string, string | undefined>>;
   private ready = false;
   private closing = false;
   private readyAt = 0;
@@ -83,6 +86,7 @@ export class UserCode {
   /** Loads the bundle and models, runs setup and warmup; a failure says its phase (StartFailure). */
   async start(a: AssignMessage): Promise<Extract<FromUserCode, { type: 'started' }>['phases']> {
     this.a = a;
+    this.env = envView(a.fn.env);
     if (typeof a.env?.CUDA_VISIBLE_DEVICES === 'string') process.env.CUDA_VISIBLE_DEVICES = a.env.CUDA_VISIBLE_DEVICES;
     const s = a.settings;
     this.gate = new LiveFirst({ yieldMs: s.batchYieldMs, announce: this.o.announce });
@@ -133,7 +137,7 @@ export class UserCode {
 
       phase = 'setup';
       const tSetup = performance.now();
-      await this.def.setup?.({ models: this.handles(), log: this.o.log, fn: { name: a.fn.name, version: a.fn.version } });
+      await this.def.setup?.({ models: this.handles(), log: this.o.log, fn: { name: a.fn.name, version: a.fn.version }, env: this.env });
       const setupMs = performance.now() - tSetup;
 
       phase = 'warmup';
@@ -238,7 +242,7 @@ export class UserCode {
     if (example === undefined) return;
     const input = (this.def.input as z.ZodType).parse(example);
     const ctl = new AbortController();
-    const out = await this.def.handler(input, { models: this.handles(), log: this.o.log, requestId: 'warmup', signal: ctl.signal, fn: { name: this.a.fn.name, version: this.a.fn.version } });
+    const out = await this.def.handler(input, { models: this.handles(), log: this.o.log, requestId: 'warmup', signal: ctl.signal, fn: { name: this.a.fn.name, version: this.a.fn.version }, env: this.env });
     if (isChunkSource(out)) for await (const _ of out);
   }
 
@@ -353,6 +357,7 @@ export class UserCode {
         return ctl.signal;
       },
       fn: { name: fn.name, version: fn.version },
+      env: this.env,
     };
     let timer: NodeJS.Timeout | undefined;
     let settled = false;

@@ -59,6 +59,12 @@ export interface SetupContext<M extends string = string> {
   readonly log: Logger;
   /** Function name and version this replica serves. */
   readonly fn: { readonly name: string; readonly version: string };
+  /**
+   * The function's `vars` and its secrets (`embers secrets put`), by name; a secret wins over a
+   * var of the same name. Read-only; a name that is neither is undefined.
+   * @example const client = new Api(ctx.env.API_KEY!)
+   */
+  readonly env: Readonly<Record<string, string | undefined>>;
 }
 
 export interface HandlerContext<M extends string = string> extends SetupContext<M> {
@@ -147,6 +153,14 @@ export interface FunctionOptions<S extends z.ZodType, M extends string, O> {
    * @example binaryInput: 'image'
    */
   binaryInput?: string;
+  /**
+   * Plain settings, read as `ctx.env.NAME`: kept in the manifest and shown by `embers functions
+   * show`, so never for credentials (`embers secrets put <fn> NAME` keeps those, sealed). Names
+   * are upper-case letters, digits and "_"; values strings of at most 4096 characters.
+   * @default {}
+   * @example vars: { MODE: 'fast', UPSTREAM_URL: 'https://api.example.com' }
+   */
+  vars?: Record<string, string>;
   /** @default { maxBatchSize: 16, maxDelayMs: 4 } */
   batching?: BatchingOptions;
   /** @default { minReplicas: 0, maxReplicas: 4, idleTimeoutS: 'auto', targetConcurrency: 32 } */

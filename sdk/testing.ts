@@ -12,12 +12,18 @@ import { UserCode } from '../runtime/user-code.ts';
 import type { ExecutionProvider } from '../native/session.ts';
 import { isFunctionDefinition } from './index.ts';
 
-export interface InvokeOptions {
+export interface LoadOptions {
+  /** What the function's secrets would give ctx.env (merged over its `vars`, as on the platform). */
+  env?: Record<string, string>;
+}
+
+export interface InvokeOptions extends LoadOptions {
   /** Run as a batch line (its model calls yield to live ones), as `POST /v1/batches` does. */
   batch?: boolean;
   /** Request id the handler sees as ctx.requestId. @default a new one per call */
   requestId?: string;
 }
+
 
 export interface InvokeResult {
   /** The HTTP status the platform would answer. */
@@ -44,12 +50,12 @@ export interface LoadedFunction {
 const loaded = new Map<string, Promise<LoadedFunction>>();
 let runs = 0;
 
-/** Runs `input` through the function in `file` (a path or file: URL), loading it on first use. */
+/** Runs `input` through the function in `file` (a path or file: URL), loading it on first use (with `o.env`). */
 export async function invoke(file: string | URL, input: unknown, o: InvokeOptions = {}): Promise<InvokeResult> {
   const at = typeof file === 'string' ? path.resolve(file) : fileURLToPath(file);
   let fn = loaded.get(at);
   if (!fn) {
-    fn = load(at);
+    fn = load(at, o);
     loaded.set(at, fn);
     fn.catch(() => loaded.delete(at));
   }
@@ -64,7 +70,7 @@ export async function close(): Promise<void> {
 }
 
 /** Loads the function in `file` (models, setup, warmup) for many runs. */
-export async function load(file: string | URL): Promise<LoadedFunction> {
+export async function load(file: string | URL, o: LoadOptions = {}): Promise<LoadedFunction> {
   const at = typeof file === 'string' ? path.resolve(file) : fileURLToPath(file);
   if (!(await stat(at).catch(() => null))?.isFile()) throw new Error(`no function file at ${at}`);
   const def = ((await import(pathToFileURL(at).href)) as { default?: unknown }).default;
@@ -90,7 +96,7 @@ export async function load(file: string | URL): Promise<LoadedFunction> {
     type: 'assign',
     replica: 'invoke',
     env: {},
-    fn: { name: def.name, version: 'local', timeoutMs: spec.timeoutMs, batching: spec.batching },
+    fn: { name: def.name, version: 'local', timeoutMs: spec.timeoutMs, batching: spec.batching, env: { ...def.vars, ...o.env } },
     bundlePath: at,
     models,
     settings: { providers, threads: 1, instances: Math.min(4, cores), wideThreads: cores, batchYieldMs: 50, handlerGraceMs: 5_000, maxAnswerBytes: 16 * 1024 * 1024 },

@@ -36,9 +36,9 @@ export function functionsCommand(): Command {
         name: string;
         active: string;
         endpoint: string;
-        versions: { version: string; createdAt: string }[];
+        versions: { version: string; createdAt: string; rolledFor?: 'secrets' }[];
         replicas: ReplicaView[];
-        manifest: { models: Record<string, string>; scaling: Manifest['scaling']; binaryInput?: string; kind?: 'model'; tensors?: Manifest['tensors'] };
+        manifest: { models: Record<string, string>; vars?: Record<string, string>; scaling: Manifest['scaling']; binaryInput?: string; kind?: 'model'; tensors?: Manifest['tensors'] };
         scale: { desired: number; inFlight: number; ready: number; reason: string } | null;
         coldStarts: ({ replica: string; at: string } & Record<string, number | string>)[];
       }>(
@@ -55,7 +55,8 @@ export function functionsCommand(): Command {
         const list = (ts: TensorSpec[]) => ts.map((x) => `${x.name} ${x.datatype} [${x.shape.join(',')}]`).join(', ') || '(undeclared)';
         out.write(`  ${fn.manifest.kind === 'model' ? 'bare model, ' : ''}takes tensors: ${list(t.inputs)} → ${list(t.outputs)} (Open Inference Protocol: ${fn.endpoint.replace(/\/v1\/run\/[^/]+$/, `/v2/models/${fn.name}/infer`)})\n`);
       }
-      out.write(`versions: ${fn.versions.map((v) => v.version).join(', ')}\n`);
+      for (const [k, v] of Object.entries(fn.manifest.vars ?? {})) out.write(`  var ${k}=${JSON.stringify(v)}\n`);
+      out.write(`versions: ${fn.versions.map((v) => (v.rolledFor ? `${v.version} (${v.rolledFor} changed)` : v.version)).join(', ')}\n`);
       const sc = fn.manifest.scaling;
       out.write(`scaling: min ${sc.minReplicas}, max ${sc.maxReplicas}, target ${sc.targetConcurrency} in flight per replica, keep-alive ${sc.idleTimeoutS === 'auto' ? 'auto (up to 300 s)' : `up to ${sc.idleTimeoutS} s`}\n`);
       if (fn.scale) out.write(`  now: ${fn.scale.desired} desired, ${fn.scale.ready} ready, ${fn.scale.inFlight} in flight (${fn.scale.reason})\n`);

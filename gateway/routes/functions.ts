@@ -30,7 +30,7 @@ const DeleteQuery = z.object({
 });
 
 /** A version as the API shows it: the manifest less pricing and queue limit. */
-const FunctionVersionSchema = DeploySpecSchema.pick({ models: true, batching: true, scaling: true, timeoutMs: true, inputSchema: true, binaryInput: true, kind: true, tensors: true })
+const FunctionVersionSchema = DeploySpecSchema.pick({ models: true, batching: true, scaling: true, timeoutMs: true, inputSchema: true, binaryInput: true, kind: true, tensors: true, vars: true })
   .extend({
     name: FunctionName,
     version: z.string().describe('v1, v2, …'),
@@ -54,7 +54,7 @@ const FunctionDetailSchema = z.object({
   active: z.string().describe('the active version'),
   endpoint: z.string(),
   manifest: FunctionVersionSchema,
-  versions: z.array(z.object({ version: z.string(), createdAt: z.string(), bundleBytes: z.number().int() })),
+  versions: z.array(z.object({ version: z.string(), createdAt: z.string(), bundleBytes: z.number().int(), rolledFor: z.literal('secrets').optional().describe('made by a change of its secrets, not a deploy: the version before\'s bundle and spec') })),
   replicas: z.array(z.unknown()).describe('its replicas\' latest heartbeats'),
   scale: z.object({ desired: z.number(), inFlight: z.number(), ready: z.number(), reason: z.string(), at: z.string() }).nullable().describe('the scheduler\'s latest decision'),
   coldStarts: z.array(z.unknown()).describe('its latest cold starts, phase by phase, newest first'),
@@ -134,7 +134,7 @@ export function functionRoutes(deps: GatewayDeps) {
       active: active.version,
       endpoint: `${deps.publicUrl}/v1/run/${name}`,
       manifest: describeVersion(active),
-      versions: versions.map((v) => ({ version: v.version, createdAt: v.createdAt, bundleBytes: v.bundle.bytes })),
+      versions: versions.map((v) => ({ version: v.version, createdAt: v.createdAt, bundleBytes: v.bundle.bytes, ...(v.rolledFor ? { rolledFor: v.rolledFor } : {}) })),
       replicas: await replicasOf(redis, key),
       scale: await redis.hget(keys.desired, key).then((r) => (r ? JSON.parse(r) : null)),
       coldStarts: (await redis.lrange(keys.coldStarts(key), 0, 19)).map((r) => JSON.parse(r)),
@@ -239,6 +239,7 @@ function describeVersion(m: Manifest): z.output<typeof FunctionVersionSchema> {
     scaling: m.scaling,
     timeoutMs: m.timeoutMs,
     inputSchema: m.inputSchema,
+    vars: m.vars ?? {},
     ...(m.binaryInput ? { binaryInput: m.binaryInput } : {}),
     ...(m.kind ? { kind: m.kind } : {}),
     ...(m.tensors ? { tensors: m.tensors } : {}),

@@ -66,7 +66,7 @@ export default defineFunction({
       type: 'assign',
       replica: 'test',
       env: {},
-      fn: { name: 'double', version: 'v1', timeoutMs: 5_000, batching: { maxBatchSize: 16, maxDelayMs: 20 } },
+      fn: { name: 'double', version: 'v1', timeoutMs: 5_000, batching: { maxBatchSize: 16, maxDelayMs: 20 }, env: {} },
       bundlePath,
       models: { doubler: { path: path.join(dir, 'unused.onnx'), bytes: 1 } },
       settings: { providers: ['cpu'], threads: 1, instances: 1, wideThreads: 0, batchYieldMs: 0, handlerGraceMs: 1_000, maxAnswerBytes: 1 << 20 },
