@@ -17,8 +17,16 @@ import { replicasOf } from '../replicas.ts';
 import { BARE_MODEL_BUNDLE, bareModelSpec } from '../bare-model.ts';
 import type { GatewayDeps, GatewayEnv } from '../deps.ts';
 import { keys, liveStream } from '../../core/keys.ts';
+import { describeTraffic, RolloutSchema, SplitSchema } from './versions.ts';
 
 const FunctionParams = z.object({ name: FunctionName });
+
+const DeployQuery = z.object({
+  activate: z
+    .enum(['true', 'false'], { error: 'activate must be true or false' })
+    .optional()
+    .describe('false: store the version and leave traffic as it is (a function\'s first version is made active all the same); roll it out with `PUT …/traffic` or `POST …/rollouts`'),
+});
 
 const DeleteQuery = z.object({
   force: z
@@ -40,7 +48,8 @@ const FunctionVersionSchema = DeploySpecSchema.pick({ models: true, batching: tr
 const DeployResultSchema = z.object({
   ...FunctionVersionSchema.shape,
   tenant: z.string(),
-  unchanged: z.boolean().describe('true: this bundle and spec were already the active version (answered 200, not 201)'),
+  unchanged: z.boolean().describe('true: this bundle and spec were already the active version, or with activate=false a stored one (answered 200, not 201)'),
+  activated: z.boolean().describe('whether this version is now the active one'),
   endpoint: z.string().describe('where to run it'),
 });
 
@@ -56,6 +65,8 @@ const FunctionDetailSchema = z.object({
   replicas: z.array(z.unknown()).describe('its replicas\' latest heartbeats'),
   scale: z.object({ desired: z.number(), inFlight: z.number(), ready: z.number(), reason: z.string(), at: z.string() }).nullable().describe('the scheduler\'s latest decision'),
   coldStarts: z.array(z.unknown()).describe('its latest cold starts, phase by phase, newest first'),
+  split: SplitSchema.nullable().describe('a second version taking a share of its requests (`embers versions`)'),
+  rollout: RolloutSchema.nullable().describe('how its last automatic rollout ended'),
 });
 
 const DeletedSchema = z.object({ deleted: FunctionName, dropped: z.number().int().optional().describe('with force: the requests not started, answered 410') });
@@ -69,6 +80,7 @@ export function functionRoutes(deps: GatewayDeps) {
     limitBody(deps.maxBundleBytes, `deploy body is over ${deps.maxBundleBytes} bytes (EMBERS_MAX_BUNDLE_BYTES)`),
     async (c) => {
       requireScope(c, 'deploy');
+      const { activate } = readQuery(c, DeployQuery);
       const parsed = DeployRequestSchema.safeParse(await readJson(c, deps.maxJsonDepth));
       if (!parsed.success) throw new ApiError(400, 'invalid_deploy', `deploy request is invalid: ${z.prettifyError(parsed.error)}`, parsed.error.issues);
       let { spec } = parsed.data;
@@ -96,11 +108,11 @@ export function functionRoutes(deps: GatewayDeps) {
       if ((await registry.claim(key, tenant)) !== tenant) {
         throw new ApiError(409, 'name_taken', `"${spec.name}" is held by a function deployed before function names were per tenant; pick another name`);
       }
-      const manifest = await registry.deploy({ ...spec, name: key }, bundle);
+      const manifest = await registry.deploy({ ...spec, name: key }, bundle, { activate: activate !== 'false' });
       deps.functions.invalidate(key);
       const origin = deps.publicUrl;
       const unchanged = manifest.unchanged === true;
-      return c.json({ ...describeVersion(manifest), tenant, unchanged, endpoint: `${origin}/v1/run/${spec.name}` } satisfies z.output<typeof DeployResultSchema>, unchanged ? 200 : 201);
+      return c.json({ ...describeVersion(manifest), tenant, unchanged, activated: manifest.activated, endpoint: `${origin}/v1/run/${spec.name}` } satisfies z.output<typeof DeployResultSchema>, unchanged ? 200 : 201);
     },
   );
 
@@ -113,9 +125,8 @@ export function functionRoutes(deps: GatewayDeps) {
   app.get('/:name', async (c) => {
     requireScope(c, 'read');
     const { name, key, tenant } = await visible(c);
-    const versions = await registry.versions(key);
-    const active = await registry.active(key);
-    if (!active) throw functionNotFound(name);
+    const [versions, active, routing] = await Promise.all([registry.versions(key), registry.active(key), registry.routing(key)]);
+    if (!active || !routing) throw functionNotFound(name);
     return c.json({
       name,
       tenant,
@@ -126,6 +137,7 @@ export function functionRoutes(deps: GatewayDeps) {
       replicas: await replicasOf(redis, key),
       scale: await redis.hget(keys.desired, key).then((r) => (r ? JSON.parse(r) : null)),
       coldStarts: (await redis.lrange(keys.coldStarts(key), 0, 19)).map((r) => JSON.parse(r)),
+      ...describeTraffic(routing),
     } satisfies z.output<typeof FunctionDetailSchema>);
   });
 
@@ -236,13 +248,14 @@ export const functionOperations: RouteGroup = {
       path: '/',
       id: 'deployFunction',
       summary: 'Deploy a function',
-      description: 'Stores a new immutable version and makes it active, as `embers deploy` does (it bundles the handler file and reads its spec). Deploying exactly the active version again changes nothing and answers 200.',
+      description: 'Stores a new immutable version and makes it active (ending any split of its traffic), as `embers deploy` does (it bundles the handler file and reads its spec); with `activate=false` only stores it (`embers deploy --no-activate`). Deploying exactly the active version again changes nothing and answers 200.',
       access: 'deploy',
       actsForTenant: true,
+      query: DeployQuery,
       body: { content: { 'application/json': DeployRequestSchema } },
-      responses: { 201: { description: 'a new version, now active', content: { 'application/json': DeployResultSchema } }, 200: { description: 'the same bundle and spec as the active version: nothing changed', content: { 'application/json': DeployResultSchema } } },
+      responses: { 201: { description: 'a new version, now active (unless activate=false)', content: { 'application/json': DeployResultSchema } }, 200: { description: 'the same bundle and spec as the active version: nothing changed', content: { 'application/json': DeployResultSchema } } },
       errors: {
-        400: '`invalid_deploy` (the request, its bundle or its inputSchema), `model_not_found`, `model_unreachable`, `invalid_json`, `too_deep`',
+        400: '`invalid_deploy` (the request, its bundle or its inputSchema), `model_not_found`, `model_unreachable`, `invalid_json`, `too_deep`, `invalid_request` (activate is not true or false)',
         404: '`tenant_not_found`',
         409: '`name_taken`: the name is held by a function deployed before names were per tenant',
         413: '`too_large`: over EMBERS_MAX_BUNDLE_BYTES',

@@ -13,6 +13,7 @@ import { admit, runAsync, runSync, setTimingHeaders, type Submission } from '../
 import { acceptsEventStream } from '../sse.ts';
 import { runStreamed } from '../stream-run.ts';
 import { callerOf } from '../caller.ts';
+import { VERSION_KEY_HEADER } from '../functions-cache.ts';
 
 export function runRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
@@ -27,8 +28,9 @@ export function runRoutes(deps: GatewayDeps) {
       if (!FUNCTION_NAME.test(name)) throw functionNotFound(name, 'malformed');
       const found = await functions.find(actingTenant(c), name);
       if (!found) throw functionNotFound(name, 'run');
-      // Below the gateway the function goes by its key: its queue, metrics, replicas.
-      const { key, fn } = found;
+      // Below the gateway the function goes by its key: its queue, metrics, replicas; a split's
+      // version by a key of its own.
+      const { key, fn } = await functions.serving(found, c.req.header(VERSION_KEY_HEADER));
       requireScope(c, 'run');
       const failure = functions.startFailure(key);
       if (failure) throw new ApiError(503, 'replica_start_failed', `${name} cannot start right now: ${failure.phase} failed: ${failure.message}`);
@@ -40,6 +42,7 @@ export function runRoutes(deps: GatewayDeps) {
         const hint = binary ? ` (to send "${binary}" as bytes, make them the body, with their own Content-Type)` : '';
         throw new ApiError(400, 'invalid_input', `input does not match the schema of ${name}: ${describeErrors(fn.validate)}${hint}`, fn.validate.errors);
       }
+      c.header('embers-version', fn.manifest.version);
       const async = /\brespond-async\b/i.test(c.req.header('prefer') ?? '');
       // Checked before the admission steps, so a request refused for it costs no rate token.
       const webhook = webhookOf(c.req.query('webhook') ?? c.req.header('embers-webhook'), deps.webhookAllowPrivate ?? false);
