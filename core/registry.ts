@@ -4,7 +4,7 @@ import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { ObjectStore } from './s3.ts';
 import { s3Keys, type DeploySpec, type Manifest, type PlatformEvent } from './contracts.ts';
-import { baseKey, DEFAULT_TENANT, findOwned, pinnedVersion } from './names.ts';
+import { baseKey, DEFAULT_TENANT, findOwned, pinnedVersion, versionKey } from './names.ts';
 import type { RolloutOutcome, Routing, TrafficSplit } from './traffic.ts';
 import { evalScript } from './redis.ts';
 import { lua } from './lua.ts';
@@ -97,7 +97,8 @@ export class Registry {
     const res = (await evalScript(this.redis, ROUTE, 2, keys.function(name), keys.rollouts, ...args)) as number;
     if (res === 0) return 'not_found';
     if (res < 0) return 'changed';
-    await this.redis.sadd(keys.active, name);
+    // The scheduler looks at it, and at the split's version key, which keeps a replica warm (pinned).
+    await this.redis.sadd(keys.active, name, ...(to.split ? [versionKey(name, to.split.version)] : []));
     await this.publish({ type: 'deployed', name, version: to.active });
     return 'routed';
   }
@@ -142,7 +143,9 @@ export class Registry {
     if (!active || !raw) return null;
     const m = JSON.parse(raw) as Manifest;
     const serving = split !== null && (JSON.parse(split) as TrafficSplit).version === version;
-    return { ...m, name: key, scaling: serving ? m.scaling : { ...m.scaling, minReplicas: 0, idleTimeoutS: 1 } };
+    // In the split it keeps a replica warm, as it may take no request for a while at a small share.
+    const scaling = serving ? { ...m.scaling, minReplicas: Math.max(1, m.scaling.minReplicas) } : { ...m.scaling, minReplicas: 0, idleTimeoutS: 1 };
+    return { ...m, name: key, scaling };
   }
 
   async versions(name: string): Promise<Manifest[]> {

@@ -71,6 +71,17 @@ export function judgeRollout(w: RolloutWindow, t: RolloutThresholds): RolloutVer
   return { action: 'promote', step: next, reason: healthy };
 }
 
+/**
+ * Before its first step a rollout's version takes no requests while its first replica starts, so
+ * that its window is not judged on its own cold start: go (to step 0) once one is ready, roll back
+ * when its replica failed to start since the rollout began, else wait.
+ */
+export function judgeWarmup(w: { version: string; ready: number; startFailure?: { phase: string; message: string } }): RolloutVerdict {
+  if (w.ready > 0) return { action: 'promote', step: 0, reason: `${w.version} has a replica ready` };
+  if (w.startFailure) return { action: 'roll_back', reason: `${w.version} could not start: ${w.startFailure.phase} failed: ${w.startFailure.message}` };
+  return { action: 'wait', reason: `${w.version} is starting its first replica` };
+}
+
 /** A version's window from its per-minute points. */
 export function windowOf(points: SeriesPoint[]): WindowStats {
   const s = summarize(points);

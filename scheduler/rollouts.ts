@@ -9,7 +9,7 @@ import { plainName, versionKey } from '../core/names.ts';
 import type { Registry } from '../core/registry.ts';
 import { readSeries } from '../core/series.ts';
 import { ROLLOUT_STEPS, type RolloutOutcome } from '../core/traffic.ts';
-import { judgeRollout, windowOf, type RolloutThresholds } from './rollout-judge.ts';
+import { judgeRollout, judgeWarmup, windowOf, type RolloutThresholds, type RolloutWindow } from './rollout-judge.ts';
 
 export class RolloutDriver {
   constructor(private readonly o: { redis: Redis; registry: Registry; thresholds: RolloutThresholds; log: Logger }) {}
@@ -29,14 +29,8 @@ export class RolloutDriver {
       return;
     }
     const { step, stepStartedAt } = split.auto;
-    // Whole minutes are what the series keeps: the window is every minute the step has touched.
-    const minutes = Math.floor(now / 60_000) - Math.floor(stepStartedAt / 60_000) + 1;
     const candidate = versionKey(fn, split.version);
-    const series = await readSeries(this.o.redis, [fn, candidate], minutes, now);
-    const verdict = judgeRollout(
-      { old: windowOf(series.get(fn)!), new: windowOf(series.get(candidate)!), versions: { old: routing.active, new: split.version }, step, steps: ROLLOUT_STEPS, stepStartedAt, now },
-      this.o.thresholds,
-    );
+    const verdict = split.percent === 0 ? judgeWarmup({ version: split.version, ...(await this.startOf(candidate, stepStartedAt)) }) : judgeRollout(await this.window(fn, candidate, routing.active, split.version, step, stepStartedAt, now), this.o.thresholds);
     if (verdict.action === 'wait') return;
     const outcome = (o: RolloutOutcome['outcome']): RolloutOutcome => ({ version: split.version, from: routing.active, outcome: o, reason: verdict.reason, at: new Date(now).toISOString() });
     const to =
@@ -50,5 +44,22 @@ export class RolloutDriver {
     const log = { fn: plainName(fn), version: split.version, reason: verdict.reason };
     if (verdict.action === 'roll_back') this.o.log.warn(log, 'rollout rolled back');
     else this.o.log.info({ ...log, percent: verdict.action === 'promote' ? ROLLOUT_STEPS[verdict.step] : 100 }, 'rollout promoted');
+  }
+
+  /** Both versions over the same minutes: whole minutes are what the series keeps, so every minute the step has touched. */
+  private async window(fn: string, candidate: string, old: string, version: string, step: number, stepStartedAt: number, now: number): Promise<RolloutWindow> {
+    const minutes = Math.floor(now / 60_000) - Math.floor(stepStartedAt / 60_000) + 1;
+    const series = await readSeries(this.o.redis, [fn, candidate], minutes, now);
+    return { old: windowOf(series.get(fn)!), new: windowOf(series.get(candidate)!), versions: { old, new: version }, step, steps: ROLLOUT_STEPS, stepStartedAt, now };
+  }
+
+  /** The version key's ready replicas, and its latest cold start's failure if that came after `since` (ms). */
+  private async startOf(candidate: string, since: number): Promise<{ ready: number; startFailure?: { phase: string; message: string } }> {
+    const ids = await this.o.redis.smembers(keys.replicas(candidate));
+    const records = ids.length ? await this.o.redis.mget(ids.map(keys.replica)) : [];
+    const ready = records.filter((r) => r !== null && (JSON.parse(r) as { state: string }).state === 'ready').length;
+    const last = await this.o.redis.lindex(keys.coldStarts(candidate), 0);
+    const start = last ? (JSON.parse(last) as { at?: string; error?: { phase: string; message: string } }) : null;
+    return start?.error && Date.parse(start.at ?? '') >= since ? { ready, startFailure: start.error } : { ready };
   }
 }

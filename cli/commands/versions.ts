@@ -74,6 +74,7 @@ export function rollbackCommand(): Command {
 
 function printVersions(v: VersionsView): void {
   table(['VERSION', 'CREATED', 'ACTIVE', 'TRAFFIC'], v.versions.map((r) => [r.version, r.createdAt, r.active ? 'yes' : '', `${r.traffic}%`]));
-  if (v.split?.auto) process.stdout.write(`rolling out ${v.split.version}: step ${v.split.auto.step + 1} of ${v.split.auto.steps.length} (${v.split.auto.steps.join(' → ')} %) since ${v.split.auto.stepStartedAt}\n`);
+  if (v.split?.auto && v.split.percent === 0) process.stdout.write(`rolling out ${v.split.version}: starting its first replica before it takes requests\n`);
+  else if (v.split?.auto) process.stdout.write(`rolling out ${v.split.version}: step ${v.split.auto.step + 1} of ${v.split.auto.steps.length} (${v.split.auto.steps.join(' → ')} %) since ${v.split.auto.stepStartedAt}\n`);
   if (v.rollout) process.stdout.write(`last rollout: ${v.rollout.version} ${v.rollout.outcome === 'promoted' ? 'promoted' : 'ROLLED BACK'} at ${v.rollout.at}: ${v.rollout.reason}\n`);
 }

@@ -42,7 +42,6 @@ export function runRoutes(deps: GatewayDeps) {
         const hint = binary ? ` (to send "${binary}" as bytes, make them the body, with their own Content-Type)` : '';
         throw new ApiError(400, 'invalid_input', `input does not match the schema of ${name}: ${describeErrors(fn.validate)}${hint}`, fn.validate.errors);
       }
-      c.header('embers-version', fn.manifest.version);
       const async = /\brespond-async\b/i.test(c.req.header('prefer') ?? '');
       // Checked before the admission steps, so a request refused for it costs no rate token.
       const webhook = webhookOf(c.req.query('webhook') ?? c.req.header('embers-webhook'), deps.webhookAllowPrivate ?? false);
@@ -63,6 +62,7 @@ export function runRoutes(deps: GatewayDeps) {
       if (ran instanceof Response) return ran;
       const { header, body, totalMs } = ran;
       setTimingHeaders(c, header, totalMs);
+      c.header('embers-version', header.version ?? fn.manifest.version);
       // The handler answered with bytes (binary()): they go out as they are, with their type.
       c.header('content-type', header.type ?? 'application/json');
       // (A Buffer from a socket read sits on an ArrayBuffer; Hono's type wants that said.)

@@ -90,7 +90,8 @@ export function versionRoutes(deps: GatewayDeps) {
     if (!versions.includes(version)) throw unknownVersion(name, version, versions);
     if (version === routing.active) throw new ApiError(409, 'already_active', `${version} is already the active version of ${name}; deploy a new one (\`embers deploy --no-activate\`) and roll that out`);
     const now = Date.now();
-    await reroute(deps, name, key, { split: { version, percent: ROLLOUT_STEPS[0], since: new Date(now).toISOString(), auto: { step: 0, stepStartedAt: now } } });
+    // At 0 % until a replica of it is ready (scheduler/rollouts.ts): its first step is not judged on its cold start.
+    await reroute(deps, name, key, { split: { version, percent: 0, since: new Date(now).toISOString(), auto: { step: 0, stepStartedAt: now } } });
     return c.json(await view(registry, name, key), 201);
   });
 
@@ -215,12 +216,12 @@ export const versionOperations: RouteGroup = {
       path: '/:name/rollouts',
       id: 'startRollout',
       summary: 'Roll out a version automatically',
-      description: 'Gives `version` 10 % of requests, then 50 %, then makes it active, each step once it has served enough requests in the step\'s window with an error rate and p99 within bounds of the active version\'s over the same window; rolls back at once when they are not, recording why (`rollout` in the answers of this group).',
+      description: 'Starts a replica of `version`, then gives it 10 % of requests, then 50 %, then makes it active, each step once it has served enough requests in the step\'s window with an error rate and p99 within bounds of the active version\'s over the same window; rolls back at once when they are not, recording why (`rollout` in the answers of this group).',
       access: 'deploy',
       actsForTenant: true,
       params: Params,
       body: { content: { 'application/json': RolloutBody } },
-      responses: { 201: viewResponse('the rollout begun: the split at its first step') },
+      responses: { 201: viewResponse('the rollout begun: the version at 0 % until a replica of it is ready') },
       errors: { ...ERRORS, 409: '`already_active`: the version is the active one' },
     },
   ],

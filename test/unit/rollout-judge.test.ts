@@ -1,7 +1,7 @@
 // The rollout's judgement over scripted windows: no Redis, no clock but the one given.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { DEFAULT_ROLLOUT_THRESHOLDS, judgeRollout, windowOf, type RolloutWindow, type WindowStats } from '../../scheduler/rollout-judge.ts';
+import { DEFAULT_ROLLOUT_THRESHOLDS, judgeRollout, judgeWarmup, windowOf, type RolloutWindow, type WindowStats } from '../../scheduler/rollout-judge.ts';
 import { seriesPoint } from '../../core/series.ts';
 import { ROLLOUT_STEPS } from '../../core/traffic.ts';
 
@@ -71,5 +71,11 @@ describe('judging a rollout step', () => {
     assert.equal(w.requests, 100);
     assert.equal(w.serverErrors, 3);
     assert.ok(w.p99Ms !== null && w.p99Ms > 5 && w.p99Ms <= 50, String(w.p99Ms));
+  });
+
+  it('before its first step, waits for a ready replica, and rolls back when it cannot start', () => {
+    assert.equal(judgeWarmup({ version: 'v3', ready: 0 }).action, 'wait');
+    assert.deepEqual(judgeWarmup({ version: 'v3', ready: 1 }), { action: 'promote', step: 0, reason: 'v3 has a replica ready' });
+    assert.deepEqual(judgeWarmup({ version: 'v3', ready: 0, startFailure: { phase: 'setup', message: 'no license' } }), { action: 'roll_back', reason: 'v3 could not start: setup failed: no license' });
   });
 });
