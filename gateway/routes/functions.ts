@@ -5,7 +5,7 @@ import { z } from 'zod';
 import { DeployRequestSchema, DeploySpecSchema, errorBody, FunctionName, type Manifest } from '../../core/contracts.ts';
 import { takeUnstarted } from '../../core/live-queue.ts';
 import { answerUnrun } from '../../core/jobs.ts';
-import { DEFAULT_TENANT, plainName, qualifiedName } from '../../core/names.ts';
+import { DEFAULT_TENANT, plainName, qualifiedName, versionKey } from '../../core/names.ts';
 import { ApiError, functionNotFound } from '../errors.ts';
 import { readJson } from '../request-body.ts';
 import { headOwned } from '../owned-objects.ts';
@@ -147,9 +147,11 @@ export function functionRoutes(deps: GatewayDeps) {
     const { force } = readQuery(c, DeleteQuery);
     // Requests still queued would never be answered once the function is gone: refused unless forced.
     let dropped = 0;
+    const split = (await registry.routing(key))?.split;
     const answer = async () => {
       try {
-        dropped = await answerUnstarted(deps, key);
+        // A split's version has a stream of its own (versionKey).
+        for (const k of [key, ...(split ? [versionKey(key, split.version)] : [])]) dropped += await answerUnstarted(deps, k);
       } catch (err) {
         throw new ApiError(503, 'unavailable', `${name} no longer takes requests, but answering the requests still queued for it failed (${(err as Error).message}); run the same delete again to finish`);
       }

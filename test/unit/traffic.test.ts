@@ -69,3 +69,11 @@ describe('version keys', () => {
     assert.ok(!FUNCTION_NAME.test('ocr@v3') && !TENANT_ID.test('t_acme@v3'));
   });
 });
+
+describe('the shares `embers versions deploy` reads', () => {
+  it('takes v3=10% and v3=10, a bare version as all of it, and refuses the rest', async () => {
+    const { parseShare } = await import('../../cli/commands/versions.ts');
+    assert.deepEqual([parseShare('v3=10%'), parseShare('v2=90'), parseShare('v3')], [['v3', 10], ['v2', 90], ['v3', 100]]);
+    for (const bad of ['3=10%', 'v3=ten', 'v3:10']) assert.throws(() => parseShare(bad), /write it as v3=10%/);
+  });
+});
