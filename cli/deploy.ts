@@ -29,8 +29,10 @@ export interface DeployResult {
   name: string;
   version: string;
   endpoint: string;
-  /** True when the same bundle and spec were already active: no new version. */
+  /** True when the same bundle and spec were already active (or, not activating, stored): no new version. */
   unchanged: boolean;
+  /** Whether the version is now the active one (`activate: false` leaves traffic alone). */
+  activated?: boolean;
   bundleBytes: number;
   models: Record<string, string>;
   /** The source files bundled from the function's own project. */
@@ -145,17 +147,20 @@ export function modelNameOf(file: string): string {
 }
 
 /** Deploys an ONNX file as it is: uploaded by content hash, run by the platform's handler with dynamic batching. */
-export async function deployModelFile(client: EmbersClient, file: string, o: { name?: string; batching?: { maxBatchSize?: number; maxDelayMs?: number } } = {}): Promise<DeployResult> {
+export async function deployModelFile(client: EmbersClient, file: string, o: { name?: string; batching?: { maxBatchSize?: number; maxDelayMs?: number }; activate?: boolean } = {}): Promise<DeployResult> {
   const name = o.name ?? modelNameOf(file);
   const uri = await uploadModel(client, file, name);
   const batching = { maxBatchSize: o.batching?.maxBatchSize ?? 16, maxDelayMs: o.batching?.maxDelayMs ?? 4 };
   const spec = DeploySpecSchema.safeParse({ name, kind: 'model', models: { model: uri }, batching });
   if (!spec.success) throw new CliError(`cannot deploy ${file}:\n${spec.error.issues.map((i) => `  ${i.path.join('.')}: ${i.message}`).join('\n')}`);
-  const res = await client.call<{ name: string; version: string; endpoint: string; unchanged: boolean }>('POST', '/v1/functions', { spec: spec.data });
+  const res = await client.call<{ name: string; version: string; endpoint: string; unchanged: boolean; activated: boolean }>('POST', deployRoute(o.activate), { spec: spec.data });
   return { ...res, bundleBytes: 0, models: { model: uri } };
 }
 
-export async function deployFile(client: EmbersClient, file: string, log: (line: string) => void = () => {}): Promise<DeployResult> {
+/** Where a deploy goes: `activate: false` stores the version and leaves traffic alone. */
+const deployRoute = (activate: boolean | undefined) => (activate === false ? '/v1/functions?activate=false' : '/v1/functions');
+
+export async function deployFile(client: EmbersClient, file: string, log: (line: string) => void = () => {}, o: { activate?: boolean } = {}): Promise<DeployResult> {
   const source = path.resolve(file);
   if (!(await stat(source).catch(() => null))?.isFile()) throw new CliError(`no such file: ${file}`, 2);
   const { bundle, inputs } = await bundleWithInputs(source);
@@ -171,6 +176,6 @@ export async function deployFile(client: EmbersClient, file: string, log: (line:
     const lines = spec.error.issues.map((i) => `  ${i.path.join('.') || '(function)'}: ${i.message}`);
     throw new CliError(`${file} does not define a valid function:\n${lines.join('\n')}`);
   }
-  const res = await client.call<{ name: string; version: string; endpoint: string; unchanged: boolean }>('POST', '/v1/functions', { spec: spec.data, bundle: bundle.toString('base64') });
+  const res = await client.call<{ name: string; version: string; endpoint: string; unchanged: boolean; activated: boolean }>('POST', deployRoute(o.activate), { spec: spec.data, bundle: bundle.toString('base64') });
   return { ...res, bundleBytes: bundle.length, models, inputs };
 }

@@ -111,6 +111,14 @@ export const ConfigSchema = z.object({
   EMBERS_SCALE_PANIC_WINDOW_S: z.coerce.number().min(0.1).default(6),
   /** How often the leading scheduler decides. @default 500 */
   EMBERS_SCHEDULER_TICK_MS: int(50).default(500),
+  /** Automatic rollouts: how long each step (10 %, 50 %) lasts at least. @default 300 */
+  EMBERS_ROLLOUT_STEP_S: z.coerce.number().min(0).default(300),
+  /** Automatic rollouts: requests the new version serves in a step before it is judged. @default 100 */
+  EMBERS_ROLLOUT_MIN_REQUESTS: int(1).default(100),
+  /** Automatic rollouts: how far (a fraction) the new version's server error rate may be above the active one's. @default 0.01 */
+  EMBERS_ROLLOUT_MAX_ERROR_RATE_INCREASE: z.coerce.number().min(0).max(1).default(0.01),
+  /** Automatic rollouts: the new version's p99 may be up to this multiple of the active one's (plus 50 ms). @default 1.5 */
+  EMBERS_ROLLOUT_MAX_P99_RATIO: z.coerce.number().min(1).default(1.5),
   /** A handler still running this long after its timeout gets its replica replaced. @default 5000 */
   EMBERS_HANDLER_GRACE_MS: int(0).default(5_000),
   /** Memory a replica's user-code process may use (cgroup); over it, it is killed and the request answered 503 replica_oom. @default 4 GiB */

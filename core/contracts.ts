@@ -182,6 +182,8 @@ export interface ReplyHeader {
   id?: string;
   status: number;
   replica: string;
+  /** The version of the function that ran it (Embers-Version). */
+  version?: string;
   /**
    * queue: waiting for a replica; batch: model calls waiting for their batch to start (forming
    * or behind a running one); infer: this request's share of inference (by rows; metered);

@@ -27,6 +27,8 @@ export const keys = {
   coldStarts: (name: string) => `embers:function:${name}:coldstarts`,
   node: (id: string) => `embers:node:${id}`,
   nodes: 'embers:nodes',
+  /** Functions whose traffic an automatic rollout moves: the leading scheduler judges them each pass (scheduler/rollouts.ts). */
+  rollouts: 'embers:rollouts',
   /** fn → JSON PlacementRecord, written by the leading scheduler. */
   placement: 'embers:placement',
   /** fn → JSON ScaleRecord: the last decision and why. */

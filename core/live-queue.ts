@@ -14,6 +14,7 @@ import { evalScript, flushWrites } from './redis.ts';
 import { hourKey, recordArgs, RECORD_FIELDS, RECORDS_MAX, type UsageRecord } from './usage.ts';
 import { minuteKey, SERIES_TTL_S } from './series.ts';
 import { lua } from './lua.ts';
+import { baseKey } from './names.ts';
 import { keys, liveStream, SCAN_NOW, STREAM_PREFIX, tenantKeys, usageKeys } from './keys.ts';
 
 /**
@@ -317,8 +318,8 @@ export class LiveQueue {
    * checked in the same call: otherwise it throws KeyRejectedError and queues nothing. `body`:
    * a binary request body, stored as it is beside the JSON (data.raw names its input field).
    * Requests added in the same tick are queued in one call (ADD_MANY), each judged on its own.
-   * `mustBeDeployed`: only while `fn` is in the registry (FunctionGoneError otherwise), checked
-   * in the same call.
+   * `mustBeDeployed`: only while `fn` (a version key's function) is in the registry
+   * (FunctionGoneError otherwise), checked in the same call.
    */
   async add(fn: string, data: RunJobData, o: { keyHash?: string; inputJson?: string; body?: Buffer; mustBeDeployed?: boolean } = {}): Promise<string> {
     if (!this.grouped.has(fn)) {
@@ -348,7 +349,7 @@ export class LiveQueue {
     let sent: Promise<unknown>;
     try {
       const ks = [tenantKeys.keysByHash, keys.functionIndex, keys.active, ...adds.map((b) => liveStream(b.fn))];
-      const args = adds.flatMap((b) => [b.keyHash, b.mustBeDeployed ? b.fn : '', String(b.fields.length), ...b.fields]);
+      const args = adds.flatMap((b) => [b.keyHash, b.mustBeDeployed ? baseKey(b.fn) : '', String(b.fields.length), ...b.fields]);
       sent = evalScript(this.redis, ADD_MANY, ks.length, ...ks, ...args);
       flushWrites(this.redis);
     } catch (err) {

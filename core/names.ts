@@ -13,9 +13,30 @@ export function qualifiedName(tenant: string, name: string): string {
   return tenant === DEFAULT_TENANT ? name : `${tenant}.${name}`;
 }
 
-/** The name a function's tenant knows it by: its key without the tenant. */
+/** The name a function's tenant knows it by: its key without the tenant (nor a version key's version). */
 export function plainName(key: string): string {
-  return key.slice(key.indexOf('.') + 1);
+  return baseKey(key).slice(key.indexOf('.') + 1);
+}
+
+/**
+ * The key of one version of a function while it takes a share of its traffic (core/traffic.ts):
+ * `<key>@<version>`, with a live stream, scale state and replicas of its own. "@" is in no function
+ * name, tenant id or version, so no tenant can name it: only the gateway routes to it.
+ */
+export function versionKey(key: string, version: string): string {
+  return `${key}@${version}`;
+}
+
+/** The function a key belongs to: a version key's function, any other key itself. */
+export function baseKey(key: string): string {
+  const at = key.indexOf('@');
+  return at < 0 ? key : key.slice(0, at);
+}
+
+/** The version a version key pins, or null for a function's own key. */
+export function pinnedVersion(key: string): string | null {
+  const at = key.indexOf('@');
+  return at < 0 ? null : key.slice(at + 1);
 }
 
 /**

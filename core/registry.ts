@@ -1,10 +1,11 @@
 // The function registry: immutable versions (bundle + manifest in S3, manifest copy in Redis)
-// and which version is active. Every change is announced on one channel.
+// and which versions take traffic (core/traffic.ts). Every change is announced on one channel.
 import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { ObjectStore } from './s3.ts';
 import { s3Keys, type DeploySpec, type Manifest, type PlatformEvent } from './contracts.ts';
-import { DEFAULT_TENANT, findOwned } from './names.ts';
+import { baseKey, DEFAULT_TENANT, findOwned, pinnedVersion, versionKey } from './names.ts';
+import type { RolloutOutcome, Routing, TrafficSplit } from './traffic.ts';
 import { evalScript } from './redis.ts';
 import { lua } from './lua.ts';
 import { keys } from './keys.ts';
@@ -30,19 +31,27 @@ export class Registry {
   ) {}
 
   /**
-   * Stores a new immutable version and makes it active. Deploying exactly what is already
-   * active (same bundle, same spec) returns the active version instead of minting a new one.
+   * Stores a new immutable version and makes it active (ending any split of its traffic). Deploying
+   * exactly what is already active (same bundle, same spec) returns the active version instead of
+   * minting a new one. With `activate: false` the version is only stored (a function's first
+   * version is made active all the same), and one already stored is returned as it is.
    */
-  async deploy(spec: DeploySpec, bundle: Buffer): Promise<Manifest & { unchanged?: boolean }> {
+  async deploy(spec: DeploySpec, bundle: Buffer, o: { activate?: boolean } = {}): Promise<Manifest & { unchanged?: boolean; activated: boolean }> {
     const sha256 = createHash('sha256').update(bundle).digest('hex');
     const current = await this.active(spec.name);
-    if (current && current.bundle.sha256 === sha256 && sameSpec(current, spec)) {
+    const same = (m: Manifest) => m.bundle.sha256 === sha256 && sameSpec(m, spec);
+    if (current && same(current)) {
       // Back in the index if a delete was cut short after taking it out (remove).
       if (await this.redis.sadd(keys.functionIndex, spec.name)) {
         await this.redis.sadd(keys.active, spec.name);
         await this.publish({ type: 'deployed', name: spec.name, version: current.version });
       }
-      return { ...current, unchanged: true };
+      return { ...current, unchanged: true, activated: true };
+    }
+    const activated = o.activate !== false || !current;
+    if (!activated) {
+      const stored = (await this.versions(spec.name)).find(same);
+      if (stored) return { ...stored, unchanged: true, activated: false };
     }
     const seq = await this.redis.incr(keys.versionSeq(spec.name));
     const version = `v${seq}`;
@@ -54,16 +63,44 @@ export class Registry {
     };
     await this.store.put(manifest.bundle.key, bundle, 'text/javascript');
     await this.store.put(s3Keys.manifest(spec.name, version), JSON.stringify(manifest, null, 2), 'application/json');
-    await this.redis
-      .multi()
-      .hset(keys.versions(spec.name), version, JSON.stringify(manifest))
-      .hset(keys.function(spec.name), { active: version, updatedAt: manifest.createdAt })
+    const write = this.redis.multi().hset(keys.versions(spec.name), version, JSON.stringify(manifest));
+    if (activated) {
+      write
+        .hset(keys.function(spec.name), { active: version, updatedAt: manifest.createdAt, ...(current ? { previous: current.version } : {}) })
+        .hdel(keys.function(spec.name), 'split')
+        .srem(keys.rollouts, spec.name);
+    }
+    await write
       .sadd(keys.functionIndex, spec.name)
       // The scheduler looks at it (minReplicas, a new version for its replicas), then lets it be.
       .sadd(keys.active, spec.name)
       .exec();
     await this.publish({ type: 'deployed', name: spec.name, version });
-    return manifest;
+    return { ...manifest, activated };
+  }
+
+  /** Which versions take the function's traffic, or null when there is no such function. */
+  async routing(name: string): Promise<Routing | null> {
+    const [active, previous, split, rollout] = await this.redis.hmget(keys.function(name), 'active', 'previous', 'split', 'rollout');
+    if (!active) return null;
+    return { active, previous, split: split ? (JSON.parse(split) as TrafficSplit) : null, rollout: rollout ? (JSON.parse(rollout) as RolloutOutcome) : null };
+  }
+
+  /**
+   * Sets the function's active version (the one before becomes `previous`), its split (null: none)
+   * and, when given, how its rollout ended; every gateway hears it at once. With `unlessChangedFrom`
+   * (the split as it was read, null: none), only while its split is still that one.
+   */
+  async route(name: string, to: { active?: string; split: TrafficSplit | null; rollout?: RolloutOutcome }, unlessChangedFrom?: TrafficSplit | null): Promise<'routed' | 'not_found' | 'changed'> {
+    const expected = unlessChangedFrom === undefined ? '*' : unlessChangedFrom === null ? '' : JSON.stringify(unlessChangedFrom);
+    const args = [expected, to.active ?? '', to.split ? JSON.stringify(to.split) : '', to.rollout ? JSON.stringify(to.rollout) : '', new Date().toISOString(), name];
+    const res = (await evalScript(this.redis, ROUTE, 2, keys.function(name), keys.rollouts, ...args)) as number;
+    if (res === 0) return 'not_found';
+    if (res < 0) return 'changed';
+    // The scheduler looks at it, and at the split's version key, which keeps a replica warm (pinned).
+    await this.redis.sadd(keys.active, name, ...(to.split ? [versionKey(name, to.split.version)] : []));
+    await this.publish({ type: 'deployed', name, version: to.active });
+    return 'routed';
   }
 
   /**
@@ -105,15 +142,33 @@ export class Registry {
 
   /** The tenant that owns a deployed function, or null when there is no such function. */
   async owner(name: string): Promise<string | null> {
-    const [active, tenant] = await this.redis.hmget(keys.function(name), 'active', 'tenant');
+    const [active, tenant] = await this.redis.hmget(keys.function(baseKey(name)), 'active', 'tenant');
     return active ? (tenant ?? DEFAULT_TENANT) : null;
   }
 
+  /** The manifest a key serves: a function's active version, or a version key's version (core/names.ts). */
   async active(name: string): Promise<Manifest | null> {
+    const pinned = pinnedVersion(name);
+    if (pinned) return this.pinned(name, pinned);
     const version = await this.redis.hget(keys.function(name), 'active');
     if (!version) return null;
     const raw = await this.redis.hget(keys.versions(name), version);
     return raw ? (JSON.parse(raw) as Manifest) : null;
+  }
+
+  /**
+   * A version key's manifest, under that key, while its function is deployed. Out of the split it
+   * serves only what was queued to it before, so its replicas go as soon as that is done.
+   */
+  private async pinned(key: string, version: string): Promise<Manifest | null> {
+    const fn = baseKey(key);
+    const [[active, split], raw] = await Promise.all([this.redis.hmget(keys.function(fn), 'active', 'split'), this.redis.hget(keys.versions(fn), version)]);
+    if (!active || !raw) return null;
+    const m = JSON.parse(raw) as Manifest;
+    const serving = split !== null && (JSON.parse(split) as TrafficSplit).version === version;
+    // In the split it keeps a replica warm, as it may take no request for a while at a small share.
+    const scaling = serving ? { ...m.scaling, minReplicas: Math.max(1, m.scaling.minReplicas) } : { ...m.scaling, minReplicas: 0, idleTimeoutS: 1 };
+    return { ...m, name: key, scaling };
   }
 
   async versions(name: string): Promise<Manifest[]> {
@@ -172,6 +227,7 @@ const UNINDEX = lua('registry-unindex');
 const ROLL = lua('registry-roll');
 /** Deploys racing a roll each make it try again on their version; past this many, it gives up. */
 const ROLL_ATTEMPTS = 5;
+const ROUTE = lua('registry-route');
 
 const DELETE_UNINDEXED = lua('registry-delete-unindexed');
 

@@ -9,7 +9,7 @@
 // function × minute: core/series.ts) in the same call, in Redis (append-only).
 import type { Redis } from 'ioredis';
 import { evalScript } from './redis.ts';
-import { plainName } from './names.ts';
+import { baseKey, plainName } from './names.ts';
 import { lua } from './lua.ts';
 import { usageKeys } from './keys.ts';
 import { latencyBucket, minuteKey, SERIES_TTL_S } from './series.ts';
@@ -148,7 +148,9 @@ export async function usageReport(
       const fields = res[i++][1] as Record<string, string>;
       const period = q.granularity === 'day' ? `${h.toISOString().slice(0, 10)}T00:00:00.000Z` : h.toISOString();
       for (const [field, value] of Object.entries(fields)) {
-        const [fn, metric] = field.split('|');
+        const [key, metric] = field.split('|');
+        // A version's own key (a traffic split) counts toward its function.
+        const fn = baseKey(key);
         if (q.fn && plainName(fn) !== q.fn) continue;
         const id = `${tenant}|${fn}|${period}`;
         let row = rows.get(id);

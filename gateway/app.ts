@@ -7,6 +7,7 @@ import { authenticate } from './middleware/auth.ts';
 import { requestId } from './middleware/request-id.ts';
 import { ApiError, notFound, onError } from './errors.ts';
 import { functionOperations, functionRoutes } from './routes/functions.ts';
+import { versionOperations, versionRoutes } from './routes/versions.ts';
 import { modelOperations, modelRoutes } from './routes/models.ts';
 import { secretOperations, secretRoutes } from './routes/secrets.ts';
 import { runRoutes } from './routes/run.ts';
@@ -78,6 +79,7 @@ export function createApp(deps: GatewayDeps) {
   app.use('/v1/*', authenticate(deps.tenants, deps.adminKey, deps.keys));
   mount('/v1/functions', functionRoutes(deps), functionOperations);
   mount('/v1/functions', secretRoutes(deps), secretOperations);
+  mount('/v1/functions', versionRoutes(deps), versionOperations);
   mount('/v1/models', modelRoutes(deps), modelOperations);
   mount('/v1/run', runRoutes(deps), runOperations);
   mount('/v1/jobs', jobRoutes(deps), jobOperations);

@@ -1,8 +1,9 @@
-// Active manifests and their compiled input validators, cached per gateway and dropped on
-// every registry event (with a short TTL as a backstop), so a run costs no registry reads.
+// Active manifests, their traffic splits and compiled input validators, cached per gateway and
+// dropped on every registry event (with a short TTL as a backstop), so a run costs no registry reads.
 import type { Manifest } from '../core/contracts.ts';
 import type { Registry } from '../core/registry.ts';
-import { findOwned, plainName } from '../core/names.ts';
+import { findOwned, pinnedVersion, plainName, versionKey } from '../core/names.ts';
+import { toSplit, trafficBucket, type TrafficSplit } from '../core/traffic.ts';
 import { compileInputSchema, type InputValidator } from '../core/validate.ts';
 import { ApiError } from './errors.ts';
 
@@ -11,7 +12,12 @@ export interface ActiveFunction {
   validate: InputValidator;
   /** The tenant that owns the function. */
   tenant: string;
+  /** The version that takes a share of its requests on its own key (core/traffic.ts); null: none. */
+  split: TrafficSplit | null;
 }
+
+/** The header whose value keeps a caller on one version of a split function (hashed to its bucket). */
+export const VERSION_KEY_HEADER = 'embers-version-key';
 
 const TTL_MS = 5_000;
 const FAILURE_FRESH_MS = 5_000;
@@ -30,10 +36,28 @@ export class FunctionsCache {
   async get(name: string): Promise<ActiveFunction | null> {
     const hit = this.entries.get(name);
     if (hit && performance.now() - hit.at < TTL_MS) return hit.value;
-    const [manifest, tenant] = await Promise.all([this.registry.active(name), this.registry.owner(name)]);
-    const value = manifest && tenant ? { manifest, validate: this.validator(manifest), tenant } : null;
+    const [manifest, tenant, routing] = await Promise.all([this.registry.active(name), this.registry.owner(name), pinnedVersion(name) ? null : this.registry.routing(name)]);
+    const value = manifest && tenant ? { manifest, validate: this.validator(manifest), tenant, split: routing?.split ?? null } : null;
     this.entries.set(name, { value, at: performance.now() });
     return value;
+  }
+
+  /**
+   * The version that serves this request of `found`: the active one on the function's key, or, for
+   * the split's share of buckets (trafficBucket: by `callerKey` when sent), the split's version on
+   * its own key.
+   */
+  async serving(found: { key: string; fn: ActiveFunction }, callerKey: string | undefined): Promise<{ key: string; fn: ActiveFunction }> {
+    const split = found.fn.split;
+    if (!toSplit(split, trafficBucket(found.key, callerKey))) return found;
+    return (await this.pinned(found, split!.version)) ?? found;
+  }
+
+  /** `found`'s `version` on its version key, or null when it has no such version. */
+  async pinned(found: { key: string }, version: string): Promise<{ key: string; fn: ActiveFunction } | null> {
+    const key = versionKey(found.key, version);
+    const fn = await this.get(key);
+    return fn ? { key, fn } : null;
   }
 
   private readonly validators = new Map<string, { version: string; validate: InputValidator }>();
@@ -71,14 +95,14 @@ export class FunctionsCache {
   }
 
   invalidate(name?: string): void {
-    if (name) this.entries.delete(name);
-    else this.entries.clear();
+    if (name) for (const key of this.entries.keys()) if (key === name || key.startsWith(`${name}@`)) this.entries.delete(key);
+    if (!name) this.entries.clear();
     this.changed();
   }
 
   /** A deleted function's validator goes with it. */
   forget(name: string): void {
-    this.entries.delete(name);
+    for (const key of this.entries.keys()) if (key === name || key.startsWith(`${name}@`)) this.entries.delete(key);
     this.validators.delete(name);
     this.changed();
   }

@@ -1,5 +1,6 @@
 // Everything in one process, as `embers dev` and the integration tests run it: Redis and S3
 // (embedded unless given), the gateway, and a node agent with its replicas.
+import { DEFAULT_ROLLOUT_THRESHOLDS } from '../scheduler/rollout-judge.ts';
 import { randomBytes } from 'node:crypto';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -112,9 +113,16 @@ export function agentOptions(config: Config, o: { redisUrl: string; store: Objec
 const PREWARM_COLD_START_MS = 2_000;
 
 /** The scheduler's settings from config, typed as its own options: the agent hands them on as they are. */
-function schedulerOptions(config: Config): Pick<SchedulerOptions, 'tickMs' | 'settings' | 'batchMaxOutstanding' | 'maxJsonDepth'> {
+function schedulerOptions(config: Config): Pick<SchedulerOptions, 'tickMs' | 'settings' | 'batchMaxOutstanding' | 'maxJsonDepth' | 'rollouts'> {
   return {
     tickMs: config.EMBERS_SCHEDULER_TICK_MS,
+    rollouts: {
+      ...DEFAULT_ROLLOUT_THRESHOLDS,
+      stepMs: config.EMBERS_ROLLOUT_STEP_S * 1000,
+      minRequests: config.EMBERS_ROLLOUT_MIN_REQUESTS,
+      maxErrorRateIncrease: config.EMBERS_ROLLOUT_MAX_ERROR_RATE_INCREASE,
+      maxP99Ratio: config.EMBERS_ROLLOUT_MAX_P99_RATIO,
+    },
     batchMaxOutstanding: config.EMBERS_BATCH_MAX_OUTSTANDING,
     maxJsonDepth: config.EMBERS_MAX_JSON_DEPTH,
     settings: {

@@ -81,7 +81,8 @@ export class Delivery {
       case 'gateway': {
         // Nobody waits for it.
         if (disconnected) return { usage };
-        if (destination.id) header = { ...header, id: destination.id };
+        // With the version that ran it: while replicas roll to another, the old one may still answer.
+        header = { ...header, ...(destination.id ? { id: destination.id } : {}), version: this.o.manifest.version };
         let message: string | Buffer = bytes ? encodeReply({ ...header, type: bytes.contentType, ...(bytes.headerLength !== undefined ? { headerLength: bytes.headerLength } : {}) }, bytes.bytes) : encodeReply(header, body);
         // A large text reply goes to ioredis as bytes, encoded once: as a string it would be
         // measured, copied into the command's text and encoded again.

@@ -15,7 +15,7 @@ import { FunctionSecrets } from '../core/secrets.ts';
 import { Replica } from './replica.ts';
 import { probeSandbox, type SandboxSupport } from './sandbox.ts';
 import { USER_CODE_V8_FLAGS, UserCodeProcess } from './user-code-process.ts';
-import { DEFAULT_TENANT } from '../core/names.ts';
+import { baseKey, DEFAULT_TENANT } from '../core/names.ts';
 import { keys } from '../core/keys.ts';
 import type { Assignment, ToAgent } from './agent-messages.ts';
 
@@ -110,14 +110,15 @@ const assignment: Assignment =
         version: required('EMBERS_REPLICA_VERSION'),
         spawnedAt: Number(env.EMBERS_REPLICA_SPAWNED_AT) || Date.now(),
       };
-const raw = await redis.hget(keys.versions(assignment.fn), assignment.version);
+// A version key's replica (core/names.ts) runs its function's version under that key: its own stream, replicas and metrics.
+const raw = await redis.hget(keys.versions(baseKey(assignment.fn)), assignment.version);
 if (!raw) {
   log.fatal({ fn: assignment.fn, version: assignment.version }, 'version not in the registry');
   process.exit(3);
 }
-const manifest = JSON.parse(raw) as Manifest;
+const manifest: Manifest = { ...(JSON.parse(raw) as Manifest), name: assignment.fn };
 // A host that cannot isolate runs only the default tenant's code, unless told otherwise.
-const tenant = (await redis.hget(keys.function(assignment.fn), 'tenant')) ?? DEFAULT_TENANT;
+const tenant = (await redis.hget(keys.function(baseKey(assignment.fn)), 'tenant')) ?? DEFAULT_TENANT;
 const refuse =
   !support.isolates && !config.EMBERS_ALLOW_UNSANDBOXED && tenant !== DEFAULT_TENANT
     ? `this node cannot sandbox user code (${support.missing.join('; ')}), so it runs only the default tenant's functions (EMBERS_ALLOW_UNSANDBOXED=1 runs every tenant's)`

@@ -11,6 +11,7 @@ import { lastTakenAt } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
 import { sampleGauges } from '../core/series.ts';
 import { Registry } from '../core/registry.ts';
+import { baseKey } from '../core/names.ts';
 import type { ObjectStore } from '../core/s3.ts';
 import { Sealer } from '../core/sealed.ts';
 import { BatchFeeder } from './batch-feeder.ts';
@@ -21,6 +22,8 @@ import { place, type Placement } from './placement.ts';
 import { busySlots, reclaim, type FunctionView, type Reclaim } from './reclaim.ts';
 import { decide, initialScalerState, keepAliveEndsAt, type ScalerSettings, type ScalerState } from './scaler.ts';
 import { Watchlist } from './watchlist.ts';
+import { RolloutDriver } from './rollouts.ts';
+import { DEFAULT_ROLLOUT_THRESHOLDS, type RolloutThresholds } from './rollout-judge.ts';
 import { batchQueueKey, batchQueueName, keys, liveStream, QUEUE_PREFIX } from '../core/keys.ts';
 
 /** What placement assumes a replica holds until one of its version has been measured. */
@@ -41,6 +44,8 @@ export interface SchedulerOptions {
   secretsKey?: string;
   /** EMBERS_BUCKET_ALLOW_PRIVATE. @default false */
   bucketAllowPrivate?: boolean;
+  /** Bounds of automatic rollouts (EMBERS_ROLLOUT_*). @default DEFAULT_ROLLOUT_THRESHOLDS */
+  rollouts?: RolloutThresholds;
 }
 
 export class Scheduler {
@@ -60,6 +65,7 @@ export class Scheduler {
   private readonly log: Logger;
   readonly feeder: BatchFeeder;
   private readonly batches: BatchStore;
+  private readonly rollouts: RolloutDriver;
 
   constructor(private readonly o: SchedulerOptions) {
     this.lease = new LeaderLease(o.redis, o.id, Math.max(3_000, o.tickMs * 6));
@@ -68,6 +74,7 @@ export class Scheduler {
     this.inputs = new TenantStores(o.store, new BucketRegistry(o.redis, o.secretsKey ? new Sealer(o.secretsKey, 'buckets') : null), o.bucketAllowPrivate ?? false);
     this.batches = new BatchStore(o.redis);
     this.log = o.log.child({ component: 'scheduler', scheduler: o.id });
+    this.rollouts = new RolloutDriver({ redis: o.redis, registry: this.registry, thresholds: o.rollouts ?? DEFAULT_ROLLOUT_THRESHOLDS, log: this.log });
     this.feeder = new BatchFeeder({
       redis: o.redis,
       store: o.store,
@@ -115,6 +122,8 @@ export class Scheduler {
       this.states.clear();
       await this.watchlist.seedAll();
     }
+    // Before this pass reads the manifests: a version promoted or rolled back is placed in it.
+    await this.rollouts.pass();
     const now = Date.now();
     // Live requests (waiting or running: their stream's length) and batch lines are both load:
     // batch lines counted by line (a chunk job holds many), or by job where a batch's record says less.
@@ -272,10 +281,10 @@ export class Scheduler {
     return out;
   }
 
-  /** The active manifest of each name, or null for one no longer deployed (out of the index). */
+  /** The manifest each key serves (Registry.active), or null for one no longer deployed (out of the index). */
   private async manifestsOf(names: string[]): Promise<(Manifest | null)[]> {
     const pipe = this.o.redis.pipeline();
-    for (const n of names) pipe.sismember(keys.functionIndex, n);
+    for (const n of names) pipe.sismember(keys.functionIndex, baseKey(n));
     const indexed = ((await pipe.exec()) ?? []).map(([, v]) => v === 1);
     return Promise.all(names.map((n, i) => (indexed[i] ? this.registry.active(n) : null)));
   }

@@ -22,6 +22,8 @@ interface DeployOptions {
   name?: string;
   maxBatch?: number;
   maxDelayMs?: number;
+  /** Commander's negation of --no-activate. */
+  activate?: boolean;
 }
 
 export function deployCommand(): Command {
@@ -32,6 +34,7 @@ export function deployCommand(): Command {
       .option('--name <name>', 'name of the deployed model (one .onnx file; default: its file name)')
       .option('--max-batch <rows>', 'a model\'s most rows per inference (dynamic batching)', positiveInt('--max-batch', 4096))
       .option('--max-delay-ms <ms>', 'longest a model\'s first call waits for others to batch with', delayMs)
+      .option('--no-activate', 'store the new version and leave traffic as it is (roll it out with `embers versions deploy`)')
       .option('--json', 'print the result as JSON')
       .addHelpText('after', '\nExamples:\n  embers deploy functions/ocr/index.ts\n  embers deploy cls.onnx --name cls --max-batch 32 --max-delay-ms 4\n  curl -H "authorization: Bearer $KEY" $URL/v2/models/cls'),
   )).action(async (files: string[], opts: DeployOptions) => {
@@ -42,10 +45,11 @@ export function deployCommand(): Command {
     const results = [];
     for (const file of files) {
       const r = /\.onnx$/i.test(file)
-        ? await deployModelFile(client, file, { name: opts.name, batching: { maxBatchSize: opts.maxBatch, maxDelayMs: opts.maxDelayMs } })
-        : await deployFile(client, file, (line) => process.stderr.write(`${line}\n`));
+        ? await deployModelFile(client, file, { name: opts.name, batching: { maxBatchSize: opts.maxBatch, maxDelayMs: opts.maxDelayMs }, activate: opts.activate })
+        : await deployFile(client, file, (line) => process.stderr.write(`${line}\n`), { activate: opts.activate });
       results.push(r);
-      if (!opts.json) process.stdout.write(`${r.unchanged ? 'unchanged' : 'deployed'} ${r.name} ${r.version} → POST ${r.endpoint}${/\.onnx$/i.test(file) ? ` and ${r.endpoint.replace(/\/v1\/run\/[^/]+$/, `/v2/models/${r.name}/infer`)}` : ''}\n`);
+      if (!opts.json && r.activated === false) process.stdout.write(`${r.unchanged ? 'already stored' : 'stored'} ${r.name} ${r.version}, not active: \`embers versions deploy ${r.name} ${r.version}=10% …\` or \`… ${r.version} --auto\`\n`);
+      else if (!opts.json) process.stdout.write(`${r.unchanged ? 'unchanged' : 'deployed'} ${r.name} ${r.version} → POST ${r.endpoint}${/\.onnx$/i.test(file) ? ` and ${r.endpoint.replace(/\/v1\/run\/[^/]+$/, `/v2/models/${r.name}/infer`)}` : ''}\n`);
     }
     if (opts.json) printJson(results);
   });

@@ -41,6 +41,8 @@ export function functionsCommand(): Command {
         manifest: { models: Record<string, string>; vars?: Record<string, string>; scaling: Manifest['scaling']; binaryInput?: string; kind?: 'model'; tensors?: Manifest['tensors'] };
         scale: { desired: number; inFlight: number; ready: number; reason: string } | null;
         coldStarts: ({ replica: string; at: string } & Record<string, number | string>)[];
+        split: { version: string; percent: number; auto: { step: number; steps: number[] } | null } | null;
+        rollout: { version: string; outcome: string; reason: string; at: string } | null;
       }>(
         'GET',
         `/v1/functions/${encodeURIComponent(name)}`,
@@ -57,6 +59,8 @@ export function functionsCommand(): Command {
       }
       for (const [k, v] of Object.entries(fn.manifest.vars ?? {})) out.write(`  var ${k}=${JSON.stringify(v)}\n`);
       out.write(`versions: ${fn.versions.map((v) => (v.rolledFor ? `${v.version} (${v.rolledFor} changed)` : v.version)).join(', ')}\n`);
+      if (fn.split) out.write(`  traffic: ${fn.active} ${100 - fn.split.percent}%, ${fn.split.version} ${fn.split.percent}%${fn.split.auto ? ` (rolling out: ${fn.split.auto.steps.join(' → ')} %)` : ''}\n`);
+      if (fn.rollout) out.write(`  last rollout: ${fn.rollout.version} ${fn.rollout.outcome === 'promoted' ? 'promoted' : 'ROLLED BACK'} at ${fn.rollout.at}: ${fn.rollout.reason}\n`);
       const sc = fn.manifest.scaling;
       out.write(`scaling: min ${sc.minReplicas}, max ${sc.maxReplicas}, target ${sc.targetConcurrency} in flight per replica, keep-alive ${sc.idleTimeoutS === 'auto' ? 'auto (up to 300 s)' : `up to ${sc.idleTimeoutS} s`}\n`);
       if (fn.scale) out.write(`  now: ${fn.scale.desired} desired, ${fn.scale.ready} ready, ${fn.scale.inFlight} in flight (${fn.scale.reason})\n`);

@@ -5,7 +5,7 @@ import { z } from 'zod';
 import { DeployRequestSchema, DeploySpecSchema, errorBody, FunctionName, type Manifest } from '../../core/contracts.ts';
 import { takeUnstarted } from '../../core/live-queue.ts';
 import { answerUnrun } from '../../core/jobs.ts';
-import { DEFAULT_TENANT, plainName, qualifiedName } from '../../core/names.ts';
+import { DEFAULT_TENANT, plainName, qualifiedName, versionKey } from '../../core/names.ts';
 import { ApiError, functionNotFound } from '../errors.ts';
 import { readJson } from '../request-body.ts';
 import { headOwned } from '../owned-objects.ts';
@@ -19,8 +19,16 @@ import type { GatewayDeps, GatewayEnv } from '../deps.ts';
 import { keys, liveStream } from '../../core/keys.ts';
 import { tailEvents } from '../tail-events.ts';
 import type { TailFilterSpec } from '../tail-filter.ts';
+import { describeTraffic, RolloutSchema, SplitSchema } from './versions.ts';
 
 const FunctionParams = z.object({ name: FunctionName });
+
+const DeployQuery = z.object({
+  activate: z
+    .enum(['true', 'false'], { error: 'activate must be true or false' })
+    .optional()
+    .describe('false: store the version and leave traffic as it is (a function\'s first version is made active all the same); roll it out with `PUT …/traffic` or `POST …/rollouts`'),
+});
 
 const DeleteQuery = z.object({
   force: z
@@ -42,7 +50,8 @@ const FunctionVersionSchema = DeploySpecSchema.pick({ models: true, batching: tr
 const DeployResultSchema = z.object({
   ...FunctionVersionSchema.shape,
   tenant: z.string(),
-  unchanged: z.boolean().describe('true: this bundle and spec were already the active version (answered 200, not 201)'),
+  unchanged: z.boolean().describe('true: this bundle and spec were already the active version, or with activate=false a stored one (answered 200, not 201)'),
+  activated: z.boolean().describe('whether this version is now the active one'),
   endpoint: z.string().describe('where to run it'),
 });
 
@@ -58,6 +67,8 @@ const FunctionDetailSchema = z.object({
   replicas: z.array(z.unknown()).describe('its replicas\' latest heartbeats'),
   scale: z.object({ desired: z.number(), inFlight: z.number(), ready: z.number(), reason: z.string(), at: z.string() }).nullable().describe('the scheduler\'s latest decision'),
   coldStarts: z.array(z.unknown()).describe('its latest cold starts, phase by phase, newest first'),
+  split: SplitSchema.nullable().describe('a second version taking a share of its requests (`embers versions`)'),
+  rollout: RolloutSchema.nullable().describe('how its last automatic rollout ended'),
 });
 
 const TailQuery = z.object({
@@ -81,6 +92,7 @@ export function functionRoutes(deps: GatewayDeps) {
     limitBody(deps.maxBundleBytes, `deploy body is over ${deps.maxBundleBytes} bytes (EMBERS_MAX_BUNDLE_BYTES)`),
     async (c) => {
       requireScope(c, 'deploy');
+      const { activate } = readQuery(c, DeployQuery);
       const parsed = DeployRequestSchema.safeParse(await readJson(c, deps.maxJsonDepth));
       if (!parsed.success) throw new ApiError(400, 'invalid_deploy', `deploy request is invalid: ${z.prettifyError(parsed.error)}`, parsed.error.issues);
       let { spec } = parsed.data;
@@ -108,11 +120,11 @@ export function functionRoutes(deps: GatewayDeps) {
       if ((await registry.claim(key, tenant)) !== tenant) {
         throw new ApiError(409, 'name_taken', `"${spec.name}" is held by a function deployed before function names were per tenant; pick another name`);
       }
-      const manifest = await registry.deploy({ ...spec, name: key }, bundle);
+      const manifest = await registry.deploy({ ...spec, name: key }, bundle, { activate: activate !== 'false' });
       deps.functions.invalidate(key);
       const origin = deps.publicUrl;
       const unchanged = manifest.unchanged === true;
-      return c.json({ ...describeVersion(manifest), tenant, unchanged, endpoint: `${origin}/v1/run/${spec.name}` } satisfies z.output<typeof DeployResultSchema>, unchanged ? 200 : 201);
+      return c.json({ ...describeVersion(manifest), tenant, unchanged, activated: manifest.activated, endpoint: `${origin}/v1/run/${spec.name}` } satisfies z.output<typeof DeployResultSchema>, unchanged ? 200 : 201);
     },
   );
 
@@ -125,9 +137,8 @@ export function functionRoutes(deps: GatewayDeps) {
   app.get('/:name', async (c) => {
     requireScope(c, 'read');
     const { name, key, tenant } = await visible(c);
-    const versions = await registry.versions(key);
-    const active = await registry.active(key);
-    if (!active) throw functionNotFound(name);
+    const [versions, active, routing] = await Promise.all([registry.versions(key), registry.active(key), registry.routing(key)]);
+    if (!active || !routing) throw functionNotFound(name);
     return c.json({
       name,
       tenant,
@@ -138,6 +149,7 @@ export function functionRoutes(deps: GatewayDeps) {
       replicas: await replicasOf(redis, key),
       scale: await redis.hget(keys.desired, key).then((r) => (r ? JSON.parse(r) : null)),
       coldStarts: (await redis.lrange(keys.coldStarts(key), 0, 19)).map((r) => JSON.parse(r)),
+      ...describeTraffic(routing),
     } satisfies z.output<typeof FunctionDetailSchema>);
   });
 
@@ -156,9 +168,11 @@ export function functionRoutes(deps: GatewayDeps) {
     const { force } = readQuery(c, DeleteQuery);
     // Requests still queued would never be answered once the function is gone: refused unless forced.
     let dropped = 0;
+    const split = (await registry.routing(key))?.split;
     const answer = async () => {
       try {
-        dropped = await answerUnstarted(deps, key);
+        // A split's version has a stream of its own (versionKey).
+        for (const k of [key, ...(split ? [versionKey(key, split.version)] : [])]) dropped += await answerUnstarted(deps, k);
       } catch (err) {
         throw new ApiError(503, 'unavailable', `${name} no longer takes requests, but answering the requests still queued for it failed (${(err as Error).message}); run the same delete again to finish`);
       }
@@ -258,13 +272,14 @@ export const functionOperations: RouteGroup = {
       path: '/',
       id: 'deployFunction',
       summary: 'Deploy a function',
-      description: 'Stores a new immutable version and makes it active, as `embers deploy` does (it bundles the handler file and reads its spec). Deploying exactly the active version again changes nothing and answers 200.',
+      description: 'Stores a new immutable version and makes it active (ending any split of its traffic), as `embers deploy` does (it bundles the handler file and reads its spec); with `activate=false` only stores it (`embers deploy --no-activate`). Deploying exactly the active version again changes nothing and answers 200.',
       access: 'deploy',
       actsForTenant: true,
+      query: DeployQuery,
       body: { content: { 'application/json': DeployRequestSchema } },
-      responses: { 201: { description: 'a new version, now active', content: { 'application/json': DeployResultSchema } }, 200: { description: 'the same bundle and spec as the active version: nothing changed', content: { 'application/json': DeployResultSchema } } },
+      responses: { 201: { description: 'a new version, now active (unless activate=false)', content: { 'application/json': DeployResultSchema } }, 200: { description: 'the same bundle and spec as the active version: nothing changed', content: { 'application/json': DeployResultSchema } } },
       errors: {
-        400: '`invalid_deploy` (the request, its bundle or its inputSchema), `model_not_found`, `model_unreachable`, `invalid_json`, `too_deep`',
+        400: '`invalid_deploy` (the request, its bundle or its inputSchema), `model_not_found`, `model_unreachable`, `invalid_json`, `too_deep`, `invalid_request` (activate is not true or false)',
         404: '`tenant_not_found`',
         409: '`name_taken`: the name is held by a function deployed before names were per tenant',
         413: '`too_large`: over EMBERS_MAX_BUNDLE_BYTES',

@@ -10,7 +10,7 @@ import { InferenceRequestError, readInferenceRequest, TENSOR_BYTES_FIELD } from 
 import type { Datatype, TensorSignature, TensorSpec } from '../../core/oip/datatypes.ts';
 import type { GatewayDeps, GatewayEnv } from '../deps.ts';
 import { ApiError, functionNotFound, onError } from '../errors.ts';
-import type { ActiveFunction } from '../functions-cache.ts';
+import { VERSION_KEY_HEADER, type ActiveFunction } from '../functions-cache.ts';
 import { authenticate, actingTenant, requireScope } from '../middleware/auth.ts';
 import { limitBody } from '../middleware/body-limit.ts';
 import { readBytes } from '../request-body.ts';
@@ -37,17 +37,25 @@ export function inferenceRoutes(deps: GatewayDeps) {
 
   app.use('/models/*', authenticate(deps.tenants, deps.adminKey, deps.keys));
 
-  /** The caller's function `name` at `version` (the active one; a version is 'v3' or '3'), if it takes tensors. */
-  const model = async (c: Context<GatewayEnv>) => {
+  /**
+   * The caller's function `name` at `version` (the active one, or a split's; a version is 'v3' or
+   * '3'), if it takes tensors; to `infer` with no version named, the version its split picks.
+   */
+  const model = async (c: Context<GatewayEnv>, infer = false) => {
     const name = c.req.param('name') ?? '';
     if (!FUNCTION_NAME.test(name)) throw functionNotFound(name, 'malformed');
-    const found = await deps.functions.find(actingTenant(c), name);
-    if (!found) throw functionNotFound(name, 'run');
-    const version = c.req.param('version');
-    const { manifest } = found.fn;
-    if (version !== undefined && version !== manifest.version && `v${version}` !== manifest.version) {
-      throw new ApiError(404, 'version_not_found', `${name} serves its active version ${manifest.version}, not "${version}"; \`embers functions show ${name}\` lists its versions`);
+    const owned = await deps.functions.find(actingTenant(c), name);
+    if (!owned) throw functionNotFound(name, 'run');
+    const asked = c.req.param('version');
+    const version = asked === undefined ? undefined : asked.startsWith('v') ? asked : `v${asked}`;
+    // A version named in the path is served when it takes traffic; none named: the split decides.
+    let found = version === undefined && infer ? await deps.functions.serving(owned, c.req.header(VERSION_KEY_HEADER)) : owned;
+    if (version !== undefined && version !== owned.fn.manifest.version) {
+      const pinned = owned.fn.split?.version === version ? await deps.functions.pinned(owned, version) : null;
+      if (!pinned) throw new ApiError(404, 'version_not_found', `${name} serves its active version ${owned.fn.manifest.version}${owned.fn.split ? ` and ${owned.fn.split.version}` : ''}, not "${asked}"; \`embers versions list ${name}\` lists its versions`);
+      found = pinned;
     }
+    const { manifest } = found.fn;
     if (!manifest.tensors) throw new ApiError(400, 'not_a_model', `${name} does not take tensors: deploy an ONNX file as it is (\`embers deploy model.onnx\`) or make its input tensors() to call it here; call it through /v1/run/${name}`);
     return { name, ...found, tensors: manifest.tensors };
   };
@@ -77,7 +85,7 @@ export function inferenceRoutes(deps: GatewayDeps) {
 
     app.post(`${base}/infer`, limitBody(deps.maxBodyBytes, `inference request is over ${deps.maxBodyBytes} bytes (EMBERS_MAX_BODY_BYTES)`), async (c) => {
       const t0 = performance.now();
-      const { name, key, fn, tensors } = await model(c);
+      const { name, key, fn, tensors } = await model(c, true);
       requireScope(c, 'run');
       const failure = deps.functions.startFailure(key);
       if (failure) throw new ApiError(503, 'replica_start_failed', `${name} cannot start right now: ${failure.phase} failed: ${failure.message}`);

@@ -16,6 +16,7 @@ const RunHeaders = z.object({
   prefer: z.string().optional().describe('`respond-async`: queue the run and answer 202 with its job at once'),
   accept: z.string().optional().describe('`text/event-stream`: a streaming handler\'s chunks as Server-Sent Events as they come (`chunk`, then `done` with the timing, or `error`)'),
   'embers-webhook': z.string().optional().describe('the same as `?webhook=`'),
+  'embers-version-key': z.string().optional().describe('while traffic is split between two versions: requests with the same key go to the same version, on every gateway (without one, each request is drawn by the shares)'),
 });
 
 const AcceptedSchema = z.object({
@@ -49,7 +50,7 @@ export const runOperations: RouteGroup = {
             'application/octet-stream': bytes('what a handler answered with `binary()`, with its own Content-Type'),
             'text/event-stream': { jsonSchema: { type: 'string', description: 'with `Accept: text/event-stream`: the chunks as Server-Sent Events' } },
           },
-          headers: { 'server-timing': 'where the time went', 'embers-cold-start': 'when the request waited for a replica to start: its phases in ms' },
+          headers: { 'server-timing': 'where the time went', 'embers-cold-start': 'when the request waited for a replica to start: its phases in ms', 'embers-version': 'the version of the function that answered' },
         },
         202: {
           description: 'with `Prefer: respond-async`: queued as a job',

@@ -13,6 +13,7 @@ import { admit, runAsync, runSync, setTimingHeaders, type Submission } from '../
 import { acceptsEventStream } from '../sse.ts';
 import { runStreamed } from '../stream-run.ts';
 import { callerOf } from '../caller.ts';
+import { VERSION_KEY_HEADER } from '../functions-cache.ts';
 
 export function runRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
@@ -27,8 +28,9 @@ export function runRoutes(deps: GatewayDeps) {
       if (!FUNCTION_NAME.test(name)) throw functionNotFound(name, 'malformed');
       const found = await functions.find(actingTenant(c), name);
       if (!found) throw functionNotFound(name, 'run');
-      // Below the gateway the function goes by its key: its queue, metrics, replicas.
-      const { key, fn } = found;
+      // Below the gateway the function goes by its key: its queue, metrics, replicas; a split's
+      // version by a key of its own.
+      const { key, fn } = await functions.serving(found, c.req.header(VERSION_KEY_HEADER));
       requireScope(c, 'run');
       const failure = functions.startFailure(key);
       if (failure) throw new ApiError(503, 'replica_start_failed', `${name} cannot start right now: ${failure.phase} failed: ${failure.message}`);
@@ -60,6 +62,7 @@ export function runRoutes(deps: GatewayDeps) {
       if (ran instanceof Response) return ran;
       const { header, body, totalMs } = ran;
       setTimingHeaders(c, header, totalMs);
+      c.header('embers-version', header.version ?? fn.manifest.version);
       // The handler answered with bytes (binary()): they go out as they are, with their type.
       c.header('content-type', header.type ?? 'application/json');
       // (A Buffer from a socket read sits on an ArrayBuffer; Hono's type wants that said.)

@@ -99,6 +99,7 @@ describe('the run route', () => {
       found.push([tenant, name]);
       return name === 'echo' ? { key: 't_acme.echo', fn: echo } : null;
     },
+    serving: async (f) => f,
     startFailure: () => undefined,
   });
   const app = mount('/v1/run', runRoutes(fake<GatewayDeps>({ functions, maxBodyBytes: 1 << 20, maxJsonDepth: 16 })));
