@@ -95,6 +95,8 @@ export function tailMaxLen(avgBytes: number): number {
 /** One line of a replica's, numbered: a gap in a replica's numbers is lines it dropped. */
 export interface TailEntry {
   n: number;
+  /** The number of its session's first line (the replica's gate last opened there). */
+  s?: number;
   /** The line's JSON. */
   d: string;
 }
@@ -106,7 +108,7 @@ export async function addTailLines(redis: Redis, fn: string, entries: TailEntry[
   const avg = entries.reduce((sum, e) => sum + e.d.length, 0) / entries.length;
   const maxLen = tailMaxLen(avg);
   const pipe = redis.pipeline();
-  for (const e of entries) pipe.xadd(key, 'MAXLEN', '~', maxLen, '*', 'n', e.n, 'd', e.d);
+  for (const e of entries) pipe.xadd(key, 'MAXLEN', '~', maxLen, '*', 'n', e.n, 's', e.s ?? e.n, 'd', e.d);
   pipe.pexpire(key, TAIL_STREAM_TTL_MS);
   const res = (await pipe.exec()) ?? [];
   const failed = res.find(([err]) => err);
@@ -116,15 +118,18 @@ export async function addTailLines(redis: Redis, fn: string, entries: TailEntry[
 /** A stream entry's fields as a numbered line, or undefined if they are not one. */
 export function entryOf(fields: string[]): (TailEntry & { line: TailLine }) | undefined {
   let n: number | undefined;
+  let s: number | undefined;
   let d: string | undefined;
   for (let i = 0; i + 1 < fields.length; i += 2) {
     if (fields[i] === 'n') n = Number(fields[i + 1]);
+    else if (fields[i] === 's') s = Number(fields[i + 1]);
     else if (fields[i] === 'd') d = fields[i + 1];
   }
   if (n === undefined || !Number.isSafeInteger(n) || d === undefined) return undefined;
+  if (s !== undefined && (!Number.isSafeInteger(s) || s > n)) s = undefined;
   try {
     const line = JSON.parse(d) as TailLine;
-    return line && (line.type === 'log' || line.type === 'request') ? { n, d, line } : undefined;
+    return line && (line.type === 'log' || line.type === 'request') ? { n, s, d, line } : undefined;
   } catch {
     return undefined;
   }

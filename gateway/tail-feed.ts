@@ -30,13 +30,23 @@ const BLOCK_MS = 1_000;
 export class SeqGaps {
   private readonly last = new Map<string, number>();
 
-  /** How many lines before `n` of `replica` were never seen (0 for its first line seen). */
-  gap(replica: string, n: number): number {
+  /**
+   * How many lines before `n` of `replica` were never seen. For its first line seen: those since
+   * `sessionStart`, the first line it wrote once someone tailed (trimmed before this feed read
+   * them), unless `seen` holds what the stream had of it when the feed began.
+   */
+  gap(replica: string, n: number, sessionStart?: number): number {
     const before = this.last.get(replica);
     this.last.delete(replica);
     this.last.set(replica, Math.max(n, before ?? n));
     if (this.last.size > REPLICAS_MAX) this.last.delete(this.last.keys().next().value as string);
-    return before === undefined || n <= before ? 0 : n - before - 1;
+    if (before === undefined) return sessionStart !== undefined && n > sessionStart ? n - sessionStart : 0;
+    return n <= before ? 0 : n - before - 1;
+  }
+
+  /** A line already in the stream when the feed began: the baseline for that replica, not counted. */
+  seen(replica: string, n: number): void {
+    this.last.set(replica, Math.max(n, this.last.get(replica) ?? n));
   }
 }
 const REPLICAS_MAX = 256;
@@ -111,9 +121,14 @@ class Feed {
   private async start(): Promise<void> {
     await this.mark();
     await this.redis.publish(keys.cancelChannel, `${this.fn} ${TAIL_NOW}`);
-    // From what is there now: a tail shows what happens from here on.
-    const newest = await this.redis.xrevrange(keys.tail(this.fn), '+', '-', 'COUNT', 1);
-    void this.follow(newest[0]?.[0] ?? '0-0');
+    // From what is there now: a tail shows what happens from here on. What the stream holds
+    // already is each replica's baseline for counting what this feed misses.
+    const held = await this.redis.xrange(keys.tail(this.fn), '-', '+');
+    for (const [, fields] of held) {
+      const e = entryOf(fields);
+      if (e) this.gaps.seen(e.line.replica, e.n);
+    }
+    void this.follow(held.at(-1)?.[0] ?? '0-0');
   }
 
   /** Marks the function tailed for TAIL_GATE_TTL_MS more. */
@@ -136,7 +151,7 @@ class Feed {
         for (const [, fields] of entries) {
           const e = entryOf(fields);
           if (!e) continue;
-          dropped += this.gaps.gap(e.line.replica, e.n);
+          dropped += this.gaps.gap(e.line.replica, e.n, e.s);
           items.push({ line: e.line, d: e.d });
         }
         for (const r of this.readers) r.push(items, dropped);

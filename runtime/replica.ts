@@ -132,6 +132,7 @@ export class Replica {
         onWriteError: (err) => this.log.warn({ err: err.message }, 'could not write to the function\'s tail; its readers see the lines as dropped'),
       }),
     };
+    this.tail.gate.onOpen = () => this.tail.writer.session();
     this.user.onLogsDropped = (count) => this.tail.writer.dropped(count);
     this.runs = { user: this.user, redis: o.redis, stops: this.stops, fn: plainName(fn), timeoutMs: o.manifest.timeoutMs, jobRetentionS: o.jobRetentionS, tail: this.tail };
   }

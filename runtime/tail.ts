@@ -22,10 +22,18 @@ export class TailGate {
   /** Bumped by a nudge: a read that began before it is not trusted over it. */
   private generation = 0;
 
+  /** Told when the gate opens (someone began tailing): the writer's lines start a new session. */
+  onOpen?: () => void;
+
   constructor(
     private readonly check: () => Promise<boolean>,
     private readonly now: () => number = () => performance.now(),
   ) {}
+
+  private set(v: boolean): void {
+    if (v && !this.value) this.onOpen?.();
+    this.value = v;
+  }
 
   on(): boolean {
     if (!this.checking && this.now() - this.checkedAt >= GATE_MAX_AGE_MS) this.refresh();
@@ -34,7 +42,7 @@ export class TailGate {
 
   nudge(): void {
     this.generation++;
-    this.value = true;
+    this.set(true);
     this.checkedAt = this.now();
   }
 
@@ -45,7 +53,7 @@ export class TailGate {
       (v) => {
         this.checking = false;
         if (generation !== this.generation) return;
-        this.value = v;
+        this.set(v);
         this.checkedAt = this.now();
       },
       () => {
@@ -73,6 +81,8 @@ export interface TailWriterOptions {
  */
 export class TailWriter {
   private seq = 0;
+  /** The number of the first line since the gate last opened: a reader that first sees this replica counts what it missed since. */
+  private sessionStart = 1;
   private pending: TailEntry[] = [];
   private timer?: NodeJS.Timeout;
   private writing?: Promise<void>;
@@ -89,6 +99,11 @@ export class TailWriter {
   /** A finished request's summary. */
   request(r: Omit<TailRequestLine, 'type' | 'time' | 'version' | 'replica'>): void {
     this.add({ type: 'request', time: Date.now(), ...r, version: this.o.version, replica: this.o.replica }, 2 * WRITER_MAX_PENDING);
+  }
+
+  /** Someone began tailing: lines from here on are a new session's. */
+  session(): void {
+    this.sessionStart = this.seq + 1;
   }
 
   /** Lines dropped before they reached the replica. */
@@ -109,7 +124,7 @@ export class TailWriter {
   private add(line: TailLine, max: number): void {
     const n = ++this.seq;
     if (this.pending.length >= max) return;
-    this.pending.push({ n, d: JSON.stringify(line) });
+    this.pending.push({ n, s: this.sessionStart, d: JSON.stringify(line) });
     if (!this.timer && !this.writing) this.timer = setTimeout(() => this.writeSome(), WRITER_DELAY_MS);
     this.timer?.unref?.();
   }

@@ -125,6 +125,20 @@ describe('the replica\'s side', () => {
     assert.deepEqual([summary.type, summary.rid, summary.version, summary.replica], ['request', 'req_2', 'v2', 'r1']);
     assert.equal((JSON.parse(entries[0].d) as TailLogLine).msg, 'l0');
   });
+
+  test('lines carry where their session began: the gate opening starts one', async () => {
+    const written: TailEntry[] = [];
+    const w = new TailWriter({ replica: 'r1', version: 'v1', write: async (e) => void written.push(...e) });
+    const gate = new TailGate(async () => false, () => 0);
+    gate.onOpen = () => w.session();
+    w.log('a', { level: 'info', msg: 'before', time: 1 });
+    w.dropped(3);
+    gate.nudge();
+    gate.nudge();
+    w.log('a', { level: 'info', msg: 'after', time: 1 });
+    await w.flush();
+    assert.deepEqual(written.map((e) => [e.n, e.s]), [[1, 1], [5, 5]]);
+  });
 });
 
 describe('the gateway\'s side', () => {
@@ -136,6 +150,17 @@ describe('the gateway\'s side', () => {
     assert.equal(g.gap('b', 3), 0);
     assert.equal(g.gap('a', 12), 0);
     assert.equal(g.gap('a', 16), 0);
+  });
+
+  test('a replica first seen counts what it wrote since its session began, unless the stream held it when the feed began', () => {
+    const g = new SeqGaps();
+    // Its first 1,455 lines since someone began tailing were trimmed before this feed read them.
+    assert.equal(g.gap('a', 1456, 1), 1455);
+    assert.equal(g.gap('a', 1457, 1), 0);
+    // Already in the stream when the feed began: lines before its newest there are not this reader's.
+    g.seen('b', 40);
+    assert.equal(g.gap('b', 41, 1), 0);
+    assert.equal(g.gap('c', 7, 7), 0, 'its session\'s first line');
   });
 
   test('no filter shows everything as it comes', () => {
