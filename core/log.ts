@@ -30,6 +30,24 @@ function chunked(): ReturnType<typeof pino.destination> {
   return d;
 }
 
+/**
+ * sonic-boom's flushSync (run at exit) retries every failed write but EAGAIN for ever: with the
+ * terminal hung up (EIO) and lines still buffered, the process would never exit. A write of
+ * nothing finds that out first, and the error goes where every other write error goes.
+ */
+function guardFlush(d: ReturnType<typeof pino.destination>): void {
+  const flushSync = d.flushSync.bind(d);
+  d.flushSync = () => {
+    try {
+      writeSync((d as unknown as { fd: number }).fd, '');
+    } catch (err) {
+      d.emit('error', err);
+      return;
+    }
+    flushSync();
+  };
+}
+
 /** One logger per process; children carry component, request ids and replica ids. */
 export function createLogger(name: string, level = process.env.EMBERS_LOG_LEVEL ?? 'info'): Logger {
   const prettyEnv = process.env.EMBERS_LOG_PRETTY;
@@ -45,6 +63,7 @@ export function createLogger(name: string, level = process.env.EMBERS_LOG_LEVEL 
     },
     destination,
   );
+  if (!pretty) guardFlush(destination as ReturnType<typeof pino.destination>);
   // A closed terminal (EIO: the terminal hung up, and `embers dev` is stopping on its SIGHUP), a
   // closed pipe (EPIPE), or the pretty printer's thread gone with them: the log has nowhere to go,
   // and must not take the process down with it (unhandled, the error would end a drain midway).
