@@ -6,7 +6,8 @@
 // left as it is either way). `BENCH_ONLY=fleet` runs only the fleet section (many functions,
 // keep-alive policies over a trace, 1,000 at zero), which the full run ends with, and writes
 // bench/results/latest-fleet.json and fleet.svg. `BENCH_ONLY=oip`: the Open Inference Protocol
-// section alone (latest-oip.json).
+// section alone (latest-oip.json). `BENCH_ONLY=soak`: a few minutes of sustained load, sampling
+// Redis memory, RSS and the usage export's lag (latest-soak.json; BENCH_SOAK_SECONDS, 180).
 import { execFileSync } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -17,6 +18,7 @@ import { formatInferenceProtocol, inferenceProtocolSection, inferenceProtocolSum
 import { chartSvg } from './chart.ts';
 import { stopAllChildren } from './child.ts';
 import { fleetSection } from './fleet-section.ts';
+import { soakOnly } from './soak.ts';
 import { coldStartSection, coldSummaryLine, formatCold, type ColdStartResult } from './cold.ts';
 import { IMAGE_TEXT, testImage } from './image.ts';
 import { bodySection, formatBodies, type BodySection } from './body.ts';
@@ -269,7 +271,8 @@ async function main(): Promise<void> {
   if (only === 'batching') return mainBatchingOnly();
   if (only === 'oip') return mainOipOnly();
   if (only === 'fleet') return void (await fleetSection(RESULTS, log, { date: new Date().toISOString(), machine: machine(), git: gitInfo() }));
-  if (only !== '') throw new Error(`BENCH_ONLY must be "cold", "batch", "body", "overhead", "batching", "oip", "fleet" or unset, got "${only}"`);
+  if (only === 'soak') return void (await soakOnly(RESULTS, log, { date: new Date().toISOString(), machine: machine(), git: gitInfo() }));
+  if (only !== '') throw new Error(`BENCH_ONLY must be "cold", "batch", "body", "overhead", "batching", "oip", "fleet", "soak" or unset, got "${only}"`);
   const began = performance.now();
   const host = machine();
   const window = windowFromEnv();

@@ -56,6 +56,8 @@ export interface EmbersServer {
   apiKey: string;
   child: Child;
   startupSeconds: number;
+  /** Its data folder (its Redis's port is in redis/port). */
+  dataDir: string;
   /** GET /v1/functions/:name with the key. */
   describe(name: string): Promise<FunctionView>;
   stop(): Promise<void>;
@@ -160,7 +162,7 @@ export async function startEmbers(wakeUp: Record<string, string>, timeoutMs = 18
         await sleep(200);
       }
     }
-    return { port, apiKey, child, describe, stop, startupSeconds: (performance.now() - t0) / 1000 };
+    return { port, apiKey, child, describe, stop, dataDir: embers.dataDir, startupSeconds: (performance.now() - t0) / 1000 };
   } catch (err) {
     await stop();
     throw err;
