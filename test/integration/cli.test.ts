@@ -251,6 +251,27 @@ export default defineFunction({
     assert.equal(shown.code, 0, shown.stderr);
     assert.deepEqual(JSON.parse(shown.stdout).output, { later: true });
   });
+  it('lists versions, splits traffic, rolls back and deploys without activating', async () => {
+    const ok = async (args: string[]) => {
+      const r = await embers(args);
+      assert.equal(r.code, 0, `embers ${args.join(' ')}: ${r.stderr}`);
+      return r.stdout;
+    };
+    await ok(['deploy', fixture('canary-a.ts')]);
+    assert.match(await ok(['deploy', '--no-activate', fixture('canary-b.ts')]), /v2/);
+    assert.match(await ok(['versions', 'list', 'canary']), /v1\s+\S+\s+yes\s+100%[\s\S]*v2\s+\S+\s+0%/);
+    assert.match(await ok(['versions', 'deploy', 'canary', 'v2=20%', 'v1=80%']), /v1\s+\S+\s+yes\s+80%[\s\S]*v2\s+\S+\s+20%/);
+    assert.equal(await ok(['rollback', 'canary']), 'canary: v1 takes every request\n');
+    assert.equal(await ok(['rollback', 'canary', 'v2']), 'canary: v2 takes every request\n');
+    assert.deepEqual(JSON.parse(await ok(['run', 'canary', '--data', '{}'])), { version: 'b', got: {} });
+    const bad = await embers(['versions', 'deploy', 'canary', 'v2=50%', 'v1=40%']);
+    assert.notEqual(bad.code, 0);
+    assert.match(bad.stderr, /100/);
+    const nope = await embers(['rollback', 'canary', 'v9']);
+    assert.notEqual(nope.code, 0);
+    assert.match(nope.stderr, /v9/);
+  });
+
   it('init writes a project whose function deploys and whose own test passes', async () => {
     const proj = path.join(tmp, 'new-project');
     const init = await embers(['init', proj]);
