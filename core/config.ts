@@ -153,7 +153,7 @@ export const ConfigSchema = z.object({
   EMBERS_MAX_BATCH_BYTES: int(1024).default(1024 ** 3),
   /** Batch lines a batch keeps in its function's queue at once; the feeder adds more as they finish. @default 256 */
   EMBERS_BATCH_MAX_OUTSTANDING: int(1, 100_000).default(256),
-  /** Price per request for functions that set no `pricing`, in usage reports. @default 0 */
+  /** Price per request for functions that set no `pricing`: each replica reads it as it starts and charges it in its usage records. @default 0 */
   EMBERS_PRICE_PER_REQUEST: z.coerce.number().min(0).default(0),
   /** Price per compute-second (handler wall time) for functions that set no `pricing`. @default 0 */
   EMBERS_PRICE_PER_COMPUTE_SECOND: z.coerce.number().min(0).default(0),

@@ -42,7 +42,7 @@ export const DeploySpecSchema = z.object({
   batching: BatchingSchema.default({ maxBatchSize: 16, maxDelayMs: 4 }),
   scaling: ScalingSchema.default({ minReplicas: 0, maxReplicas: 4, idleTimeoutS: 'auto', targetConcurrency: 32 }),
   timeoutMs: z.number().int().min(1).max(3_600_000).default(30_000),
-  /** Price of a request and of a compute-second (handler wall time), for usage reports. Unset: the platform's EMBERS_PRICE_* defaults. */
+  /** Price of a request and of a compute-second (handler wall time), charged in each usage record of this version. Unset: the platform's EMBERS_PRICE_* defaults. */
   pricing: z.object({ perRequest: z.number().min(0).default(0), perComputeSecond: z.number().min(0).default(0) }).optional(),
   /** Most requests waiting in the queue (live ones; batch lines are bounded by the feeder); beyond it, 429. @default 10000 */
   maxQueueLength: z.number().int().min(1).max(10_000_000).default(10_000),

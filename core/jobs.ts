@@ -191,23 +191,42 @@ export const CANCELED_BODY = JSON.stringify({ error: { code: 'canceled', message
 
 // ---- webhooks -------------------------------------------------------------------------------
 
-export interface WebhookDelivery {
+/** A finished async job's webhook: its record is read and sent at delivery. */
+export interface JobWebhook {
   job: string;
   url: string;
 }
 
-/** At-least-once: BullMQ retries with exponential backoff; the job id dedupes repeated enqueues. */
-export async function enqueueWebhook(queue: Queue, d: WebhookDelivery): Promise<void> {
-  await queue.add('deliver', d, {
-    jobId: d.job,
-    attempts: WEBHOOK_ATTEMPTS,
-    backoff: { type: 'exponential', delay: 1_000 },
-    removeOnComplete: { age: 24 * 3600 },
-    removeOnFail: { age: 7 * 24 * 3600 },
-  });
+/** A tenant's platform event (a budget alert): its body made when it was queued. */
+export interface EventWebhook {
+  /** The delivery's id (Embers-Webhook-Id), unique per event. */
+  id: string;
+  event: string;
+  tenant: string;
+  url: string;
+  body: string;
 }
 
+export type WebhookDelivery = JobWebhook | EventWebhook;
+
 export const WEBHOOK_ATTEMPTS = 6;
+
+const DELIVERY = {
+  attempts: WEBHOOK_ATTEMPTS,
+  backoff: { type: 'exponential', delay: 1_000 },
+  removeOnComplete: { age: 24 * 3600 },
+  removeOnFail: { age: 7 * 24 * 3600 },
+} as const;
+
+/** At-least-once: BullMQ retries with exponential backoff; the job id dedupes repeated enqueues. */
+export async function enqueueWebhook(queue: Queue, d: JobWebhook): Promise<void> {
+  await queue.add('deliver', d, { ...DELIVERY, jobId: d.job });
+}
+
+/** An event's webhook, delivered and retried as a job's; its id dedupes repeated enqueues. */
+export async function enqueueEventWebhook(queue: Queue, e: EventWebhook): Promise<void> {
+  await queue.add('event', e, { ...DELIVERY, jobId: e.id });
+}
 
 /**
  * Each tenant signs with its own secret, derived from the platform's, so one tenant can never

@@ -95,7 +95,20 @@ export const usageKeys = {
   records: 'embers:usage:records',
   /** fn|metric → value, per tenant and UTC hour (YYYYMMDDHH). */
   hour: (tenant: string, hour: string) => `embers:usage:${tenant}:${hour}`,
+  /**
+   * fn|version|metric → value per tenant and UTC month (YYYYMM), and the month-to-date totals as
+   * `*|metric` (core/lua/usage.lua): invoices and budgets read these, never the records.
+   */
+  month: (tenant: string, month: string) => `embers:usage:${tenant}:month:${month}`,
   tenants: 'embers:usage:tenants',
+};
+
+/** Monthly budgets (core/budgets.ts). */
+export const budgetKeys = {
+  /** tenant → JSON Budget. */
+  budgets: 'embers:budgets',
+  /** alertId → when its webhook was queued, per UTC month (YYYYMM): each alert goes once. */
+  alerted: (month: string) => `embers:budgets:alerted:${month}`,
 };
 
 /** Per API key: its requests this second, and the requests it has in flight (gateway/quotas.ts). */

@@ -11,7 +11,7 @@
 import type { Redis } from 'ioredis';
 import { encodeReplies, type RunJobData } from './contracts.ts';
 import { evalScript, flushWrites } from './redis.ts';
-import { hourKey, recordArgs, RECORD_FIELDS, RECORDS_MAX, type UsageRecord } from './usage.ts';
+import { hourKey, monthKey, recordArgs, RECORD_FIELDS, RECORDS_MAX, type UsageRecord } from './usage.ts';
 import { minuteKey, SERIES_TTL_S } from './series.ts';
 import { lua } from './lua.ts';
 import { baseKey } from './names.ts';
@@ -112,6 +112,7 @@ export async function finishLiveEntries(redis: Redis, fn: string, entries: { id:
     if (list) list.push(message);
     else byChannel.set(channel, [message]);
   }
+  for (const { outcome } of entries) keys.push(outcome?.usage ? monthKey(outcome.usage) : stream);
   for (const [channel, messages] of byChannel) args.push(channel, encodeReplies(messages));
   const acked = (await evalScript(redis, FINISH, keys.length, ...keys, ...args)) as number[];
   return acked.map((n) => n === 1);

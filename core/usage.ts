@@ -5,13 +5,18 @@
 //   entry, and only by the call whose XACK removed it from the pending list (core/live-queue.ts);
 // - a batch line, or a queued job the gateway cancels, under its id, kept only if no record with
 //   that id was written in the last day (a seen key each: these are bounded by batch sizes).
-// Records are kept in a capped stream and rolled up per tenant × hour × function (and per
-// function × minute: core/series.ts) in the same call, in Redis (append-only).
+// Records are kept in a capped stream and rolled up per tenant × hour × function, per tenant ×
+// month × function × version (invoices, and the month-to-date totals budgets judge:
+// core/invoice.ts, core/budgets.ts), and per function × minute (core/series.ts), in the same
+// call, in Redis (append-only). Each record carries the prices applied and its cost, decided by
+// its writer (core/pricing.ts); the roll-ups sum cost as charged.
 import type { Redis } from 'ioredis';
 import { evalScript } from './redis.ts';
 import { baseKey, plainName } from './names.ts';
 import { lua } from './lua.ts';
 import { usageKeys } from './keys.ts';
+import { monthOf } from './months.ts';
+import { roundCost, type Pricing } from './pricing.ts';
 import { latencyBucket, minuteKey, SERIES_TTL_S } from './series.ts';
 
 export interface UsageRecord {
@@ -36,6 +41,10 @@ export interface UsageRecord {
   at: string;
   /** A sync caller went away before its answer: the handler was told to stop (ctx.signal), and the status is 499. */
   disconnected?: true;
+  /** The prices in force where the record was written: the version's `pricing`, else the platform's EMBERS_PRICE_* defaults. */
+  price: Pricing;
+  /** What the request was charged: chargeOf(price, computeMs) (core/pricing.ts). */
+  cost: number;
 }
 
 /** How long a batch line's id is remembered against double counting; retries happen within minutes. */
@@ -44,13 +53,19 @@ const SEEN_S = 24 * 3600;
 export const RECORDS_MAX = 1_000_000;
 
 /** Fields per record in the ARGV layout of core/lua/usage.lua. */
-export const RECORD_FIELDS = 11;
+export const RECORD_FIELDS = 13;
 
 /** A record's ARGV fields for core/lua/usage.lua; numbers Redis cannot add (NaN, Infinity) become 0, or they would fail the whole call. */
 export function recordArgs(r: UsageRecord): string[] {
   const n = (x: number) => String(Number.isFinite(x) ? x : 0);
-  return [JSON.stringify(r), r.fn, n(r.computeMs), n(r.inferMs), n(r.queueMs), n(r.coldMs), n(r.status), n(r.bytesIn), n(r.bytesOut), r.tenant, String(latencyBucket(r.queueMs + r.computeMs))];
+  return [JSON.stringify(r), r.fn, n(r.computeMs), n(r.inferMs), n(r.queueMs), n(r.coldMs), n(r.status), n(r.bytesIn), n(r.bytesOut), r.tenant, String(latencyBucket(r.queueMs + r.computeMs)), n(r.cost), monthField(r)];
 }
+
+/** The month roll-up's field prefix of a record: its function (a split version's key counts toward it) and version. */
+export const monthField = (r: Pick<UsageRecord, 'fn' | 'version'>) => `${baseKey(r.fn)}|${r.version}|`;
+
+/** The month roll-up key a record is added to. */
+export const monthKey = (r: Pick<UsageRecord, 'tenant' | 'at'>) => usageKeys.month(r.tenant, ISO_UTC.test(r.at) ? r.at.slice(0, 7).replace('-', '') : monthOf(new Date(r.at).getTime() || Date.now()));
 
 /** The hourly roll-up key a record is added to. */
 export const hourKey = (r: UsageRecord) => usageKeys.hour(r.tenant, ISO_UTC.test(r.at) ? r.at.slice(0, 13).replace(/[-T]/g, '') : hourOf(new Date(r.at)));
@@ -96,6 +111,7 @@ async function flush(redis: Redis, batch: Waiting[]): Promise<void> {
     keys.push(usageKeys.seen(r.id), hourKey(r), minuteKey(r.fn, r.at));
     args.push(...recordArgs(r));
   }
+  for (const { r } of batch) keys.push(monthKey(r));
   try {
     const counted = (await evalScript(redis, RECORD_MANY, keys.length, ...keys, ...args)) as number[];
     batch.forEach((w, i) => w.resolve(counted[i] === 1));
@@ -121,21 +137,13 @@ export interface UsageRow {
   cost: number;
 }
 
-export interface Pricing {
-  perRequest: number;
-  perComputeSecond: number;
-}
-
 const MAX_HOURS = 24 * 93;
 
 /**
- * Usage per tenant × function × hour or day between from (inclusive) and to (exclusive). `fn` is
- * a plain name (each tenant's own function by it); `pricing` is asked by key.
+ * Usage per tenant × function × hour or day between from (inclusive) and to (exclusive), its cost
+ * as charged (summed from the records). `fn` is a plain name (each tenant's own function by it).
  */
-export async function usageReport(
-  redis: Redis,
-  q: { tenants: string[]; from: Date; to: Date; fn?: string; granularity: 'hour' | 'day'; pricing: (key: string) => Pricing },
-): Promise<UsageRow[]> {
+export async function usageReport(redis: Redis, q: { tenants: string[]; from: Date; to: Date; fn?: string; granularity: 'hour' | 'day' }): Promise<UsageRow[]> {
   const hours: Date[] = [];
   for (let t = Math.floor(q.from.getTime() / 3_600_000) * 3_600_000; t < q.to.getTime() && hours.length < MAX_HOURS; t += 3_600_000) hours.push(new Date(t));
   const pipe = redis.pipeline();
@@ -167,13 +175,13 @@ export async function usageReport(
         else if (metric === 'queue_ms') row.queueSeconds += n / 1000;
         else if (metric === 'bytes_in') row.bytesIn += n;
         else if (metric === 'bytes_out') row.bytesOut += n;
+        else if (metric === 'cost') row.cost += n;
       }
     }
   }
   const out = [...rows.values()];
   for (const r of out) {
-    const p = q.pricing(r.function);
-    r.cost = Math.round((r.requests * p.perRequest + r.computeSeconds * p.perComputeSecond) * 1e6) / 1e6;
+    r.cost = roundCost(r.cost);
     r.function = plainName(r.function);
   }
   return out.sort((a, b) => a.period.localeCompare(b.period) || a.tenant.localeCompare(b.tenant) || a.function.localeCompare(b.function));

@@ -3,6 +3,7 @@
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { BatchStore } from '../core/batches.ts';
+import type { BudgetStore } from '../core/budgets.ts';
 import type { BucketRegistry, TenantStores } from '../core/buckets.ts';
 import type { FileStore } from '../core/files.ts';
 import type { JobStore } from '../core/jobs.ts';
@@ -12,7 +13,8 @@ import type { Registry } from '../core/registry.ts';
 import type { FunctionSecrets } from '../core/secrets.ts';
 import type { ObjectStore } from '../core/s3.ts';
 import type { AuthContext, TenantStore } from '../core/tenants.ts';
-import type { Pricing } from '../core/usage.ts';
+import type { Pricing } from '../core/pricing.ts';
+import type { BudgetGate } from './budget-gate.ts';
 import type { FunctionsCache } from './functions-cache.ts';
 import type { KeyCache } from './key-cache.ts';
 import type { Metrics } from './metrics.ts';
@@ -73,7 +75,11 @@ export interface GatewayDeps {
   queueDepth: QueueDepth;
   /** Refuses runs once Redis's memory nears its budget. */
   redisMemory: RedisMemory;
-  /** Prices for usage reports of functions that set none. */
+  /** Refuses runs of a tenant that reached a monthly budget. */
+  budgets: BudgetGate;
+  /** Tenants' monthly budgets, set by the admin. */
+  budgetStore: BudgetStore;
+  /** Prices of functions that set none, charged in the records the gateway writes (a queued job it cancels). */
   defaultPricing: Pricing;
   /** Tells the scheduler work arrived for a function (throttled), so a scale from zero starts at once. */
   wake(name: string): void;

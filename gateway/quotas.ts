@@ -15,7 +15,7 @@ const RATE = lua('quota-rate');
 const ACQUIRE = lua('quota-acquire');
 
 /** A refusal with Retry-After (the error handler sets the header from `retryAfter`). */
-const refusal = (status: 429 | 503, code: string, message: string, retryAfterS: number) => {
+export const refusal = (status: 429 | 503, code: string, message: string, retryAfterS: number) => {
   const err = new ApiError(status, code, message, { retryAfterSeconds: retryAfterS });
   return Object.assign(err, { retryAfter: retryAfterS });
 };

@@ -29,7 +29,9 @@ import { TailFeeds } from './tail-feed.ts';
 import { KeyCache } from './key-cache.ts';
 import { startWebhookWorker } from './webhooks.ts';
 import { QueueDepth, RedisMemory } from './quotas.ts';
-import type { Pricing } from '../core/usage.ts';
+import type { Pricing } from '../core/pricing.ts';
+import { BudgetStore } from '../core/budgets.ts';
+import { BudgetGate } from './budget-gate.ts';
 import { keys, QUEUE_PREFIX, WEBHOOK_QUEUE } from '../core/keys.ts';
 
 /** How long closing waits for requests in flight before cutting their connections. */
@@ -166,6 +168,8 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     maxBatchBytes: o.maxBatchBytes ?? 1024 ** 3,
     queueDepth: new QueueDepth(live),
     redisMemory: new RedisMemory(redis, o.redisMemoryLimitBytes),
+    budgets: new BudgetGate(redis),
+    budgetStore: new BudgetStore(redis),
     defaultPricing: o.defaultPricing ?? { perRequest: 0, perComputeSecond: 0 },
     wake: (name) => {
       // At most one wake per function per second from this gateway: cheap, and enough to cut

@@ -1,5 +1,5 @@
-// Submitting a run once its input is read and checked: admission (rate, queue length, Redis
-// memory, in-flight slot), the live queue, and for a sync run the wait for its reply. /v1/run
+// Submitting a run once its input is read and checked: admission (budget, rate, queue length,
+// Redis memory, in-flight slot), the live queue, and for a sync run the wait for its reply. /v1/run
 // and the Open Inference Protocol's infer share it, so both are keyed, limited, queued, metered
 // and timed alike.
 import type { CallerConnection } from './caller.ts';
@@ -56,9 +56,10 @@ async function counted<T>(deps: GatewayDeps, key: string, step: () => Promise<T>
   }
 }
 
-/** The admission steps every run takes before it is queued: the caller's rate, the queue's length, Redis's memory. */
+/** The admission steps every run takes before it is queued: the billed tenant's budgets, the caller's rate, the queue's length, Redis's memory. */
 export async function admit(deps: GatewayDeps, s: Submission): Promise<void> {
   await counted(deps, s.key, async () => {
+    await deps.budgets.check(s.fn.tenant);
     await checkRate(deps.redis, s.auth);
     await deps.queueDepth.check(s.key, s.fn.manifest.maxQueueLength ?? 10_000);
     await deps.redisMemory.check(s.bytesIn);

@@ -1,5 +1,6 @@
-// Webhook deliveries for async jobs: a BullMQ worker in every gateway POSTs the finished job
-// to its webhook, signed per tenant, and retries with exponential backoff on any failure.
+// Webhook deliveries: a BullMQ worker in every gateway POSTs a finished async job, or a tenant's
+// event (a budget alert: scheduler/budget-alerts.ts), to its webhook, signed per tenant, and
+// retries with exponential backoff on any failure.
 import { UnrecoverableError, Worker, type Job } from 'bullmq';
 import { Hono } from 'hono';
 import { z } from 'zod';
@@ -20,19 +21,26 @@ export function startWebhookWorker(o: { redisUrl: string; jobs: JobStore; secret
   const worker = new Worker<WebhookDelivery>(
     WEBHOOK_QUEUE,
     async (job: Job<WebhookDelivery>) => {
-      const found = await o.jobs.get(job.data.job, o.baseUrl());
-      if (!found || 'expired' in found) return; // nothing left to send
+      const d = job.data;
+      let sending: { id: string; tenant: string; body: string; event?: string };
+      if ('event' in d) sending = d;
+      else {
+        const found = await o.jobs.get(d.job, o.baseUrl());
+        if (!found || 'expired' in found) return; // nothing left to send
+        sending = { id: d.job, tenant: found.tenant, body: JSON.stringify(found.view) };
+      }
       // Judged at each delivery, where the host resolves now (not retried: it would fail alike).
-      const refused = o.allowPrivate ? null : await refusedTarget(new URL(job.data.url)).catch((err: Error) => { throw new Error(`cannot resolve the webhook's host: ${err.message}`); });
+      const refused = o.allowPrivate ? null : await refusedTarget(new URL(d.url)).catch((err: Error) => { throw new Error(`cannot resolve the webhook's host: ${err.message}`); });
       if (refused) throw new UnrecoverableError(`webhook not sent: ${refused} (EMBERS_WEBHOOK_ALLOW_PRIVATE=1 allows it)`);
-      const body = JSON.stringify(found.view);
-      const res = await fetch(job.data.url, {
+      const { body } = sending;
+      const res = await fetch(d.url, {
         method: 'POST',
         headers: {
           'content-type': 'application/json',
           'user-agent': 'embers-webhooks',
-          'embers-webhook-id': job.data.job,
-          'embers-signature': signWebhook(tenantWebhookSecret(o.secret, found.tenant), body),
+          'embers-webhook-id': sending.id,
+          ...(sending.event ? { 'embers-event': sending.event } : {}),
+          'embers-signature': signWebhook(tenantWebhookSecret(o.secret, sending.tenant), body),
         },
         body,
         signal: AbortSignal.timeout(DELIVERY_TIMEOUT_MS),
@@ -42,7 +50,7 @@ export function startWebhookWorker(o: { redisUrl: string; jobs: JobStore; secret
     },
     { connection, prefix: QUEUE_PREFIX, concurrency: 16 },
   );
-  worker.on('failed', (job, err) => log.warn({ job: job?.data.job, url: job?.data.url, attempt: job?.attemptsMade, err: err.message }, 'webhook delivery failed'));
+  worker.on('failed', (job, err) => log.warn({ job: job?.id, url: job?.data.url, attempt: job?.attemptsMade, err: err.message }, 'webhook delivery failed'));
   worker.on('error', (err) => log.warn({ err: err.message }, 'webhook worker error'));
   return {
     async close() {

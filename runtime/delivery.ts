@@ -11,6 +11,7 @@ import { CANCELED_BODY, enqueueWebhook, isTerminal, JobStore } from '../core/job
 import { keys, QUEUE_PREFIX, WEBHOOK_QUEUE } from '../core/keys.ts';
 import type { LiveOutcome } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
+import { chargeOf, pricesFor, type Pricing } from '../core/pricing.ts';
 import { recordUsage, type UsageRecord } from '../core/usage.ts';
 import { binaryAsJson, type BinaryBody } from './result-body.ts';
 import { unrunTiming } from './timing.ts';
@@ -39,6 +40,8 @@ export interface DeliveryOptions {
   /** The replica that ran the requests, named in their replies. */
   replica: string;
   jobRetentionS: number;
+  /** Prices of a version that sets no `pricing`. */
+  platformPricing: Pricing;
   log: Logger;
 }
 
@@ -50,10 +53,13 @@ export class Delivery {
   readonly jobStore: JobStore;
   readonly batchStore: BatchStore;
   private webhookQueue?: Queue;
+  /** What this version's requests cost: fixed for the replica's life, as its manifest and environment are. */
+  private readonly price: Pricing;
 
   constructor(private readonly o: DeliveryOptions) {
     this.jobStore = new JobStore(o.redis, o.jobRetentionS);
     this.batchStore = new BatchStore(o.redis);
+    this.price = pricesFor(o.manifest.pricing, o.platformPricing);
   }
 
   /**
@@ -166,6 +172,8 @@ export class Delivery {
       bytesIn: data.bin ?? 0,
       bytesOut,
       at: new Date().toISOString(),
+      price: this.price,
+      cost: chargeOf(this.price, t.handlerMs),
     };
   }
 

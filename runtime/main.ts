@@ -156,6 +156,8 @@ replica = new Replica({
   handlerGraceMs: config.EMBERS_HANDLER_GRACE_MS,
   modelCacheBytes: config.EMBERS_MODEL_CACHE_BYTES,
   jobRetentionS: config.EMBERS_JOB_RETENTION_S,
+  // From the agent's environment, as every setting here: records carry the price in force where they ran.
+  platformPricing: { perRequest: config.EMBERS_PRICE_PER_REQUEST, perComputeSecond: config.EMBERS_PRICE_PER_COMPUTE_SECOND },
   maxAnswerBytes: config.EMBERS_MAX_ANSWER_BYTES,
   onStuck: () => {
     // Other jobs it holds come back to the queue when their locks expire; the agent starts a fresh replica.

@@ -9,6 +9,7 @@ import type { Redis } from 'ioredis';
 import { sinceEnqueued } from '../core/clock.ts';
 import { destinationOf, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData } from '../core/contracts.ts';
 import { keys, SCAN_NOW, TAIL_NOW } from '../core/keys.ts';
+import type { Pricing } from '../core/pricing.ts';
 import { addTailLines } from '../core/tail.ts';
 import { liveJobId, type LiveOutcome } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
@@ -49,6 +50,8 @@ export interface ReplicaOptions extends LoadOptions {
   spawnedAt?: number;
   /** How long async job results are kept. */
   jobRetentionS: number;
+  /** Prices of a version that sets no `pricing` (EMBERS_PRICE_*), charged in its usage records. */
+  platformPricing: Pricing;
   /** Called when a handler will not stop: the process should exit so the agent replaces it. */
   onStuck?: () => void;
   /** Set when this node may not run the function's code: the start fails in phase "sandbox" with this message. */
@@ -117,7 +120,7 @@ export class Replica {
 
   constructor(private readonly o: ReplicaOptions) {
     this.log = o.log.child({ replica: o.id, fn: o.manifest.name, version: o.manifest.version });
-    this.delivery = new Delivery({ redis: o.redis, manifest: o.manifest, replica: o.id, jobRetentionS: o.jobRetentionS, log: this.log });
+    this.delivery = new Delivery({ redis: o.redis, manifest: o.manifest, replica: o.id, jobRetentionS: o.jobRetentionS, platformPricing: o.platformPricing, log: this.log });
     this.user = o.userCode;
     this.user.onAnnounce = (busy) => void o.redis.publish(keys.liveChannel(this.nodeId), `${o.id} ${busy ? 1 : 0}`).catch(() => {});
     this.user.onStuck = (rid) => this.stuck(rid);

@@ -24,7 +24,8 @@ import { decide, initialScalerState, keepAliveEndsAt, type ScalerSettings, type 
 import { Watchlist } from './watchlist.ts';
 import { RolloutDriver } from './rollouts.ts';
 import { DEFAULT_ROLLOUT_THRESHOLDS, type RolloutThresholds } from './rollout-judge.ts';
-import { batchQueueKey, batchQueueName, keys, liveStream, QUEUE_PREFIX } from '../core/keys.ts';
+import { batchQueueKey, batchQueueName, keys, liveStream, QUEUE_PREFIX, WEBHOOK_QUEUE } from '../core/keys.ts';
+import { BudgetAlerts } from './budget-alerts.ts';
 
 /** What placement assumes a replica holds until one of its version has been measured. */
 const UNMEASURED_FOOTPRINT = 256 * 2 ** 20;
@@ -66,6 +67,7 @@ export class Scheduler {
   readonly feeder: BatchFeeder;
   private readonly batches: BatchStore;
   private readonly rollouts: RolloutDriver;
+  private readonly budgetAlerts: BudgetAlerts;
 
   constructor(private readonly o: SchedulerOptions) {
     this.lease = new LeaderLease(o.redis, o.id, Math.max(3_000, o.tickMs * 6));
@@ -74,6 +76,7 @@ export class Scheduler {
     this.inputs = new TenantStores(o.store, new BucketRegistry(o.redis, o.secretsKey ? new Sealer(o.secretsKey, 'buckets') : null), o.bucketAllowPrivate ?? false);
     this.batches = new BatchStore(o.redis);
     this.log = o.log.child({ component: 'scheduler', scheduler: o.id });
+    this.budgetAlerts = new BudgetAlerts({ redis: o.redis, webhooks: () => this.queue(WEBHOOK_QUEUE), log: this.log });
     this.rollouts = new RolloutDriver({ redis: o.redis, registry: this.registry, thresholds: o.rollouts ?? DEFAULT_ROLLOUT_THRESHOLDS, log: this.log });
     this.feeder = new BatchFeeder({
       redis: o.redis,
@@ -124,6 +127,8 @@ export class Scheduler {
     }
     // Before this pass reads the manifests: a version promoted or rolled back is placed in it.
     await this.rollouts.pass();
+    // Its own failure (Redis away) must not stop placement; the next pass judges again.
+    await this.budgetAlerts.pass().catch((err: Error) => this.log.warn({ err: err.message }, 'budget alerts failed'));
     const now = Date.now();
     // Live requests (waiting or running: their stream's length) and batch lines are both load:
     // batch lines counted by line (a chunk job holds many), or by job where a batch's record says less.

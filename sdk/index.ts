@@ -168,7 +168,9 @@ export interface FunctionOptions<S extends z.ZodType, M extends string, O> {
   /** A request running longer is answered 504 and its signal aborted. @default 30000 */
   timeoutMs?: number;
   /**
-   * What `embers usage` charges: per request and per compute-second (handler wall time).
+   * What each request of this version is charged, per request and per compute-second (handler
+   * wall time), in its usage record: `embers usage`, invoices and budgets count it. A version
+   * deployed with new prices charges them from then on.
    * @default the platform's EMBERS_PRICE_PER_REQUEST / EMBERS_PRICE_PER_COMPUTE_SECOND
    * @example pricing: { perRequest: 0.0001, perComputeSecond: 0.00002 }
    */

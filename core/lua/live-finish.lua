@@ -8,18 +8,19 @@
 -- memory) answers nobody, and the entries it did not finish run again. (A replica that finished a
 -- lone request publishes its reply before this call instead: LiveConsumer.flushFinished.)
 -- KEYS: stream, records stream, tenants set, then an hour key and a minute key per entry (the
--- stream for both when it has no record).
+-- stream for both when it has no record), then a month key per entry (the stream: no record).
 -- ARGV: group, records cap, then per entry: id, RECORD_FIELDS (empty: no record); then per
 -- gateway: channel, message.
 -- #include usage
 local stride = 1 + {{RECORD_FIELDS}}
-local n = (#KEYS - 3) / 2
+local n = (#KEYS - 3) / 3
 local out = {}
 for i = 1, n do
   local a = 2 + (i - 1) * stride
   local id = ARGV[a + 1]
   local ok, acked = pcall(redis.call, 'XACK', KEYS[1], ARGV[1], id)
   out[i] = (ok and acked == 1) and 1 or 0
+  if out[i] == 1 and ARGV[a + 2] ~= '' then add_month(KEYS[3 + 2 * n + i], a + 1) end
   if out[i] == 1 and ARGV[a + 2] ~= '' then add_record(KEYS[2], ARGV[2], KEYS[2 + 2 * i], KEYS[3 + 2 * i], a + 1) end
   redis.call('XDEL', KEYS[1], id)
 end

@@ -71,6 +71,8 @@ export function batchRoutes(deps: GatewayDeps) {
   const mustExist = async (c: Context<GatewayEnv>, name: string): Promise<{ key: string; owner: string }> => {
     const found = FunctionName.safeParse(name).success ? await deps.functions.find(actingTenant(c), name) : null;
     if (!found) throw functionNotFound(name, 'batch');
+    // Before its input is read: a tenant out of budget starts no batch (the lines of one begun still run).
+    await deps.budgets.check(found.fn.tenant);
     return { key: found.key, owner: found.fn.tenant };
   };
 
@@ -191,6 +193,7 @@ export const batchOperations: RouteGroup = {
         400: '`invalid_request`, `empty_batch`, `input_not_found`, `input_unreadable`, `invalid_json`',
         404: '`function_not_found`',
         413: '`too_large`: over EMBERS_MAX_BATCH_BYTES (JSONL) or EMBERS_MAX_BODY_BYTES (JSON)',
+        429: '`budget_exhausted`: the tenant reached a monthly budget; Retry-After is the seconds to the end of the UTC month',
       },
     },
     {

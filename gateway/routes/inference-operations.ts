@@ -77,7 +77,7 @@ function modelOperations(versioned: boolean): Operation[] {
         },
         400: { description: 'refused by the protocol: a missing, unknown or ill-typed input, data that does not fill its shape, …', content: { 'application/json': ProtocolError } },
       },
-      errors: { 404: notFound[404], 429: 'the key\'s limits or the function\'s queue; see Retry-After', 503: 'replicas cannot start, Redis full or unreachable', 504: 'not answered within the queue limit plus the timeout' },
+      errors: { 404: notFound[404], 429: 'the key\'s limits, the function\'s queue, or `budget_exhausted` (the tenant\'s monthly budget: Retry-After is the seconds to the month\'s end); see Retry-After', 503: 'replicas cannot start, Redis full or unreachable', 504: 'not answered within the queue limit plus the timeout' },
     },
   ];
 }

@@ -2,6 +2,7 @@
 import { Hono, type Context } from 'hono';
 import { z } from 'zod';
 import { canAccess } from '../../core/tenants.ts';
+import { chargeOf, pricesFor } from '../../core/pricing.ts';
 import { recordUsage } from '../../core/usage.ts';
 import { actingTenant, ActingTenantQuery, requireScope } from '../middleware/auth.ts';
 import { limitParam, readQuery } from '../request-query.ts';
@@ -100,7 +101,9 @@ export function jobRoutes(deps: GatewayDeps) {
       const done = await deps.jobs.finish(id, { httpStatus: 499, body: CANCELED_BODY, canceled: true, timing: undefined, version: '' }, true);
       if (done.finished) {
         const fn = await deps.functions.get(found.fn);
-        await recordUsage(deps.redis, { id, tenant: found.tenant, key: found.key, fn: found.fn, version: fn?.manifest.version ?? '', kind: 'async', status: 499, queueMs: Date.now() - Date.parse(job.createdAt), computeMs: 0, inferMs: 0, coldMs: 0, bytesIn: 0, bytesOut: CANCELED_BODY.length, at: new Date().toISOString() });
+        // Charged as a replica would have charged it unrun: its request price, at the active version's prices.
+        const price = pricesFor(fn?.manifest.pricing, deps.defaultPricing);
+        await recordUsage(deps.redis, { id, tenant: found.tenant, key: found.key, fn: found.fn, version: fn?.manifest.version ?? '', kind: 'async', status: 499, queueMs: Date.now() - Date.parse(job.createdAt), computeMs: 0, inferMs: 0, coldMs: 0, bytesIn: 0, bytesOut: CANCELED_BODY.length, at: new Date().toISOString(), price, cost: chargeOf(price, 0) });
         if (done.webhook) await enqueueWebhook(deps.webhookQueue, { job: id, url: done.webhook });
         return c.json((await find(c, id)).view);
       }

@@ -64,7 +64,7 @@ export const runOperations: RouteGroup = {
         410: '`function_deleted`: deleted (forced) before the request ran',
         413: '`too_large`: over EMBERS_MAX_BODY_BYTES',
         415: '`unsupported_media_type`: not JSON, and the function takes no bytes (or a multipart form)',
-        429: '`rate_limited`, `too_many_in_flight` (the key\'s limits) or `queue_full` (the function\'s maxQueueLength); see Retry-After',
+        429: '`rate_limited`, `too_many_in_flight` (the key\'s limits), `queue_full` (the function\'s maxQueueLength), or `budget_exhausted` (the tenant reached a monthly budget: Retry-After is the seconds to the end of the UTC month); see Retry-After',
         503: '`replica_start_failed`, `redis_full` (see Retry-After) or `unavailable`',
         504: '`timeout`: not answered within the queue limit plus the function\'s timeoutMs',
       },

@@ -1,6 +1,5 @@
 // POST /v1/run/:name — validate, enqueue on the function's queue, wait for the reply (or, for a
 // caller that accepts text/event-stream, stream the answer's chunks as events).
-import { refusedHost } from '../../core/webhook-target.ts';
 import { Hono, type Context } from 'hono';
 import { limitBody } from '../middleware/body-limit.ts';
 import { FUNCTION_NAME, isJsonType } from '../../core/contracts.ts';
@@ -14,6 +13,7 @@ import { acceptsEventStream } from '../sse.ts';
 import { runStreamed } from '../stream-run.ts';
 import { callerOf } from '../caller.ts';
 import { VERSION_KEY_HEADER } from '../functions-cache.ts';
+import { webhookOf } from '../webhook-url.ts';
 
 export function runRoutes(deps: GatewayDeps) {
   const app = new Hono<GatewayEnv>();
@@ -101,21 +101,4 @@ async function readInput(c: Context<GatewayEnv>, name: string, binaryInput: stri
     }
     throw err;
   }
-}
-
-/** A webhook must be an absolute http(s) URL, on a public address unless private ones are allowed (its host is resolved again at each delivery). */
-function webhookOf(raw: string | undefined, allowPrivate: boolean): string | undefined {
-  if (raw === undefined || raw === '') return undefined;
-  let url: URL;
-  try {
-    url = new URL(raw);
-  } catch {
-    throw new ApiError(400, 'invalid_webhook', `webhook "${raw}" is not an absolute URL; give one like https://example.com/hooks/embers`);
-  }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ApiError(400, 'invalid_webhook', `webhook must be an http or https URL, not ${url.protocol}`);
-  // fetch refuses such a URL, so every delivery would fail after the run was accepted.
-  if (url.username !== '' || url.password !== '') throw new ApiError(400, 'invalid_webhook', 'webhook URLs cannot carry a user or password (user:password@host); check the Embers-Signature header instead (GET /v1/webhooks/secret)');
-  const refused = allowPrivate ? null : refusedHost(url);
-  if (refused) throw new ApiError(400, 'invalid_webhook', `webhook not allowed: ${refused}; webhooks go to public addresses (EMBERS_WEBHOOK_ALLOW_PRIVATE=1 allows private ones)`);
-  return url.href;
 }

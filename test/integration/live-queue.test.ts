@@ -331,7 +331,7 @@ describe('live queue', () => {
     const replies: string[] = [];
     sub.on('message', (_ch: string, m: string) => replies.push(m));
     await sub.subscribe('embers:test:replies');
-    const usage: UsageRecord = { id: 'gw-minted-id', tenant: 'acme', key: 'key-1', fn, version: 'v1', kind: 'sync', status: 200, queueMs: 1, computeMs: Number.NaN, inferMs: 2, coldMs: 0, bytesIn: 10, bytesOut: 20, at: new Date().toISOString() };
+    const usage: UsageRecord = { id: 'gw-minted-id', tenant: 'acme', key: 'key-1', fn, version: 'v1', kind: 'sync', status: 200, queueMs: 1, computeMs: Number.NaN, inferMs: 2, coldMs: 0, bytesIn: 10, bytesOut: 20, at: new Date().toISOString(), price: { perRequest: 0.25, perComputeSecond: 0 }, cost: 0.25 };
     const outcome = { usage, reply: { channel: 'embers:test:replies', message: 'answer' } };
     assert.deepEqual(await finishLiveEntries(redis, fn, [{ id: entry, outcome }]), [true], 'b finishes first and meters it');
     assert.deepEqual(await finishLiveEntries(redis, fn, [{ id: entry, outcome }]), [false], 'a finishes late: not metered again');
@@ -340,6 +340,9 @@ describe('live queue', () => {
     const hour = await redis.hgetall(usageKeys.hour('acme', usage.at.slice(0, 13).replace(/[-T]/g, '')));
     assert.equal(hour[`${fn}|requests`], '1');
     assert.equal(hour[`${fn}|compute_ms`], '0', 'a NaN time is written as 0 rather than failing the call');
+    assert.equal(hour[`${fn}|cost`], '0.25');
+    const month = await redis.hgetall(usageKeys.month('acme', usage.at.slice(0, 7).replace('-', '')));
+    assert.deepEqual([month[`${fn}|v1|requests`], month[`${fn}|v1|cost`], month['*|requests'], month['*|cost']], ['1', '0.25', '1', '0.25'], 'the month roll-up counts it once');
     assert.ok(await redis.sismember(usageKeys.tenants, 'acme'));
     await eventually(async () => replies.length === 2, 'both replies');
     assert.equal(await redis.xlen(liveStream(fn)), 0, 'the entry is deleted');
@@ -378,7 +381,7 @@ describe('live queue', () => {
       log,
       process: async (_entry, data) => {
         await new Promise<void>((r) => release.push(r));
-        const usage: UsageRecord = { id: `u-${data.rid}`, tenant: 'acme', key: 'key-1', fn, version: 'v1', kind: 'sync', status: 200, queueMs: 1, computeMs: 1, inferMs: 1, coldMs: 0, bytesIn: 1, bytesOut: 1, at: new Date().toISOString() };
+        const usage: UsageRecord = { id: `u-${data.rid}`, tenant: 'acme', key: 'key-1', fn, version: 'v1', kind: 'sync', status: 200, queueMs: 1, computeMs: 1, inferMs: 1, coldMs: 0, bytesIn: 1, bytesOut: 1, at: new Date().toISOString(), price: { perRequest: 0, perComputeSecond: 0 }, cost: 0 };
         return { usage, reply: { channel: 'embers:test:answers', message: `answer ${data.rid}` } };
       },
     });

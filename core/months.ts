@@ -1,0 +1,27 @@
+// Billing periods are UTC calendar months: invoices, budgets and the month-to-date roll-ups
+// (core/usage.ts) all go by them. Pure: each takes the time it judges.
+
+/** `YYYYMM` of a UTC time: the month roll-ups' key part. */
+export const monthOf = (ms: number): string => new Date(ms).toISOString().slice(0, 7).replace('-', '');
+
+/** `YYYY-MM` as the API writes it, from `YYYYMM`. */
+export const monthLabel = (month: string): string => `${month.slice(0, 4)}-${month.slice(4, 6)}`;
+
+/** `YYYYMM` from the API's `YYYY-MM`, or null when it is not a month (2026-13, 26-01, 2026-1). */
+export function parseMonth(s: string): string | null {
+  const m = /^(\d{4})-(\d{2})$/.exec(s);
+  if (!m) return null;
+  const month = Number(m[2]);
+  return month >= 1 && month <= 12 && Number(m[1]) >= 1970 ? `${m[1]}${m[2]}` : null;
+}
+
+/** Start (inclusive) and end (exclusive) of a `YYYYMM` month, in ms. */
+export function monthBounds(month: string): { start: number; end: number } {
+  const [y, m] = [Number(month.slice(0, 4)), Number(month.slice(4, 6))];
+  return { start: Date.UTC(y, m - 1, 1), end: Date.UTC(y, m, 1) };
+}
+
+/** Whole seconds from `now` to the end of its UTC month (at least 1): a budget refusal's Retry-After. */
+export function secondsToMonthEnd(now: number): number {
+  return Math.max(1, Math.ceil((monthBounds(monthOf(now)).end - now) / 1000));
+}

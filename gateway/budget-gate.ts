@@ -1,0 +1,71 @@
+// Admission by monthly budget (core/budgets.ts): a run billed to a tenant whose month-to-date
+// usage reached one of its budgets is answered 429 budget_exhausted, Retry-After the seconds to
+// the end of the UTC month. Per tenant, the budget and the month's totals are read together (one
+// pipelined round trip) at most once a second per gateway, and requests in between are judged on
+// that read. So a tenant may overshoot a budget by what its runs admitted in that second, on
+// every gateway, and what was already queued or running, cost: totals grow only as requests
+// finish.
+import type { Redis } from 'ioredis';
+import { budgetKeys, usageKeys } from '../core/keys.ts';
+import { exhausted, exhaustedMessage, monthToDate, MTD_FIELDS, type Budget, type MonthToDate } from '../core/budgets.ts';
+import { monthBounds, monthOf, secondsToMonthEnd } from '../core/months.ts';
+import { refusal } from './quotas.ts';
+
+/** How long one read of a tenant's budget and totals judges its runs. */
+export const BUDGET_FRESH_MS = 1_000;
+
+interface Seen {
+  month: string;
+  budget: Budget | null;
+  mtd: MonthToDate;
+  /** When it was read (this.clock). */
+  at: number;
+}
+
+export class BudgetGate {
+  private readonly seen = new Map<string, Seen>();
+  private readonly reading = new Map<string, Promise<Seen>>();
+
+  constructor(
+    private readonly redis: Redis,
+    /** Wall time: which month it is. */
+    private readonly now: () => number = Date.now,
+    private readonly clock: () => number = () => performance.now(),
+  ) {}
+
+  /** Throws 429 budget_exhausted when `tenant` (the one billed) reached a monthly budget. */
+  async check(tenant: string): Promise<void> {
+    const now = this.now();
+    const month = monthOf(now);
+    let s = this.seen.get(tenant);
+    if (!s || s.month !== month || this.clock() - s.at >= BUDGET_FRESH_MS) s = await this.read(tenant, month);
+    const over = exhausted(s.budget, s.mtd);
+    if (!over) return;
+    const resumes = new Date(monthBounds(month).end).toISOString();
+    throw refusal(429, 'budget_exhausted', exhaustedMessage(tenant, month, over, resumes), secondsToMonthEnd(now));
+  }
+
+  /** One read per tenant at a time; the requests that come meanwhile wait for it. Never rejects. */
+  private read(tenant: string, month: string): Promise<Seen> {
+    let r = this.reading.get(tenant);
+    if (!r) {
+      r = this.redis
+        .pipeline()
+        .hget(budgetKeys.budgets, tenant)
+        .hmget(usageKeys.month(tenant, month), ...MTD_FIELDS)
+        .exec()
+        .then((res) => {
+          const [[e1, raw], [e2, mtd]] = res as [[Error | null, string | null], [Error | null, (string | null)[]]];
+          if (e1 || e2) throw e1 ?? e2;
+          const s: Seen = { month, budget: raw ? (JSON.parse(raw) as Budget) : null, mtd: monthToDate(mtd[0], mtd[1]), at: this.clock() };
+          this.seen.set(tenant, s);
+          return s;
+        })
+        // A failed read judges on the last one, or admits: the enqueue answers 503 itself if Redis is gone.
+        .catch((): Seen => this.seen.get(tenant) ?? { month, budget: null, mtd: { cost: 0, computeSeconds: 0 }, at: -Infinity })
+        .finally(() => this.reading.delete(tenant));
+      this.reading.set(tenant, r);
+    }
+    return r;
+  }
+}
