@@ -96,6 +96,10 @@ export const usageKeys = {
   /** fn|metric → value, per tenant and UTC hour (YYYYMMDDHH). */
   hour: (tenant: string, hour: string) => `embers:usage:${tenant}:${hour}`,
   tenants: 'embers:usage:tenants',
+  /** The id of the last record exported to S3 (scheduler/usage-exporter.ts): `records` holds only those after it. */
+  exportCursor: 'embers:usage:export:cursor',
+  /** JSON { after, last }: the range an exporter is writing to S3, set before its first file (core/usage-export-plan.ts). */
+  exportIntent: 'embers:usage:export:intent',
 };
 
 /** Per API key: its requests this second, and the requests it has in flight (gateway/quotas.ts). */

@@ -19,6 +19,7 @@ import { fileOperations, fileRoutes } from './routes/files.ts';
 import { webhookOperations, webhookRoutes } from './webhooks.ts';
 import { tenantOperations, tenantRoutes } from './routes/tenants.ts';
 import { usageOperations, usageRoutes } from './routes/usage.ts';
+import { usageExportOperations, usageExportRoutes } from './routes/usage-export.ts';
 import { inferenceOperations } from './routes/inference-operations.ts';
 import { inferenceRoutes } from './routes/inference.ts';
 import { seriesOperations, seriesRoutes } from './routes/series.ts';
@@ -89,6 +90,7 @@ export function createApp(deps: GatewayDeps) {
   mount('/v1/webhooks', webhookRoutes(deps), webhookOperations);
   mount('/v1/tenants', tenantRoutes(deps), tenantOperations);
   mount('/v1/usage', usageRoutes(deps), usageOperations);
+  mount('/v1/usage', usageExportRoutes(deps), usageExportOperations);
   mount('/v1/series', seriesRoutes(deps), seriesOperations);
   mount('/v1/whoami', whoamiRoutes(), whoamiOperations);
   return app;

@@ -22,6 +22,7 @@ import { place, type Placement } from './placement.ts';
 import { busySlots, reclaim, type FunctionView, type Reclaim } from './reclaim.ts';
 import { decide, initialScalerState, keepAliveEndsAt, type ScalerSettings, type ScalerState } from './scaler.ts';
 import { Watchlist } from './watchlist.ts';
+import { UsageExporter } from './usage-exporter.ts';
 import { RolloutDriver } from './rollouts.ts';
 import { DEFAULT_ROLLOUT_THRESHOLDS, type RolloutThresholds } from './rollout-judge.ts';
 import { batchQueueKey, batchQueueName, keys, liveStream, QUEUE_PREFIX } from '../core/keys.ts';
@@ -46,6 +47,8 @@ export interface SchedulerOptions {
   bucketAllowPrivate?: boolean;
   /** Bounds of automatic rollouts (EMBERS_ROLLOUT_*). @default DEFAULT_ROLLOUT_THRESHOLDS */
   rollouts?: RolloutThresholds;
+  /** The usage export's pace (EMBERS_USAGE_EXPORT_*). @default { intervalMs: 5000, batchRecords: 20000 } */
+  usageExport?: { intervalMs: number; batchRecords: number };
 }
 
 export class Scheduler {
@@ -66,6 +69,8 @@ export class Scheduler {
   readonly feeder: BatchFeeder;
   private readonly batches: BatchStore;
   private readonly rollouts: RolloutDriver;
+  /** Raw usage records to S3, while this scheduler leads. */
+  readonly usageExporter: UsageExporter;
 
   constructor(private readonly o: SchedulerOptions) {
     this.lease = new LeaderLease(o.redis, o.id, Math.max(3_000, o.tickMs * 6));
@@ -75,6 +80,7 @@ export class Scheduler {
     this.batches = new BatchStore(o.redis);
     this.log = o.log.child({ component: 'scheduler', scheduler: o.id });
     this.rollouts = new RolloutDriver({ redis: o.redis, registry: this.registry, thresholds: o.rollouts ?? DEFAULT_ROLLOUT_THRESHOLDS, log: this.log });
+    this.usageExporter = new UsageExporter({ redis: o.redis, store: o.store, log: o.log, ...(o.usageExport ?? { intervalMs: 5_000, batchRecords: 20_000 }) });
     this.feeder = new BatchFeeder({
       redis: o.redis,
       store: o.store,
@@ -113,6 +119,7 @@ export class Scheduler {
     const wasLeader = this.lease.isLeader;
     const leading = await this.lease.tick();
     await this.feeder.sync(leading);
+    this.usageExporter.sync(leading);
     if (!leading) {
       if (wasLeader) this.log.warn('lost the scheduler lease');
       return;
@@ -361,6 +368,7 @@ export class Scheduler {
     clearInterval(this.timer);
     await this.running;
     await this.feeder.close();
+    await this.usageExporter.close();
     await this.lease.release().catch(() => {});
     await Promise.all([...this.queues.values()].map((q) => q.close()));
     this.inputs.close();
