@@ -153,6 +153,14 @@ export const ConfigSchema = z.object({
   EMBERS_MAX_BATCH_BYTES: int(1024).default(1024 ** 3),
   /** Batch lines a batch keeps in its function's queue at once; the feeder adds more as they finish. @default 256 */
   EMBERS_BATCH_MAX_OUTSTANDING: int(1, 100_000).default(256),
+  /**
+   * How long the leading scheduler waits between exports of raw usage records to S3 when the last
+   * batch was not full; a full batch is followed by the next at once. Redis holds what waits.
+   * @default 5000
+   */
+  EMBERS_USAGE_EXPORT_INTERVAL_MS: int(10, 3_600_000).default(5_000),
+  /** Most usage records one export batch takes from Redis (its files: one per tenant and hour in it). @default 20000 */
+  EMBERS_USAGE_EXPORT_BATCH: int(1, 1_000_000).default(20_000),
   /** Price per request for functions that set no `pricing`: each replica reads it as it starts and charges it in its usage records. @default 0 */
   EMBERS_PRICE_PER_REQUEST: z.coerce.number().min(0).default(0),
   /** Price per compute-second (handler wall time) for functions that set no `pricing`. @default 0 */

@@ -101,6 +101,10 @@ export const usageKeys = {
    */
   month: (tenant: string, month: string) => `embers:usage:${tenant}:month:${month}`,
   tenants: 'embers:usage:tenants',
+  /** The id of the last record exported to S3 (scheduler/usage-exporter.ts): `records` holds only those after it. */
+  exportCursor: 'embers:usage:export:cursor',
+  /** JSON { after, last }: the range an exporter is writing to S3, set before its first file (core/usage-export-plan.ts). */
+  exportIntent: 'embers:usage:export:intent',
 };
 
 /** Monthly budgets (core/budgets.ts). */

@@ -49,8 +49,13 @@ export interface UsageRecord {
 
 /** How long a batch line's id is remembered against double counting; retries happen within minutes. */
 const SEEN_S = 24 * 3600;
-/** The raw record stream is capped (approximately); the hourly roll-ups are kept. */
-export const RECORDS_MAX = 1_000_000;
+/**
+ * The raw record stream holds only records the leading scheduler has not exported to S3 yet
+ * (scheduler/usage-exporter.ts). Its cap is a last resort that drops the oldest unexported ones:
+ * about 2 GB, nearly 3 hours of an exporter down at 1,000 requests a second, after Redis's memory
+ * budget (the gateway's redis_full admission) would normally have acted.
+ */
+export const RECORDS_MAX = 10_000_000;
 
 /** Fields per record in the ARGV layout of core/lua/usage.lua. */
 export const RECORD_FIELDS = 13;

@@ -20,6 +20,7 @@ import { webhookOperations, webhookRoutes } from './webhooks.ts';
 import { tenantOperations, tenantRoutes } from './routes/tenants.ts';
 import { usageOperations, usageRoutes } from './routes/usage.ts';
 import { budgetOperations, budgetRoutes } from './routes/budgets.ts';
+import { usageExportOperations, usageExportRoutes } from './routes/usage-export.ts';
 import { inferenceOperations } from './routes/inference-operations.ts';
 import { inferenceRoutes } from './routes/inference.ts';
 import { seriesOperations, seriesRoutes } from './routes/series.ts';
@@ -91,6 +92,7 @@ export function createApp(deps: GatewayDeps) {
   mount('/v1/tenants', tenantRoutes(deps), tenantOperations);
   mount('/v1/tenants', budgetRoutes(deps), budgetOperations);
   mount('/v1/usage', usageRoutes(deps), usageOperations);
+  mount('/v1/usage', usageExportRoutes(deps), usageExportOperations);
   mount('/v1/series', seriesRoutes(deps), seriesOperations);
   mount('/v1/whoami', whoamiRoutes(), whoamiOperations);
   return app;

@@ -1,5 +1,5 @@
 // What /metrics reports of the platform's state, from what scrape.ts reads in Redis: replicas by
-// state, live requests waiting, batch work outstanding. Pure: Redis's replies in, values out.
+// state, live requests waiting, batch work outstanding, usage records not yet exported. Pure: Redis's replies in, values out.
 
 const REPLICA_STATES = ['starting', 'ready', 'draining', 'failed'] as const;
 
@@ -10,6 +10,8 @@ export interface ClusterGauges {
   replicas: Map<string, Record<string, number>>;
   waiting: Map<string, { requests: number; oldestSeconds: number }>;
   batches: Map<string, { outstanding: number; secondsSinceProgress: number }>;
+  /** Usage records in Redis (the stream keeps only those not exported to S3), and the age of the oldest. */
+  usage: { bufferRecords: number; lagSeconds: number };
 }
 
 export interface ClusterReading {
@@ -23,11 +25,16 @@ export interface ClusterReading {
   replicas: { state?: string }[][];
   /** BATCH_FIELDS of each active batch. */
   batches: (string | null)[][];
+  /** The usage record stream's length and its first entry's id (null: empty). */
+  usage: { records: number; oldestId: string | null };
 }
 
 /** Every deployed function gets a value for each gauge (0 when idle), so alerts and panels always have a series. */
 export function clusterGauges(r: ClusterReading): ClusterGauges {
-  const out: ClusterGauges = { replicas: new Map(), waiting: new Map(), batches: new Map() };
+  // A stream id starts with the ms Redis added it at: the oldest record not exported waited since.
+  const oldestMs = Number(r.usage.oldestId?.split('-')[0]) || 0;
+  const usage = { bufferRecords: r.usage.records, lagSeconds: oldestMs > 0 ? Math.max(0, r.nowMs - oldestMs) / 1000 : 0 };
+  const out: ClusterGauges = { replicas: new Map(), waiting: new Map(), batches: new Map(), usage };
   r.functions.forEach((fn, i) => {
     const counts: Record<string, number> = Object.fromEntries(REPLICA_STATES.map((s) => [s, 0]));
     for (const rec of r.replicas[i] ?? []) if (rec.state) counts[rec.state] = (counts[rec.state] ?? 0) + 1;

@@ -48,6 +48,8 @@ export function createMetrics() {
     waiting: new Gauge({ name: 'embers_queue_waiting_requests', help: 'Live requests queued that no replica has taken yet, by function', labelNames: ['function'], registers: [registry] }),
     oldestWaiting: new Gauge({ name: 'embers_queue_oldest_waiting_seconds', help: 'How long the oldest live request no replica has taken yet has waited, by function (0: none waits)', labelNames: ['function'], registers: [registry] }),
     batchOutstanding: new Gauge({ name: 'embers_batch_lines_outstanding', help: 'Lines of the batches in progress not yet done, by function', labelNames: ['function'], registers: [registry] }),
+    usageBuffer: new Gauge({ name: 'embers_usage_buffer_records', help: 'Usage records in Redis not yet exported to S3 by the leading scheduler', registers: [registry] }),
+    usageExportLag: new Gauge({ name: 'embers_usage_export_lag_seconds', help: 'How long the oldest usage record not yet exported to S3 has waited (0: none waits)', registers: [registry] }),
     batchSinceProgress: new Gauge({
       name: 'embers_batch_seconds_since_progress',
       help: 'Longest time any batch in progress with lines outstanding has gone without a line finishing, by function (0: none outstanding)',

@@ -1,7 +1,7 @@
 // Reads the platform's state in Redis when Prometheus scrapes a gateway, in three round trips
 // whatever the number of functions, and sets the gauges cluster-gauges.ts computes from it.
 import type { Redis } from 'ioredis';
-import { keys, liveStream } from '../core/keys.ts';
+import { keys, liveStream, usageKeys } from '../core/keys.ts';
 import { LIVE_GROUP } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
 import { lua } from '../core/lua.ts';
@@ -23,9 +23,11 @@ async function replies(pipe: ReturnType<Redis['pipeline']>): Promise<unknown[]> 
 class RedisDown extends Error {}
 
 async function readCluster(redis: Redis): Promise<ClusterReading> {
-  const [, functions, batchIds, time] = (await replies(redis.pipeline().ping().smembers(keys.functionIndex).smembers(keys.activeBatches).time()).catch((err: Error) => {
+  const [, functions, batchIds, time, usageRecords, oldestUsage] = (await replies(
+    redis.pipeline().ping().smembers(keys.functionIndex).smembers(keys.activeBatches).time().xlen(usageKeys.records).xrange(usageKeys.records, '-', '+', 'COUNT', 1),
+  ).catch((err: Error) => {
     throw new RedisDown(err.message);
-  })) as [string, string[], string[], [string, string]];
+  })) as [string, string[], string[], [string, string], number, [string, string[]][]];
   const nowMs = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000);
   // Sent in one turn, so in one socket write (core/redis.ts): one round trip.
   const members = redis.pipeline();
@@ -41,7 +43,7 @@ async function readCluster(redis: Redis): Promise<ClusterReading> {
   let at = 0;
   // Ids whose record expired (a replica gone with its node) are skipped; the scheduler prunes them.
   const replicas = replicaIds.map((group) => group.map(() => records[at++]).flatMap((r) => (r ? [JSON.parse(r) as { state?: string }] : [])));
-  return { functions, nowMs, waiting, replicas, batches: listed.slice(functions.length) as (string | null)[][] };
+  return { functions, nowMs, waiting, replicas, batches: listed.slice(functions.length) as (string | null)[][], usage: { records: usageRecords, oldestId: oldestUsage[0]?.[0] ?? null } };
 }
 
 /** Sets the gauges read from Redis; without Redis, embers_redis_up 0 and none of them. */
@@ -50,7 +52,7 @@ export async function refreshClusterGauges(redis: Redis, metrics: Metrics, log: 
   let error: Error | undefined;
   await readCluster(redis).then((r) => (reading = r), (err: Error) => (error = err));
   // Reset after the reads, not before: a scrape beside this one never renders them half set.
-  for (const g of [metrics.replicas, metrics.waiting, metrics.oldestWaiting, metrics.batchOutstanding, metrics.batchSinceProgress]) g.reset();
+  for (const g of [metrics.replicas, metrics.waiting, metrics.oldestWaiting, metrics.batchOutstanding, metrics.batchSinceProgress, metrics.usageBuffer, metrics.usageExportLag]) g.reset();
   if (!reading) {
     const err = error!;
     metrics.redisUp.set(err instanceof RedisDown ? 0 : 1);
@@ -59,6 +61,8 @@ export async function refreshClusterGauges(redis: Redis, metrics: Metrics, log: 
   }
   metrics.redisUp.set(1);
   const g = clusterGauges(reading);
+  metrics.usageBuffer.set(g.usage.bufferRecords);
+  metrics.usageExportLag.set(g.usage.lagSeconds);
   for (const [fn, counts] of g.replicas) for (const [state, n] of Object.entries(counts)) metrics.replicas.set({ function: fn, state }, n);
   for (const [fn, w] of g.waiting) {
     metrics.waiting.set({ function: fn }, w.requests);

@@ -113,9 +113,10 @@ export function agentOptions(config: Config, o: { redisUrl: string; store: Objec
 const PREWARM_COLD_START_MS = 2_000;
 
 /** The scheduler's settings from config, typed as its own options: the agent hands them on as they are. */
-function schedulerOptions(config: Config): Pick<SchedulerOptions, 'tickMs' | 'settings' | 'batchMaxOutstanding' | 'maxJsonDepth' | 'rollouts'> {
+function schedulerOptions(config: Config): Pick<SchedulerOptions, 'tickMs' | 'settings' | 'batchMaxOutstanding' | 'maxJsonDepth' | 'rollouts' | 'usageExport'> {
   return {
     tickMs: config.EMBERS_SCHEDULER_TICK_MS,
+    usageExport: { intervalMs: config.EMBERS_USAGE_EXPORT_INTERVAL_MS, batchRecords: config.EMBERS_USAGE_EXPORT_BATCH },
     rollouts: {
       ...DEFAULT_ROLLOUT_THRESHOLDS,
       stepMs: config.EMBERS_ROLLOUT_STEP_S * 1000,

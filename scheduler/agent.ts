@@ -53,7 +53,7 @@ export interface AgentOptions {
   heartbeatMs?: number;
   /** A node whose record is this old is gone: its replicas are placed elsewhere. @default 10000 */
   nodeTtlMs?: number;
-  scheduler: Pick<SchedulerOptions, 'tickMs' | 'settings' | 'batchMaxOutstanding' | 'maxJsonDepth' | 'secretsKey' | 'bucketAllowPrivate' | 'rollouts'>;
+  scheduler: Pick<SchedulerOptions, 'tickMs' | 'settings' | 'batchMaxOutstanding' | 'maxJsonDepth' | 'secretsKey' | 'bucketAllowPrivate' | 'rollouts' | 'usageExport'>;
   /** Extra environment for replicas (S3 endpoint, thread budget, …). */
   replicaEnv?: Record<string, string>;
   /** Execution providers replicas are asked to use: GPUs are handed out only for cuda/tensorrt. */

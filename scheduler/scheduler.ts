@@ -22,6 +22,7 @@ import { place, type Placement } from './placement.ts';
 import { busySlots, reclaim, type FunctionView, type Reclaim } from './reclaim.ts';
 import { decide, initialScalerState, keepAliveEndsAt, type ScalerSettings, type ScalerState } from './scaler.ts';
 import { Watchlist } from './watchlist.ts';
+import { UsageExporter } from './usage-exporter.ts';
 import { RolloutDriver } from './rollouts.ts';
 import { DEFAULT_ROLLOUT_THRESHOLDS, type RolloutThresholds } from './rollout-judge.ts';
 import { batchQueueKey, batchQueueName, keys, liveStream, QUEUE_PREFIX, WEBHOOK_QUEUE } from '../core/keys.ts';
@@ -47,6 +48,8 @@ export interface SchedulerOptions {
   bucketAllowPrivate?: boolean;
   /** Bounds of automatic rollouts (EMBERS_ROLLOUT_*). @default DEFAULT_ROLLOUT_THRESHOLDS */
   rollouts?: RolloutThresholds;
+  /** The usage export's pace (EMBERS_USAGE_EXPORT_*). @default { intervalMs: 5000, batchRecords: 20000 } */
+  usageExport?: { intervalMs: number; batchRecords: number };
 }
 
 export class Scheduler {
@@ -68,6 +71,8 @@ export class Scheduler {
   private readonly batches: BatchStore;
   private readonly rollouts: RolloutDriver;
   private readonly budgetAlerts: BudgetAlerts;
+  /** Raw usage records to S3, while this scheduler leads. */
+  readonly usageExporter: UsageExporter;
 
   constructor(private readonly o: SchedulerOptions) {
     this.lease = new LeaderLease(o.redis, o.id, Math.max(3_000, o.tickMs * 6));
@@ -78,6 +83,7 @@ export class Scheduler {
     this.log = o.log.child({ component: 'scheduler', scheduler: o.id });
     this.budgetAlerts = new BudgetAlerts({ redis: o.redis, webhooks: () => this.queue(WEBHOOK_QUEUE), log: this.log });
     this.rollouts = new RolloutDriver({ redis: o.redis, registry: this.registry, thresholds: o.rollouts ?? DEFAULT_ROLLOUT_THRESHOLDS, log: this.log });
+    this.usageExporter = new UsageExporter({ redis: o.redis, store: o.store, log: o.log, ...(o.usageExport ?? { intervalMs: 5_000, batchRecords: 20_000 }) });
     this.feeder = new BatchFeeder({
       redis: o.redis,
       store: o.store,
@@ -116,6 +122,7 @@ export class Scheduler {
     const wasLeader = this.lease.isLeader;
     const leading = await this.lease.tick();
     await this.feeder.sync(leading);
+    this.usageExporter.sync(leading);
     if (!leading) {
       if (wasLeader) this.log.warn('lost the scheduler lease');
       return;
@@ -366,6 +373,7 @@ export class Scheduler {
     clearInterval(this.timer);
     await this.running;
     await this.feeder.close();
+    await this.usageExporter.close();
     await this.lease.release().catch(() => {});
     await Promise.all([...this.queues.values()].map((q) => q.close()));
     this.inputs.close();

@@ -4,6 +4,7 @@ import { Command, Option } from 'commander';
 import type { Invoice, InvoiceTotals } from '../../core/invoice.ts';
 import type { UsageRow } from '../../core/usage.ts';
 import { clientFrom, printJson, table, withConnection } from './common.ts';
+import { usageExportCommand } from './usage-export.ts';
 
 export function usageCommand(): Command {
   return withConnection(
@@ -24,7 +25,11 @@ export function usageCommand(): Command {
     if (res.data.length === 0) return void process.stdout.write('no usage in that period\n');
     const rows = res.data.map((r) => [r.period.slice(0, opts.granularity === 'day' ? 10 : 13), r.tenant, r.function, String(r.requests), String(r.errors), String(r.coldStarts), r.computeSeconds.toFixed(3), r.cost.toFixed(6)]);
     table(['PERIOD', 'TENANT', 'FUNCTION', 'REQUESTS', 'ERRORS', 'COLD', 'COMPUTE_S', 'COST'], rows);
-  }).addCommand(invoiceCommand());
+  })
+    // `usage export --from …`: the options after `export` are its own, not those of `usage`.
+    .enablePositionalOptions()
+    .addCommand(usageExportCommand())
+    .addCommand(invoiceCommand());
 }
 
 /** `embers usage invoice`: a tenant's month per function and version, with a total line. */

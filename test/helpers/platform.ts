@@ -43,6 +43,9 @@ const TEST_ENV: Record<string, string> = {
   EMBERS_JOB_LOCK_MS: '2000',
   // And agents a test starts as processes (`embers agent`): no /metrics, where two would want its default port.
   EMBERS_METRICS_PORT: '0',
+  // Usage records stay in Redis, where tests read them, after the leader's first export (as it
+  // starts leading); test/integration/usage-export.test.ts drives exporters itself.
+  EMBERS_USAGE_EXPORT_INTERVAL_MS: '3600000',
 };
 
 export async function startTestPlatform(env: Record<string, string> = {}): Promise<TestPlatform> {

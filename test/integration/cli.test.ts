@@ -41,7 +41,7 @@ function embers(args: string[], env: Record<string, string> = {}): Promise<Resul
 
 describe('embers CLI', () => {
   it('has --help on every command', async () => {
-    for (const cmd of [[], ['dev'], ['start'], ['deploy'], ['functions'], ['functions', 'list'], ['functions', 'show'], ['functions', 'delete'], ['run'], ['models'], ['models', 'upload'], ['batch'], ['batch', 'submit'], ['batch', 'status'], ['batch', 'list'], ['batch', 'cancel'], ['batch', 'output'], ['jobs'], ['jobs', 'show'], ['jobs', 'cancel'], ['versions'], ['versions', 'list'], ['versions', 'deploy'], ['rollback'], ['tail'], ['secrets'], ['secrets', 'put'], ['secrets', 'list'], ['secrets', 'delete'], ['init']]) {
+    for (const cmd of [[], ['dev'], ['start'], ['deploy'], ['functions'], ['functions', 'list'], ['functions', 'show'], ['functions', 'delete'], ['run'], ['models'], ['models', 'upload'], ['batch'], ['batch', 'submit'], ['batch', 'status'], ['batch', 'list'], ['batch', 'cancel'], ['batch', 'output'], ['jobs'], ['jobs', 'show'], ['jobs', 'cancel'], ['versions'], ['versions', 'list'], ['versions', 'deploy'], ['rollback'], ['tail'], ['secrets'], ['secrets', 'put'], ['secrets', 'list'], ['secrets', 'delete'], ['usage'], ['usage', 'export'], ['init']]) {
       const r = await embers([...cmd, '--help']);
       assert.equal(r.code, 0, `${cmd.join(' ')} --help: ${r.stderr}`);
       assert.match(r.stdout, /Usage: embers/);

@@ -81,7 +81,7 @@ describe('a node agent\'s /metrics listener', () => {
 
 describe('gateway gauges read from Redis', () => {
   const now = Date.parse('2026-03-01T12:00:00Z');
-  const base = { functions: ['a', 'b'], nowMs: now, waiting: [2, `${now - 45_000}-0`, 0, '0'], replicas: [[{ state: 'ready' }, { state: 'starting' }, { state: 'ready' }], []], batches: [] };
+  const base = { functions: ['a', 'b'], nowMs: now, waiting: [2, `${now - 45_000}-0`, 0, '0'], replicas: [[{ state: 'ready' }, { state: 'starting' }, { state: 'ready' }], []], batches: [], usage: { records: 0, oldestId: null } };
 
   it('gives every deployed function each gauge, zero when idle', () => {
     const g = clusterGauges(base);
@@ -90,6 +90,11 @@ describe('gateway gauges read from Redis', () => {
     assert.deepEqual(g.waiting.get('a'), { requests: 2, oldestSeconds: 45 });
     assert.deepEqual(g.waiting.get('b'), { requests: 0, oldestSeconds: 0 });
     assert.deepEqual(g.batches.get('b'), { outstanding: 0, secondsSinceProgress: 0 });
+    assert.deepEqual(g.usage, { bufferRecords: 0, lagSeconds: 0 });
+  });
+
+  it('reports the usage records not exported yet and how long the oldest has waited', () => {
+    assert.deepEqual(clusterGauges({ ...base, usage: { records: 1200, oldestId: `${now - 7_500}-3` } }).usage, { bufferRecords: 1200, lagSeconds: 7.5 });
   });
 
   it('sums the lines batches in progress have left, and takes the longest any has gone without finishing one', () => {
