@@ -33,16 +33,33 @@ export class BudgetGate {
     private readonly clock: () => number = () => performance.now(),
   ) {}
 
-  /** Throws 429 budget_exhausted when `tenant` (the one billed) reached a monthly budget. */
-  async check(tenant: string): Promise<void> {
-    const now = this.now();
-    const month = monthOf(now);
-    let s = this.seen.get(tenant);
-    if (!s || s.month !== month || this.clock() - s.at >= BUDGET_FRESH_MS) s = await this.read(tenant, month);
+  /**
+   * Throws 429 budget_exhausted when `tenant` (the one billed) reached a monthly budget. Judged
+   * without a promise while its last read is fresh: every run passes here.
+   */
+  check(tenant: string): void | Promise<void> {
+    const s = this.seen.get(tenant);
+    if (s && this.clock() - s.at < BUDGET_FRESH_MS && s.month === this.month()) return this.judge(tenant, s);
+    return this.read(tenant, this.month()).then((read) => this.judge(tenant, read));
+  }
+
+  private judge(tenant: string, s: Seen): void {
     const over = exhausted(s.budget, s.mtd);
     if (!over) return;
-    const resumes = new Date(monthBounds(month).end).toISOString();
-    throw refusal(429, 'budget_exhausted', exhaustedMessage(tenant, month, over, resumes), secondsToMonthEnd(now));
+    const resumes = new Date(monthBounds(s.month).end).toISOString();
+    throw refusal(429, 'budget_exhausted', exhaustedMessage(tenant, s.month, over, resumes), secondsToMonthEnd(this.now()));
+  }
+
+  private current = { month: '', until: -Infinity };
+
+  /** The UTC month now, worked out again only once it ends. */
+  private month(): string {
+    const now = this.now();
+    if (now >= this.current.until || now < this.current.until - 32 * 86_400_000) {
+      const month = monthOf(now);
+      this.current = { month, until: monthBounds(month).end };
+    }
+    return this.current.month;
   }
 
   /** One read per tenant at a time; the requests that come meanwhile wait for it. Never rejects. */

@@ -47,10 +47,11 @@ export class FunctionsCache {
    * the split's share of buckets (trafficBucket: by `callerKey` when sent), the split's version on
    * its own key.
    */
-  async serving(found: { key: string; fn: ActiveFunction }, callerKey: string | undefined): Promise<{ key: string; fn: ActiveFunction }> {
+  serving(found: { key: string; fn: ActiveFunction }, callerKey: string | undefined): { key: string; fn: ActiveFunction } | Promise<{ key: string; fn: ActiveFunction }> {
     const split = found.fn.split;
-    if (!toSplit(split, trafficBucket(found.key, callerKey))) return found;
-    return (await this.pinned(found, split!.version)) ?? found;
+    // Most functions have no split: no promise on every run's path.
+    if (!split || !toSplit(split, trafficBucket(found.key, callerKey))) return found;
+    return this.pinned(found, split.version).then((pinned) => pinned ?? found);
   }
 
   /** `found`'s `version` on its version key, or null when it has no such version. */

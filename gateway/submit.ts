@@ -59,7 +59,8 @@ async function counted<T>(deps: GatewayDeps, key: string, step: () => Promise<T>
 /** The admission steps every run takes before it is queued: the billed tenant's budgets, the caller's rate, the queue's length, Redis's memory. */
 export async function admit(deps: GatewayDeps, s: Submission): Promise<void> {
   await counted(deps, s.key, async () => {
-    await deps.budgets.check(s.fn.tenant);
+    const budget = deps.budgets.check(s.fn.tenant);
+    if (budget) await budget;
     await checkRate(deps.redis, s.auth);
     await deps.queueDepth.check(s.key, s.fn.manifest.maxQueueLength ?? 10_000);
     await deps.redisMemory.check(s.bytesIn);

@@ -30,7 +30,8 @@ export function runRoutes(deps: GatewayDeps) {
       if (!found) throw functionNotFound(name, 'run');
       // Below the gateway the function goes by its key: its queue, metrics, replicas; a split's
       // version by a key of its own.
-      const { key, fn } = await functions.serving(found, c.req.header(VERSION_KEY_HEADER));
+      const served = functions.serving(found, c.req.header(VERSION_KEY_HEADER));
+      const { key, fn } = served instanceof Promise ? await served : served;
       requireScope(c, 'run');
       const failure = functions.startFailure(key);
       if (failure) throw new ApiError(503, 'replica_start_failed', `${name} cannot start right now: ${failure.phase} failed: ${failure.message}`);
