@@ -150,7 +150,8 @@ describe('faults', () => {
         const ready = (await view('sleepy')).replicas.filter((r) => r.state === 'ready');
         const distinct = new Set(ready.map((r) => r.node));
         return distinct.size === 2 ? distinct : null;
-      }, 'ready replicas on both nodes').finally(() => clearInterval(topUp));
+        // A minute: the second agent builds its runtime and cold-starts a replica on a machine the suite keeps busy.
+      }, 'ready replicas on both nodes', 60_000).finally(() => clearInterval(topUp));
       assert.equal(nodes.size, 2);
       second.kill('SIGKILL');
       const more = Array.from({ length: 6 }, (_, i) => run('sleepy', { ms: 300, tag: `after-${i}` }));
