@@ -1,8 +1,22 @@
-// Billing periods are UTC calendar months: invoices, budgets and the month-to-date roll-ups
-// (core/usage.ts) all go by them. Pure: each takes the time it judges.
+// UTC periods: billing months (invoices, budgets and the month-to-date roll-ups in
+// core/usage.ts go by them), and the hour and minute digits every usage roll-up key names. Pure:
+// each takes the time it judges.
 
 /** `YYYYMM` of a UTC time: the month roll-ups' key part. */
-export const monthOf = (ms: number): string => new Date(ms).toISOString().slice(0, 7).replace('-', '');
+export const monthOf = (ms: number): string => utcDigits(ms, 7);
+
+/** What toISOString writes (a UTC time): its periods are in its first characters, no Date needed. */
+const ISO_UTC = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/;
+
+/**
+ * A UTC period of a time, digits only, as keys name it: its first 7 characters (YYYYMM), 13
+ * (YYYYMMDDHH) or 16 (YYYYMMDDHHmm). A usage record's `at` is read as it is written; any other
+ * text is parsed (now, if it is no time).
+ */
+export function utcDigits(at: string | number, chars: 7 | 13 | 16): string {
+  const iso = typeof at === 'string' && ISO_UTC.test(at) ? at : new Date(typeof at === 'number' ? at : Date.parse(at) || Date.now()).toISOString();
+  return iso.slice(0, chars).replace(/[-T:]/g, '');
+}
 
 /** `YYYY-MM` as the API writes it, from `YYYYMM`. */
 export const monthLabel = (month: string): string => `${month.slice(0, 4)}-${month.slice(4, 6)}`;

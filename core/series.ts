@@ -5,6 +5,7 @@
 // (seriesPoints, summarize) apart from readSeries.
 import type { Redis } from 'ioredis';
 import { keys } from './keys.ts';
+import { utcDigits } from './months.ts';
 import { lua } from './lua.ts';
 import { evalScript } from './redis.ts';
 
@@ -27,14 +28,10 @@ export function latencyBucket(ms: number): number {
 }
 
 /** YYYYMMDDHHmm of a UTC time. */
-export const minuteOf = (ms: number) => new Date(ms).toISOString().slice(0, 16).replace(/[-T:]/g, '');
-
-const ISO_UTC = /^\d{4}-\d\d-\d\dT\d\d:\d\d/;
+export const minuteOf = (ms: number) => utcDigits(ms, 16);
 
 /** The minute key a usage record (by its `at`) is added to. */
-export function minuteKey(fn: string, at: string): string {
-  return keys.series(fn, ISO_UTC.test(at) && at.endsWith('Z') ? at.slice(0, 16).replace(/[-T:]/g, '') : minuteOf(new Date(at).getTime() || Date.now()));
-}
+export const minuteKey = (fn: string, at: string): string => keys.series(fn, utcDigits(at, 16));
 
 export interface SeriesPoint {
   /** Start of the minute (ISO). */

@@ -15,7 +15,7 @@ import { evalScript } from './redis.ts';
 import { baseKey, plainName } from './names.ts';
 import { lua } from './lua.ts';
 import { usageKeys } from './keys.ts';
-import { monthOf } from './months.ts';
+import { utcDigits } from './months.ts';
 import { roundCost, type Pricing } from './pricing.ts';
 import { latencyBucket, minuteKey, SERIES_TTL_S } from './series.ts';
 
@@ -70,17 +70,15 @@ export function recordArgs(r: UsageRecord): string[] {
 export const monthField = (r: Pick<UsageRecord, 'fn' | 'version'>) => `${baseKey(r.fn)}|${r.version}|`;
 
 /** The month roll-up key a record is added to. */
-export const monthKey = (r: Pick<UsageRecord, 'tenant' | 'at'>) => usageKeys.month(r.tenant, ISO_UTC.test(r.at) ? r.at.slice(0, 7).replace('-', '') : monthOf(new Date(r.at).getTime() || Date.now()));
+export const monthKey = (r: Pick<UsageRecord, 'tenant' | 'at'>) => usageKeys.month(r.tenant, utcDigits(r.at, 7));
 
 /** The hourly roll-up key a record is added to. */
-export const hourKey = (r: UsageRecord) => usageKeys.hour(r.tenant, ISO_UTC.test(r.at) ? r.at.slice(0, 13).replace(/[-T]/g, '') : hourOf(new Date(r.at)));
+export const hourKey = (r: UsageRecord) => usageKeys.hour(r.tenant, utcDigits(r.at, 13));
 
-/** What toISOString writes (a UTC time): its hour is in its first 13 characters, no Date needed. */
-const ISO_UTC = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/;
 
 const RECORD_MANY = lua('usage-record-many', { RECORD_FIELDS, SERIES_TTL_S });
 
-export const hourOf = (d: Date) => d.toISOString().slice(0, 13).replace(/[-T]/g, '');
+export const hourOf = (d: Date) => utcDigits(d.getTime(), 13);
 
 interface Waiting {
   r: UsageRecord;
