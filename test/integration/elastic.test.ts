@@ -138,10 +138,11 @@ describe('faults', () => {
     });
     try {
       await eventually(async () => (await p.redis().smembers('embers:nodes')).length === 2, 'the second agent to register');
+      // Placement keeps replicas where they run: had the last test's replicas (maxReplicas of
+      // them, all on the first node) outlived its idle timeout, the load would never reach the second.
+      await eventually(async () => (await view('sleepy')).replicas.length === 0, 'sleepy to scale to zero first', 30_000);
       // Load that wants more replicas than one node holds: the scheduler places them on both. It
-      // is kept up (4 more 2 s requests a second, ~8 in flight) until both nodes have a ready
-      // replica: the new agent builds its runtime before its first replica starts, which on a
-      // slow machine outlasted a single burst (a CI run timed out waiting, the load long done).
+      // is kept up (4 more 2 s requests a second, ~8 in flight) until both nodes have a ready replica.
       const load = Array.from({ length: 8 }, (_, i) => run('sleepy', { ms: 2_000, tag: `two-${i}` }));
       const topUp = setInterval(() => {
         for (let i = 0; i < 4; i++) load.push(run('sleepy', { ms: 2_000, tag: `two-${load.length}` }));
