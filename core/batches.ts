@@ -32,7 +32,16 @@ export interface BatchView {
   cancelledAt?: string;
   /** Why the batch failed as a whole (bad lines only ever fail their own line). */
   error?: string;
+  /** While in progress: why no more lines are queued for now (the lines already queued still run). */
+  paused?: BatchPause;
   urls: { self: string; output: string; errors: string };
+}
+
+/** Why a batch in progress queues no more lines for now; it resumes by itself once that ends. */
+export interface BatchPause {
+  code: 'budget_exhausted';
+  message: string;
+  since: string;
 }
 
 /** The raw hash, for the feeder. */
@@ -63,6 +72,8 @@ export interface BatchRecord {
   createdAt: string;
   /** When a line last finished (ms since the epoch, Redis's clock: batch-item-done.lua); unset until one has. */
   progressAt?: string;
+  /** A BatchPause as JSON, while the feeder holds the batch's lines back. */
+  paused?: string;
 }
 
 /** A batch line's job id, and the id it is metered and logged under. */
@@ -183,6 +194,12 @@ export class BatchStore {
     await this.redis.hset(keys.batch(id), fields);
   }
 
+  /** Holds the batch's remaining lines back (shown in its view while it is in progress); null: lets them go. */
+  async pause(id: string, why: BatchPause | null): Promise<void> {
+    if (why) await this.redis.hset(keys.batch(id), 'paused', JSON.stringify(why));
+    else await this.redis.hdel(keys.batch(id), 'paused');
+  }
+
   /** Line numbers that already have an outcome (invalid lines, and done ones after a restart). */
   async doneLines(id: string): Promise<Set<number>> {
     const out = new Set<number>();
@@ -263,6 +280,7 @@ function toView(h: Record<string, string>, baseUrl: string): BatchView {
     urls: { self, output: `${self}/output`, errors: `${self}/errors` },
   };
   for (const k of ['outputUri', 'errorsUri', 'inProgressAt', 'finalizingAt', 'completedAt', 'failedAt', 'cancellingAt', 'cancelledAt', 'error'] as const) if (h[k]) v[k] = h[k];
+  if (h.paused && h.status === 'in_progress') v.paused = JSON.parse(h.paused) as BatchPause;
   return v;
 }
 

@@ -6,7 +6,7 @@
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { budgetKeys, usageKeys } from './keys.ts';
-import { monthLabel } from './months.ts';
+import { monthBounds, monthLabel, monthOf } from './months.ts';
 
 export const BudgetSchema = z
   .strictObject({
@@ -73,8 +73,9 @@ export function crossings(b: Budget, m: MonthToDate): Crossing[] {
 /** One alert's identity: sent once per tenant, month, budget and amount (raising a budget re-arms its alerts). Used as a BullMQ job id: no `:`. */
 export const alertId = (tenant: string, month: string, c: Crossing) => `budget.${tenant}.${month}.${c.kind}.${c.threshold * 100}.${c.limit}`;
 
-/** The refusal's message: which budget, how much of it, and when runs resume. */
-export function exhaustedMessage(tenant: string, month: string, u: BudgetUse, resumesAt: string): string {
+/** The refusal's message: which budget, how much of it, and when runs resume (the month's end). */
+export function exhaustedMessage(tenant: string, month: string, u: BudgetUse): string {
+  const resumesAt = new Date(monthBounds(month).end).toISOString();
   const what = u.kind === 'monthlySpend' ? `spend budget of ${u.limit} (used ${round(u.used)})` : `compute budget of ${u.limit} compute-seconds (used ${round(u.used)})`;
   return `tenant ${tenant} has reached its monthly ${what} for ${monthLabel(month)}; runs resume at ${resumesAt}, or when the admin raises the budget (embers tenants budget ${tenant})`;
 }
@@ -114,5 +115,14 @@ export class BudgetStore {
   async monthToDate(tenant: string, month: string): Promise<MonthToDate> {
     const [cost, ms] = await this.redis.hmget(usageKeys.month(tenant, month), ...MTD_FIELDS);
     return monthToDate(cost, ms);
+  }
+
+  /** Why `tenant` may run nothing more at `now` (exhaustedMessage), or null. Reads Redis each call: the gateway caches (gateway/budget-gate.ts). */
+  async exhaustedAt(tenant: string, now: number): Promise<string | null> {
+    const budget = await this.get(tenant);
+    if (!budget) return null;
+    const month = monthOf(now);
+    const over = exhausted(budget, await this.monthToDate(tenant, month));
+    return over && exhaustedMessage(tenant, month, over);
   }
 }

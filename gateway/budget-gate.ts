@@ -46,8 +46,7 @@ export class BudgetGate {
   private judge(tenant: string, s: Seen): void {
     const over = exhausted(s.budget, s.mtd);
     if (!over) return;
-    const resumes = new Date(monthBounds(s.month).end).toISOString();
-    throw refusal(429, 'budget_exhausted', exhaustedMessage(tenant, s.month, over, resumes), secondsToMonthEnd(this.now()));
+    throw refusal(429, 'budget_exhausted', exhaustedMessage(tenant, s.month, over), secondsToMonthEnd(this.now()));
   }
 
   private current = { month: '', until: -Infinity };

@@ -4,7 +4,7 @@
 const REPLICA_STATES = ['starting', 'ready', 'draining', 'failed'] as const;
 
 /** A batch's fields scrape.ts reads, in this order (HMGET). */
-export const BATCH_FIELDS = ['function', 'status', 'total', 'completed', 'failed', 'progressAt', 'inProgressAt'] as const;
+export const BATCH_FIELDS = ['function', 'status', 'total', 'completed', 'failed', 'progressAt', 'inProgressAt', 'paused'] as const;
 
 export interface ClusterGauges {
   replicas: Map<string, Record<string, number>>;
@@ -45,7 +45,7 @@ export function clusterGauges(r: ClusterReading): ClusterGauges {
     out.batches.set(fn, { outstanding: 0, secondsSinceProgress: 0 });
   });
   for (const row of r.batches) {
-    const [fn, status, total, completed, failed, progressAt, inProgressAt] = row;
+    const [fn, status, total, completed, failed, progressAt, inProgressAt, paused] = row;
     if (!fn || status !== 'in_progress') continue;
     const outstanding = Math.max(0, Number(total) - Number(completed) - Number(failed));
     if (!(outstanding > 0)) continue;
@@ -53,7 +53,8 @@ export function clusterGauges(r: ClusterReading): ClusterGauges {
     const since = Number(progressAt) || Date.parse(inProgressAt ?? '') || r.nowMs;
     const b = out.batches.get(fn) ?? { outstanding: 0, secondsSinceProgress: 0 };
     b.outstanding += outstanding;
-    b.secondsSinceProgress = Math.max(b.secondsSinceProgress, Math.max(0, r.nowMs - since) / 1000);
+    // One paused for its tenant's budget waits by design: it is not stalled.
+    if (!paused) b.secondsSinceProgress = Math.max(b.secondsSinceProgress, Math.max(0, r.nowMs - since) / 1000);
     out.batches.set(fn, b);
   }
   return out;

@@ -8,6 +8,7 @@ import type { Redis } from 'ioredis';
 import { BATCH_TERMINAL, BatchStore, chunkJob, chunkOf, errorLine, lineJob, type BatchRecord, type BatchStatus } from '../core/batches.ts';
 import { s3Keys, type BatchChunkData, type BatchChunkLine, type RunJobData } from '../core/contracts.ts';
 import type { TenantStores } from '../core/buckets.ts';
+import { BudgetStore } from '../core/budgets.ts';
 import type { Logger } from '../core/log.ts';
 import type { Registry } from '../core/registry.ts';
 import { DEFAULT_TENANT, plainName } from '../core/names.ts';
@@ -43,6 +44,8 @@ export interface BatchFeederOptions {
  * beside it, for many seconds.
  */
 const CHECK_MS = 2_000;
+/** How often a batch paused for its tenant's budget looks again. */
+const BUDGET_LOOK_MS = 2_000;
 /** The validation loop lets other work run (a gateway's requests) after this long without a pause. */
 const YIELD_MS = 20;
 
@@ -53,6 +56,7 @@ class InputGone extends Error {}
 
 export class BatchFeeder {
   private readonly batches: BatchStore;
+  private readonly budgets: BudgetStore;
   private readonly loops = new Map<string, Promise<void>>();
   private leading = false;
   private closed = false;
@@ -60,6 +64,7 @@ export class BatchFeeder {
 
   constructor(private readonly o: BatchFeederOptions) {
     this.batches = new BatchStore(o.redis);
+    this.budgets = new BudgetStore(o.redis);
     this.log = o.log.child({ component: 'batch-feeder' });
   }
 
@@ -179,7 +184,7 @@ export class BatchFeeder {
     const flush = async () => {
       closeChunk();
       if (jobs.length === 0) return;
-      await this.waitForRoom(rec.id, lines, pace);
+      await this.waitForRoom(rec.id, lines, pace, log);
       const perMs = pace.perMs(DECIDE_SPAN_MS);
       const enq = Date.now();
       for (const j of jobs) j.data.enq = enq;
@@ -259,9 +264,13 @@ export class BatchFeeder {
   }
 
   /** Waits until `n` more lines fit in the batch's window, or none is out (a window smaller than one addBulk still moves). */
-  private async waitForRoom(id: string, n: number, pace: Pace): Promise<void> {
+  private async waitForRoom(id: string, n: number, pace: Pace, log: Logger): Promise<void> {
     for (;;) {
       const r = await this.check(id, ['in_progress']);
+      if (await this.pausedForBudget(r, log)) {
+        await sleep(BUDGET_LOOK_MS);
+        continue;
+      }
       const done = r.completed + r.failed - r.invalid;
       pace.note(performance.now(), done);
       const out = r.fed - done;
@@ -269,6 +278,22 @@ export class BatchFeeder {
       if (short <= 0 || out <= 0) return;
       await sleep(nextLookMs(short, pace.perMs()));
     }
+  }
+
+  /**
+   * A batch of a tenant that reached a monthly budget queues no more lines (those queued run on)
+   * until the budget is raised or the month ends; its view says so while it waits.
+   */
+  private async pausedForBudget(r: BatchRecord, log: Logger): Promise<boolean> {
+    const message = await this.budgets.exhaustedAt(r.tenant || DEFAULT_TENANT, Date.now());
+    if (message && !r.paused) {
+      await this.batches.pause(r.id, { code: 'budget_exhausted', message, since: new Date().toISOString() });
+      log.warn({ tenant: r.tenant, reason: message }, 'batch paused: its tenant reached a monthly budget');
+    } else if (!message && r.paused) {
+      await this.batches.pause(r.id, null);
+      log.info('batch resumed');
+    }
+    return message !== null;
   }
 
   /**

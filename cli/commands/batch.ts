@@ -131,6 +131,7 @@ async function started(client: EmbersClient, batch: BatchView, opts: { wait?: bo
 /** Polls the batch with a progress bar of lines done until it finishes. */
 async function follow(client: EmbersClient, id: string): Promise<BatchView> {
   let bar: ProgressBar | undefined;
+  let pausedSince: string | undefined;
   for (;;) {
     const b = await client.call<BatchView>('GET', `/v1/batches/${encodeURIComponent(id)}`);
     const { total, completed, failed } = b.request_counts;
@@ -142,6 +143,10 @@ async function follow(client: EmbersClient, id: string): Promise<BatchView> {
     if (BATCH_TERMINAL.includes(b.status)) {
       bar?.done(`${b.status}: ${completed} completed, ${failed} failed`);
       return b;
+    }
+    if (b.paused?.since !== pausedSince) {
+      pausedSince = b.paused?.since;
+      if (b.paused) process.stderr.write(`\npaused: ${b.paused.message}\n`);
     }
     await new Promise((r) => setTimeout(r, 500));
   }
@@ -155,6 +160,7 @@ function summary(b: BatchView): void {
     `  created    ${b.createdAt}`,
     ...(['inProgressAt', 'finalizingAt', 'completedAt', 'cancellingAt', 'cancelledAt', 'failedAt'] as const).filter((k) => b[k]).map((k) => `  ${k.replace(/At$/, '').padEnd(10)} ${b[k]}`),
     ...(b.error ? [`  error      ${b.error}`] : []),
+    ...(b.paused ? [`  paused     since ${b.paused.since}: ${b.paused.message}`] : []),
     ...(b.outputUri ? [`  output     ${b.outputUri}  (embers batch output ${b.id})`, `  errors     ${b.errorsUri}  (embers batch output ${b.id} --errors)`] : []),
   ];
   process.stdout.write(`${lines.join('\n')}\n`);

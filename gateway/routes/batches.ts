@@ -59,6 +59,10 @@ const BatchSchema = z
     cancellingAt: z.string().optional(),
     cancelledAt: z.string().optional(),
     error: z.string().optional().describe('why the batch failed as a whole'),
+    paused: z
+      .object({ code: z.literal('budget_exhausted'), message: z.string(), since: z.string() })
+      .optional()
+      .describe('while in progress: why no more lines are queued for now (those queued still run); it resumes by itself'),
     urls: z.object({ self: z.string(), output: z.string(), errors: z.string() }),
   })
   .meta({ id: 'Batch' });

@@ -15,7 +15,8 @@ import { eventually, fixture, startTestPlatform, tenantWithKey, type TestPlatfor
 let p: TestPlatform;
 
 before(async () => {
-  p = await startTestPlatform({ EMBERS_WEBHOOK_ALLOW_PRIVATE: '1', EMBERS_SCHEDULER_TICK_MS: '100' });
+  // Two batch lines queued at a time: a batch paused for its budget stops within a few lines.
+  p = await startTestPlatform({ EMBERS_WEBHOOK_ALLOW_PRIVATE: '1', EMBERS_SCHEDULER_TICK_MS: '100', EMBERS_BATCH_MAX_OUTSTANDING: '2' });
 });
 after(async () => {
   await p?.close();
@@ -149,5 +150,35 @@ describe('budgets', () => {
     } finally {
       server.close();
     }
+  });
+
+  it('pause a batch whose tenant reaches its budget mid-way, say so in its view, and resume it when raised', async () => {
+    const { id: tenant, key } = await tenantWithKey(p, 'batched');
+    const [asT, admin] = [as(key), as(p.adminKey)];
+    await deployAs(key, 'priced-a.ts');
+    await json(admin(`/v1/tenants/${tenant}/budget`, { method: 'PUT', body: JSON.stringify({ monthlySpend: 1 }) }), 200);
+    const total = 30;
+    const lines = Array.from({ length: total }, (_, i) => JSON.stringify({ custom_id: `l${i}`, input: { i } })).join('\n');
+    const { id } = await json<{ id: string }>(asT('/v1/batches?function=priced', { method: 'POST', body: lines, headers: { 'content-type': 'application/x-ndjson' } }), 201);
+    type Batch = { status: string; request_counts: { completed: number; failed: number }; paused?: { code: string; message: string; since: string } };
+    const view = () => json<Batch>(asT(`/v1/batches/${id}`), 200);
+    // 0.25 a line: the fourth reaches the budget; the lines already queued then (two) still run.
+    const paused = await eventually(async () => ((await view()).paused ? view() : null), 'the batch to pause', 30_000);
+    assert.equal(paused.status, 'in_progress');
+    assert.equal(paused.paused!.code, 'budget_exhausted');
+    assert.match(paused.paused!.message, /spend budget of 1 .*runs resume at/);
+    await new Promise((r) => setTimeout(r, 1_500));
+    const held = await view();
+    const done = held.request_counts.completed + held.request_counts.failed;
+    assert.ok(done >= 4 && done <= 10, `${done} lines ran before the pause held`);
+    assert.equal(held.status, 'in_progress');
+
+    await json(admin(`/v1/tenants/${tenant}/budget`, { method: 'PUT', body: JSON.stringify({ monthlySpend: 100 }) }), 200);
+    const finished = await eventually(async () => {
+      const b = await view();
+      return b.status === 'completed' ? b : null;
+    }, 'the batch to resume and complete', 60_000);
+    assert.deepEqual(finished.request_counts, { total, completed: total, failed: 0 });
+    assert.equal(finished.paused, undefined);
   });
 });

@@ -98,7 +98,7 @@ describe('budgets', () => {
     assert.equal(exhausted(budget, { cost: 9.99, computeSeconds: 99 }), null);
     assert.deepEqual(exhausted(budget, { cost: 1, computeSeconds: 100 }), { kind: 'monthlyComputeSeconds', limit: 100, used: 100 });
     assert.deepEqual(exhausted({ monthlyComputeSeconds: 5, updatedAt: '' }, { cost: 1e9, computeSeconds: 1 }), null, 'no spend budget: spend is not judged');
-    const message = exhaustedMessage('t_a', '202611', { kind: 'monthlySpend', limit: 10, used: 10.2 }, '2026-12-01T00:00:00.000Z');
+    const message = exhaustedMessage('t_a', '202611', { kind: 'monthlySpend', limit: 10, used: 10.2 });
     assert.match(message, /t_a .*spend budget of 10 \(used 10\.2\) for 2026-11; runs resume at 2026-12-01T00:00:00\.000Z/);
   });
 

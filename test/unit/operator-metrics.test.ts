@@ -97,21 +97,23 @@ describe('gateway gauges read from Redis', () => {
     assert.deepEqual(clusterGauges({ ...base, usage: { records: 1200, oldestId: `${now - 7_500}-3` } }).usage, { bufferRecords: 1200, lagSeconds: 7.5 });
   });
 
-  it('sums the lines batches in progress have left, and takes the longest any has gone without finishing one', () => {
-    const row = (fn: string, status: string, total: number, done: number, failed: number, progressAt: number | null, inProgressAt: string) => [fn, status, String(total), String(done), String(failed), progressAt === null ? null : String(progressAt), inProgressAt];
+  it('sums the lines batches in progress have left, and takes the longest any has gone without finishing one (not paused for a budget)', () => {
+    const row = (fn: string, status: string, total: number, done: number, failed: number, progressAt: number | null, inProgressAt: string, paused: string | null = null) => [fn, status, String(total), String(done), String(failed), progressAt === null ? null : String(progressAt), inProgressAt, paused];
     const g = clusterGauges({
       ...base,
       batches: [
         row('a', 'in_progress', 10, 4, 1, now - 20_000, '2026-03-01T11:00:00Z'),
         // Nothing finished yet: waiting for progress since it started.
         row('a', 'in_progress', 3, 0, 0, null, '2026-03-01T11:58:00Z'),
+        // Paused for its tenant's budget: its lines count, its wait does not.
+        row('a', 'in_progress', 7, 2, 0, now - 3_600_000, '2026-03-01T10:00:00Z', '{"code":"budget_exhausted"}'),
         // All lines done (finalizing soon), another status, or no lines left: nothing outstanding.
         row('a', 'in_progress', 2, 1, 1, now - 900_000, '2026-03-01T11:00:00Z'),
         row('b', 'validating', 0, 0, 0, null, ''),
         row('b', 'finalizing', 5, 5, 0, now - 900_000, '2026-03-01T11:00:00Z'),
       ],
     });
-    assert.deepEqual(g.batches.get('a'), { outstanding: 8, secondsSinceProgress: 120 });
+    assert.deepEqual(g.batches.get('a'), { outstanding: 13, secondsSinceProgress: 120 });
     assert.deepEqual(g.batches.get('b'), { outstanding: 0, secondsSinceProgress: 0 });
   });
 });

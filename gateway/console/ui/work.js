@@ -27,7 +27,7 @@ export async function workPage(main) {
         [
           ['Batch', (x) => x.id],
           ['Function', (x) => x.function],
-          ['Status', (x) => badge(x.status)],
+          ['Status', (x) => (x.paused ? h('span', { title: x.paused.message }, badge('paused')) : badge(x.status))],
           ['Progress', (x) => progress(x.request_counts.completed + x.request_counts.failed, x.request_counts.total)],
           ['Failed lines', (x) => fmt.n(x.request_counts.failed)],
           ['Created', (x) => fmt.time(x.createdAt)],
