@@ -1,10 +1,10 @@
 // The usage export on the real platform: records leave Redis for S3 exactly once, across an
-// exporter stopped between its files and its commit, a cursor a failover rolled back, and the
-// lease moving to another agent; GET /v1/usage/export reads them back per tenant; the exported
+// exporter stopped between its files and its commit, exporter processes SIGKILLed mid-export, a
+// cursor a failover rolled back, and the lease moving to another agent; GET /v1/usage/export reads them back per tenant; the exported
 // records add up to the hourly roll-ups.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { EmbersClient } from '../../cli/client.ts';
@@ -210,6 +210,41 @@ describe('usage export', () => {
       assert.ok(Math.abs(row.computeSeconds - s.computeSeconds) < 1e-6, `${row.function} ${row.period}: compute ${row.computeSeconds} vs ${s.computeSeconds}`);
     }
     assert.ok(sums.get(`boom ${records.find((r) => r.fn.endsWith('boom'))!.at.slice(0, 13)}`)!.errors >= 5);
+  });
+
+  it('loses and repeats nothing when exporter processes are SIGKILLed in the middle of exports', async () => {
+    await Promise.all([run('a', 300), run('b', 150)]);
+    await recorded(450);
+    const ids = new Set([...(await exported()).keys(), ...(await stream()).map((r) => r.id)]);
+    const redis = p.redis();
+    let midway = 0;
+    for (let attempt = 0; attempt < 8 && midway < 3; attempt++) {
+      const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'test/helpers/usage-exporter-process.ts')], {
+        env: { ...process.env, EMBERS_REDIS_URL: p.redisUrl, EMBERS_S3_ENDPOINT: p.s3Endpoint!, EXPORT_BATCH: '10' },
+        stdio: ['ignore', 'ignore', 'inherit'],
+      });
+      const exited = new Promise((r) => child.once('exit', r));
+      // Killed once it has committed a batch and recorded the next one's intent: that batch's
+      // files are being written, or written and not committed.
+      const [startCursor, startIntent] = await redis.mget(usageKeys.exportCursor, usageKeys.exportIntent);
+      let intent: string | null = null;
+      while (child.exitCode === null) {
+        const [cursor, now] = await redis.mget(usageKeys.exportCursor, usageKeys.exportIntent);
+        if (cursor !== startCursor && now !== null && now !== startIntent) {
+          intent = now;
+          break;
+        }
+      }
+      child.kill('SIGKILL');
+      await exited;
+      // Its commit did not land before the kill: the next exporter takes that intent up again.
+      if (intent !== null && (await redis.get(usageKeys.exportIntent)) === intent) midway++;
+    }
+    assert.ok(midway >= 1, 'at least one exporter killed between its intent and its commit');
+    assert.ok((await redis.xlen(usageKeys.records)) > 0, 'records were left for the next exporter');
+    await drain(exporter());
+    once(await exported(), ids);
+    assert.equal(await redis.xlen(usageKeys.records), 0);
   });
 
   it('is exported by whichever agent leads: a new one after a restart takes the records waiting', async () => {
