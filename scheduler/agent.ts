@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
-import { errorBody, EXIT_REPLACE_ME, type NodeRecord, type PlacementRecord, type PlatformEvent } from '../core/contracts.ts';
+import { EXIT_REPLACE_ME, type NodeRecord, type PlacementRecord, type PlatformEvent } from '../core/contracts.ts';
 import type { Logger } from '../core/log.ts';
 import { createRedis } from '../core/redis.ts';
 import type { ObjectStore } from '../core/s3.ts';
@@ -17,10 +17,8 @@ import { buildRuntime } from './runtime-build.ts';
 import { probeSandbox, type SandboxSupport } from '../runtime/sandbox.ts';
 import { Scheduler, type SchedulerOptions } from './scheduler.ts';
 import { waitAtMost } from '../core/settle.ts';
-import { dropHeld, handOverLiveEntries, heldBy, leaveLiveGroup } from '../core/live-queue.ts';
-import { answerUnrun, JobStore } from '../core/jobs.ts';
-import { Queue } from 'bullmq';
-import { keys, QUEUE_PREFIX, WEBHOOK_QUEUE } from '../core/keys.ts';
+import { keys } from '../core/keys.ts';
+import { ExitedRequests } from './exited-requests.ts';
 import type { Assignment, ToAgent } from '../runtime/agent-messages.ts';
 import { createAgentMetrics, exitReason } from './agent-metrics.ts';
 import { serveMetrics, type MetricsServer } from './metrics-server.ts';
@@ -28,8 +26,6 @@ import { serveMetrics, type MetricsServer } from './metrics-server.ts';
 const REPLICA_SOURCE = fileURLToPath(new URL('../runtime/main.ts', import.meta.url));
 const TSX = import.meta.resolve('tsx');
 const STOP_GRACE_MS = 15_000;
-/** How often the agent tries to remove an exited replica's consumer from its live group, while it still holds entries. */
-const LEAVE_RETRY_MS = 5_000;
 /** Longest close() waits for each Redis-bound step (the scheduler's pass, a reconcile, the node record). */
 const CLOSE_WAIT_MS = 10_000;
 /**
@@ -103,10 +99,7 @@ export class NodeAgent {
   private readonly slots: number;
   private readonly nodeTtlMs: number;
   private readonly log: Logger;
-  /** Webhooks of async jobs the agent answers itself (answerHeld); made on first use. */
-  private webhooks?: Queue;
-  /** Hand-overs under way (close waits for them before it closes Redis). */
-  private readonly handOvers = new Set<Promise<void>>();
+  private readonly handOvers: ExitedRequests;
   private readonly metrics = createAgentMetrics();
   private metricsServer?: MetricsServer;
 
@@ -118,6 +111,7 @@ export class NodeAgent {
     this.nodeTtlMs = o.nodeTtlMs ?? 10_000;
     this.log = o.log.child({ component: 'agent', node: this.id });
     this.scheduler = new Scheduler({ redis: this.redis, store: o.store, id: this.id, log: o.log, ...o.scheduler });
+    this.handOvers = new ExitedRequests({ redis: this.redis, log: this.log, by: this.id, lockMs: o.lockMs, jobRetentionS: o.jobRetentionS });
   }
 
   async start(): Promise<void> {
@@ -310,7 +304,7 @@ export class NodeAgent {
       this.replicas.delete(id);
       this.prepareStandby();
       void this.redis.multi().del(keys.replica(id)).srem(keys.replicas(fn), id).hdel(keys.replicaNodes, id).exec().catch(() => {});
-      this.handOver(r);
+      this.handOvers.settle(r.fn, r.id);
       if (r.stopping || this.closed) return;
       if (code === EXIT_REPLACE_ME) {
         this.log.warn({ replica: id }, 'replica asked to be replaced');
@@ -329,66 +323,6 @@ export class NodeAgent {
     });
   }
 
-  /**
-   * Hands the live requests an exited replica still held (it crashed, was killed, or outlived its
-   * stop's grace) to the function's other replicas and its replacement now, not after the lock
-   * time: nothing else would (a replica that exits in order holds none; one replaced as stuck
-   * handed them over itself, and doing it again changes nothing). Then its consumer leaves the
-   * live group once the others have taken what it held (tried every few seconds for two lock
-   * times: a consumer that still holds entries is kept, so they stay claimable).
-   */
-  private handOver(r: ReplicaProcess): void {
-    const until = Date.now() + 2 * (this.o.lockMs ?? 30_000);
-    const leave = async (): Promise<void> => {
-      const left = await leaveLiveGroup(this.redis, r.fn, r.id).catch(() => false);
-      if (!left && !this.closed && Date.now() < until) setTimeout(() => void leave(), LEAVE_RETRY_MS).unref();
-    };
-    const work = this.redis
-      .sismember(keys.functionIndex, r.fn)
-      // Unknown (Redis unreachable): hand over as usual, which says so if it fails too.
-      .catch(() => 1)
-      .then((deployed) => (deployed ? this.handOverHeld(r) : this.answerHeld(r)))
-      .finally(() => {
-        this.handOvers.delete(work);
-        void leave();
-      });
-    this.handOvers.add(work);
-  }
-
-  /** Hands what an exited replica held to its function's other replicas (handOver). */
-  private handOverHeld(r: ReplicaProcess): Promise<void> {
-    return handOverLiveEntries(this.redis, r.fn, r.id)
-      .then(
-        (n) => {
-          if (n) this.log.warn({ replica: r.id, requests: n }, 'handed over the live requests of a replica that exited');
-        },
-        (err: Error) => this.log.warn({ replica: r.id, err: err.message }, 'could not hand over the live requests of a replica that exited; they run again after the lock time'),
-      );
-  }
-
-  /**
-   * What an exited replica of a deleted function held (its stop's grace ran out: the forced
-   * delete's requests that were running) would never run again: answered 500 function_deleted
-   * here, so an async job ends failed (its webhook called) instead of staying running, and a
-   * waiting caller gets an answer before its timeout. Answered first, then removed from the
-   * queue: a failure in between leaves them held, and answering twice is harmless (a job is
-   * finished once, a gateway takes the first reply).
-   */
-  private async answerHeld(r: ReplicaProcess): Promise<void> {
-    try {
-      const held = await heldBy(this.redis, r.fn, r.id);
-      if (!held.length) return;
-      const body = JSON.stringify(errorBody('function_deleted', `${r.fn} was deleted while this request ran, and its replica stopped before it finished`));
-      this.webhooks ??= new Queue(WEBHOOK_QUEUE, { connection: this.redis, prefix: QUEUE_PREFIX });
-      const answerer = { redis: this.redis, jobs: new JobStore(this.redis, this.o.jobRetentionS ?? 86_400), webhooks: this.webhooks, by: this.id };
-      for (const { data } of held) if (data) await answerUnrun(answerer, data, 500, body, false);
-      await dropHeld(this.redis, r.fn, r.id, held.map((h) => h.id));
-      this.log.warn({ replica: r.id, fn: r.fn, requests: held.length }, 'answered the requests a replica of a deleted function held when it stopped');
-    } catch (err) {
-      this.log.warn({ replica: r.id, fn: r.fn, err: (err as Error).message }, 'could not answer the requests a replica of a deleted function held');
-    }
-  }
-
   private async stopReplica(r: ReplicaProcess): Promise<void> {
     if (!r.stopping) {
       r.stopping = true;
@@ -403,18 +337,16 @@ export class NodeAgent {
   async close(): Promise<void> {
     this.closed = true;
     for (const t of this.timers) clearInterval(t);
-    // A Redis call that never returns must not hold the stop, nor keep the replicas and the
-    // standby running: twice in one session a test's platform stop, after a Redis outage and
-    // restart, never got past here (the standby alive, the agent's Redis clients open). Going on
-    // disconnects Redis at the end, which fails whatever still waits on it.
+    // A Redis call that never returns (after a Redis outage and restart) must not hold the stop,
+    // nor keep the replicas and the standby running. Going on disconnects Redis at the end, which
+    // fails whatever still waits on it.
     await this.bounded(this.scheduler.close(), 'the scheduler to stop');
     await this.bounded(this.reconciling, 'a reconcile pass to end');
     this.standby?.child.kill('SIGTERM');
     this.standby = null;
     await Promise.all([...this.replicas.values()].map((r) => this.stopReplica(r)));
     await this.bounded(this.redis.multi().del(keys.node(this.id)).srem(keys.nodes, this.id).exec(), 'the node record to be removed');
-    await this.bounded(Promise.all(this.handOvers), 'exited replicas\' requests to be handed over or answered');
-    await this.bounded(this.webhooks?.close(), 'the webhook queue to close');
+    await this.bounded(this.handOvers.close(), 'exited replicas\' requests to be handed over or answered');
     await this.metricsServer?.close();
     this.sub.disconnect();
     this.redis.disconnect();
