@@ -13,7 +13,7 @@
 // again, and running alone keeps that count from growing on the requests that ran beside it. A
 // replica that abandons what it holds (replaced as stuck) hands it over (XCLAIM … IDLE of a day
 // makes it claimable now), as does a replica's agent once its process has exited (crashed,
-// killed: scheduler/agent.ts). A hand-over tells the function's replicas to look at once
+// killed: scheduler/exited-requests.ts). A hand-over tells the function's replicas to look at once
 // (scanNow); a replica also looks as it starts, so a replacement takes them within a moment.
 import type { Redis } from 'ioredis';
 import type { RunJobData } from '../core/contracts.ts';
