@@ -96,7 +96,8 @@ export async function launchEmbers(o: { dataDir?: string; timeoutMs?: number; en
   const timeoutMs = o.timeoutMs ?? 180_000;
   const dataDir = o.dataDir ?? (await mkdtemp(path.join(os.tmpdir(), 'embers-bench-')));
   // As `npm start` runs it (package.json), V8 flag included.
-  const child = startChild('embers dev', ['--max-semi-space-size=32', 'cli/bin.mjs', 'dev'], {
+  const profile = process.env.BENCH_PROFILE_DIR ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_PROFILE_DIR}`] : [];
+  const child = startChild('embers dev', ['--max-semi-space-size=32', ...profile, 'cli/bin.mjs', 'dev'], {
     cwd: ROOT,
     env: cleanEnv({
       // Port 0: the gateway takes one the OS gives it, and its banner says which.
