@@ -49,7 +49,7 @@ const BUDGET_LOOK_MS = 2_000;
 /** The validation loop lets other work run (a gateway's requests) after this long without a pause. */
 const YIELD_MS = 20;
 
-/** A batch moved on (cancel asked, leadership lost): the current step stops and the loop re-reads it. */
+/** A batch moved on (cancel asked, leadership lost, paused for its budget): the current step stops and the loop re-reads it. */
 class Interrupted extends Error {}
 /** The batch's input cannot be read any more (its bucket unregistered, or refusing its credentials): the batch fails. */
 class InputGone extends Error {}
@@ -165,6 +165,9 @@ export class BatchFeeder {
    * a job until the rate lines finish at is known, then in chunks when they finish fast (chunkLines).
    */
   private async feed(rec: BatchRecord, log: Logger): Promise<void> {
+    // With lines left to queue and paused, the input is not opened (nor held open) until the
+    // budget allows lines again; a batch whose lines are all queued finishes whatever the budget.
+    if (rec.fed + rec.invalid < rec.total && (await this.pausedForBudget(rec, log))) return void (await sleep(BUDGET_LOOK_MS));
     const queue = this.o.queue(rec.function);
     const done = await this.batches.doneLines(rec.id);
     const meta = { enq: 0, t: rec.tenant, k: rec.key };
@@ -267,10 +270,8 @@ export class BatchFeeder {
   private async waitForRoom(id: string, n: number, pace: Pace, log: Logger): Promise<void> {
     for (;;) {
       const r = await this.check(id, ['in_progress']);
-      if (await this.pausedForBudget(r, log)) {
-        await sleep(BUDGET_LOOK_MS);
-        continue;
-      }
+      // The feed stops here; it starts again from the cursor once the pause ends.
+      if (await this.pausedForBudget(r, log)) throw new Interrupted();
       const done = r.completed + r.failed - r.invalid;
       pace.note(performance.now(), done);
       const out = r.fed - done;
@@ -282,7 +283,8 @@ export class BatchFeeder {
 
   /**
    * A batch of a tenant that reached a monthly budget queues no more lines (those queued run on)
-   * until the budget is raised or the month ends; its view says so while it waits.
+   * until the budget is raised or the month ends; its view says so while it waits. Read before
+   * each group of lines is queued.
    */
   private async pausedForBudget(r: BatchRecord, log: Logger): Promise<boolean> {
     const message = await this.budgets.exhaustedAt(r.tenant || DEFAULT_TENANT, Date.now());
