@@ -23,7 +23,9 @@ export function prettyLine(line: TailLine): string {
   const time = clock(line.time);
   if (line.type === 'log') {
     const fields = line.fields && Object.keys(line.fields).length ? ` ${JSON.stringify(line.fields)}` : '';
-    return `${time} ${line.level.toUpperCase().padEnd(5)} ${line.rid}  ${line.msg}${fields}`;
+    // A starting replica's line names its phase and version where a request's names the request.
+    const from = line.rid ?? `${line.phase} ${line.version} ${line.replica}`;
+    return `${time} ${line.level.toUpperCase().padEnd(5)} ${from}  ${line.msg}${fields}`;
   }
   const outcome = line.status < 400 ? 'ok' : 'error';
   const cold = line.cold ? ` · cold${line.coldMs !== undefined ? ` ${round(line.coldMs)} ms` : ''}` : '';

@@ -30,10 +30,16 @@ export interface LogCall {
   time: number;
 }
 
-/** A `ctx.log` line as the tail carries it. */
+/** Where a log line that belongs to no request was logged: a starting replica's `setup` or `warmup`. */
+export type StartPhase = 'setup' | 'warmup';
+
+export const START_PHASES: readonly StartPhase[] = ['setup', 'warmup'];
+
+/** A `ctx.log` line as the tail carries it: a request's (`rid`), or a starting replica's (`phase`). */
 export interface TailLogLine extends LogCall {
   type: 'log';
-  rid: string;
+  rid?: string;
+  phase?: StartPhase;
   version: string;
   replica: string;
 }

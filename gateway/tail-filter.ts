@@ -51,9 +51,13 @@ export class TailFilter {
       if (this.spec.version !== undefined && line.version !== this.spec.version) continue;
       if (line.type === 'log') {
         if (!this.searched(line)) continue;
+        if (line.rid === undefined) {
+          if (startLineShown(this.spec.status, line.level)) show.push(item);
+          continue;
+        }
         if (this.spec.search !== undefined) remember(this.matched, line.rid, true);
         if (this.spec.status === undefined) show.push(item);
-        else this.hold(item);
+        else this.hold(item, line.rid);
         continue;
       }
       const held = this.held.get(line.rid) ?? [];
@@ -72,11 +76,10 @@ export class TailFilter {
 
   private searched(line: Extract<TailLine, { type: 'log' }>): boolean {
     const s = this.spec.search;
-    return s === undefined || line.msg.includes(s) || line.rid.includes(s) || (line.fields !== undefined && safeJson(line.fields).includes(s));
+    return s === undefined || line.msg.includes(s) || (line.rid ?? line.phase ?? '').includes(s) || (line.fields !== undefined && safeJson(line.fields).includes(s));
   }
 
-  private hold(item: TailItem): void {
-    const rid = item.line.rid;
+  private hold(item: TailItem, rid: string): void {
     const list = this.held.get(rid);
     if (list) list.push(item);
     else this.held.set(rid, [item]);
@@ -89,6 +92,14 @@ export class TailFilter {
       if (!lines.length) this.held.delete(oldest);
     }
   }
+}
+
+/**
+ * A starting replica's line (setup, warmup) belongs to no request: shown without a status filter,
+ * and with `error` when it is an error (a setup that fails is what that reader looks for).
+ */
+function startLineShown(want: TailFilterSpec['status'], level: string): boolean {
+  return want === undefined || (want === 'error' && (level === 'error' || level === 'fatal'));
 }
 
 /** Sets `key` in a map kept to REQUESTS_MAX entries, the oldest forgotten first. */

@@ -10,7 +10,6 @@ import { sinceEnqueued } from '../core/clock.ts';
 import { destinationOf, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData } from '../core/contracts.ts';
 import { keys, SCAN_NOW, TAIL_NOW } from '../core/keys.ts';
 import type { Pricing } from '../core/pricing.ts';
-import { addTailLines } from '../core/tail.ts';
 import { liveJobId, type LiveOutcome } from '../core/live-queue.ts';
 import type { Logger } from '../core/log.ts';
 import { plainName } from '../core/names.ts';
@@ -20,7 +19,7 @@ import { waitAtMost } from '../core/settle.ts';
 import { answerWaiting } from './answer-waiting.ts';
 import { BatchLane } from './batch-lane.ts';
 import { Delivery, USAGE_KIND } from './delivery.ts';
-import { TailGate, TailWriter } from './tail.ts';
+import { replicaTail, type TailGate, type TailWriter } from './tail.ts';
 import { LiveConsumer } from './live-consumer.ts';
 import { loadFunction, type LoadOptions } from './load.ts';
 import { refusal } from './refusals.ts';
@@ -126,17 +125,9 @@ export class Replica {
     this.user.onStuck = (rid) => this.stuck(rid);
     this.user.onExit = (e) => this.userCodeExited(e);
     const fn = o.manifest.name;
-    this.tail = {
-      gate: new TailGate(async () => (await o.redis.exists(keys.tailing(fn))) === 1),
-      writer: new TailWriter({
-        replica: o.id,
-        version: o.manifest.version,
-        write: (entries) => addTailLines(o.redis, fn, entries),
-        onWriteError: (err) => this.log.warn({ err: err.message }, 'could not write to the function\'s tail; its readers see the lines as dropped'),
-      }),
-    };
-    this.tail.gate.onOpen = () => this.tail.writer.session();
+    this.tail = replicaTail({ redis: o.redis, fn, replica: o.id, version: o.manifest.version, log: this.log });
     this.user.onLogsDropped = (count) => this.tail.writer.dropped(count);
+    this.user.onStartLog = (phase, call) => this.tail.gate.on() && this.tail.writer.startLog(phase, call);
     this.runs = { user: this.user, redis: o.redis, stops: this.stops, fn: plainName(fn), timeoutMs: o.manifest.timeoutMs, jobRetentionS: o.jobRetentionS, tail: this.tail };
   }
 
@@ -172,6 +163,8 @@ export class Replica {
     // spawn: from the agent's spawn() to this process running our code.
     const began = this.o.spawnedAt ?? Date.now();
     const spawnMs = Math.max(0, Date.now() - began);
+    // Whether the function is tailed, read now: setup's log lines come before any request.
+    this.tail.gate.on();
     await this.beat();
     this.heartbeat = setInterval(() => void this.beat().catch((err) => this.log.warn({ err }, 'heartbeat failed')), this.o.heartbeatMs);
     const at = { phase: 'bundle' };

@@ -1,7 +1,10 @@
 // The replica's half of the tail (core/tail.ts): whether anyone tails its function (TailGate),
-// and the lines it writes while someone does (TailWriter): its tailed runs' `ctx.log` lines and a
-// summary line per request. A function nobody tails costs a cached boolean per request.
-import { capLogCall, type TailLine, type TailRequestLine, type TailEntry } from '../core/tail.ts';
+// and the lines it writes while someone does (TailWriter): its tailed runs' `ctx.log` lines, those
+// of its setup and warmup, and a summary line per request. A function nobody tails costs a cached boolean per request.
+import type { Redis } from 'ioredis';
+import { keys } from '../core/keys.ts';
+import type { Logger } from '../core/log.ts';
+import { addTailLines, capLogCall, type StartPhase, type TailLine, type TailRequestLine, type TailEntry } from '../core/tail.ts';
 
 /** How long the replica trusts what it last read of keys.tailing (ms). */
 export const GATE_MAX_AGE_MS = 1_000;
@@ -96,6 +99,12 @@ export class TailWriter {
     if (call) this.add({ type: 'log', ...call, rid, version: this.o.version, replica: this.o.replica }, WRITER_MAX_PENDING);
   }
 
+  /** A `ctx.log` line of the replica's setup or warmup, as the user code sent it. */
+  startLog(phase: StartPhase, raw: unknown): void {
+    const call = capLogCall(raw);
+    if (call) this.add({ type: 'log', ...call, phase, version: this.o.version, replica: this.o.replica }, WRITER_MAX_PENDING);
+  }
+
   /** A finished request's summary. */
   request(r: Omit<TailRequestLine, 'type' | 'time' | 'version' | 'replica'>): void {
     this.add({ type: 'request', time: Date.now(), ...r, version: this.o.version, replica: this.o.replica }, 2 * WRITER_MAX_PENDING);
@@ -148,4 +157,17 @@ export class TailWriter {
       if (this.pending.length) this.writeSome();
     });
   }
+}
+
+/** A replica's gate and writer for its function's tail, wired together: the gate opening starts a session. */
+export function replicaTail(o: { redis: Redis; fn: string; replica: string; version: string; log: Logger }): { gate: TailGate; writer: TailWriter } {
+  const gate = new TailGate(async () => (await o.redis.exists(keys.tailing(o.fn))) === 1);
+  const writer = new TailWriter({
+    replica: o.replica,
+    version: o.version,
+    write: (entries) => addTailLines(o.redis, o.fn, entries),
+    onWriteError: (err) => o.log.warn({ err: err.message }, 'could not write to the function\'s tail; its readers see the lines as dropped'),
+  });
+  gate.onOpen = () => writer.session();
+  return { gate, writer };
 }

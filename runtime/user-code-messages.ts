@@ -9,7 +9,7 @@ import type { TensorSignature } from '../core/oip/datatypes.ts';
 import type { ExecutionProvider } from '../native/session.ts';
 import type { DynamicBatcher } from './batcher.ts';
 import type { ModelSession } from '../native/session.ts';
-import type { LogCall } from '../core/tail.ts';
+import type { LogCall, StartPhase } from '../core/tail.ts';
 
 /** What the user code loads: files the replica prepared (read-only in the sandbox). */
 export interface AssignMessage {
@@ -97,10 +97,10 @@ export type FromUserCode =
   /** One chunk (its JSON) a handler yielded, for a run with `streamTo`. */
   | { type: 'chunk'; n: number; data: string }
   /**
-   * A tailed run's `ctx.log` line (tail-log.ts), and/or how many lines the process dropped since
-   * it last said (over LOG_LINES_PER_S, any run's).
+   * A tailed run's `ctx.log` line (tail-log.ts), or with `phase` one logged by setup or warmup
+   * (n 0), and/or how many lines the process dropped since it last said (over LOG_LINES_PER_S).
    */
-  | { type: 'log'; n: number; call?: LogCall; dropped?: number }
+  | { type: 'log'; n: number; call?: LogCall; dropped?: number; phase?: StartPhase }
   /** Tells the node's other replicas it runs live requests (busy) or none. */
   | { type: 'announce'; busy: boolean }
   /** A handler ran past its timeout and grace and will not stop: replace the replica. */

@@ -16,6 +16,7 @@ import { Outbox } from './outbox.ts';
 import { FrameReader, writeFrame } from './byte-channel.ts';
 import type { Readable, Writable } from 'node:stream';
 import { StartFailure, type AssignMessage, type FromUserCode, type RunMessage, type ToUserCode, type UserStats } from './user-code-messages.ts';
+import { START_PHASES, type StartPhase } from '../core/tail.ts';
 
 const FROM_SOURCE = import.meta.url.endsWith('.ts');
 const ENTRY = fileURLToPath(new URL(FROM_SOURCE ? './user-main.ts' : './user-main.mjs', import.meta.url));
@@ -89,6 +90,8 @@ export class UserCodeProcess {
   onExit: (e: UserCodeExit) => void = () => {};
   /** The process dropped `count` log lines of tailed runs (over its budget). */
   onLogsDropped: (count: number) => void = () => {};
+  /** A `ctx.log` line of setup or warmup (unchecked: the replica caps it, as a run's). */
+  onStartLog: (phase: StartPhase, call: unknown) => void = () => {};
 
   constructor(private readonly o: UserCodeProcessOptions) {
     this.staging = path.join(o.cacheDir, 'staging', o.id);
@@ -285,7 +288,10 @@ export class UserCodeProcess {
         this.chunkTargets.get(m.n)?.(m.data);
         break;
       case 'log':
-        if (m.call !== undefined) this.logTargets.get(m.n)?.(m.call);
+        if (m.call !== undefined) {
+          if (m.phase === undefined) this.logTargets.get(m.n)?.(m.call);
+          else if (START_PHASES.includes(m.phase)) this.onStartLog(m.phase, m.call);
+        }
         if (typeof m.dropped === 'number' && m.dropped > 0) this.onLogsDropped(Math.min(m.dropped, 1e9));
         break;
       case 'announce':

@@ -3,7 +3,7 @@
 // calls across requests. It holds no platform credential (no Redis, S3 or API key) and reaches
 // only its replica, over IPC (user-code-messages.ts); the replica meters and answers.
 import { setMaxListeners } from 'node:events';
-import { PerformanceObserver } from 'node:perf_hooks';
+import { gcPauses, observeGcPauses } from './gc-pauses.ts';
 import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
 import { errorBody } from '../core/contracts.ts';
@@ -21,7 +21,7 @@ import { CanceledError, errorReply, TimeoutError } from './handler-errors.ts';
 import { envView } from '../core/function-env.ts';
 import { isFunctionDefinition, type FunctionDefinition, type HandlerContext, type ModelHandle } from '../sdk/index.ts';
 import { tailedLogger } from './tail-log.ts';
-import type { LogCall } from '../core/tail.ts';
+import type { LogCall, StartPhase } from '../core/tail.ts';
 import { heldMs, holdCall, newCallTimes, splitTiming, type CallTimes } from './timing.ts';
 import { StartFailure, type AssignMessage, type FromUserCode, type RunMessage, type UserStats } from './user-code-messages.ts';
 
@@ -48,8 +48,8 @@ export interface UserCodeOptions {
   openModel?: (init: ModelSessionInit) => Promise<ModelRunner>;
   /** Sends a chunk a handler yielded, for a run that streams (handler-stream.ts). */
   sendChunk?: (n: number, data: string) => void;
-  /** Sends a `ctx.log` line of a tailed run (tail-log.ts). */
-  sendLog?: (n: number, call: LogCall) => void;
+  /** Sends a `ctx.log` line of a tailed run (tail-log.ts), or with `phase` one of setup or warmup (n 0). */
+  sendLog?: (n: number, call: LogCall, phase?: StartPhase) => void;
 }
 
 export class UserCode {
@@ -78,7 +78,7 @@ export class UserCode {
   private readonly streams: HandlerStreams;
 
   constructor(private readonly o: UserCodeOptions) {
-    observeGc();
+    observeGcPauses();
     writeTypedArraysAsJson();
     this.streams = new HandlerStreams(o.sendChunk ?? (() => {}));
   }
@@ -137,7 +137,7 @@ export class UserCode {
 
       phase = 'setup';
       const tSetup = performance.now();
-      await this.def.setup?.({ models: this.handles(), log: this.o.log, fn: { name: a.fn.name, version: a.fn.version }, env: this.env });
+      await this.def.setup?.({ models: this.handles(), log: this.startLog('setup'), fn: { name: a.fn.name, version: a.fn.version }, env: this.env });
       const setupMs = performance.now() - tSetup;
 
       phase = 'warmup';
@@ -158,7 +158,7 @@ export class UserCode {
     const models: UserStats['models'] = {};
     for (const [name, m] of this.models) models[name] = { provider: m.session.provider, fallback: m.session.fallback, instances: m.session.instances, lone: m.session.lone, ...m.batcher.stats };
     const liveFirst = this.gate ? { ...this.gate.stats, heldMs: Math.round(this.gate.stats.heldMs) } : { yields: 0, heldMs: 0 };
-    return { liveFirst, gc: { count: gcStats.count, ms: Math.round(gcStats.ms) }, models };
+    return { liveFirst, gc: gcPauses(), models };
   }
 
   peer(id: string, busy: boolean): void {
@@ -236,13 +236,19 @@ export class UserCode {
     return { type: 'result', n: m.n, status, body, bytes, timing, canceled: canceled || undefined, streamed };
   }
 
+  /** ctx.log of setup or warmup: its lines also go to the replica, which tails them while the function is tailed. */
+  private startLog(phase: StartPhase): Logger {
+    const send = this.o.sendLog;
+    return send ? tailedLogger(this.o.log.child({ phase }), (call) => send(0, call, phase)) : this.o.log;
+  }
+
   /** Runs the function's warmup input once through the handler, so the first caller pays no first-run costs. */
   private async warmup(): Promise<void> {
     const example = typeof this.def.warmup === 'function' ? await (this.def.warmup as () => unknown)() : this.def.warmup;
     if (example === undefined) return;
     const input = (this.def.input as z.ZodType).parse(example);
     const ctl = new AbortController();
-    const out = await this.def.handler(input, { models: this.handles(), log: this.o.log, requestId: 'warmup', signal: ctl.signal, fn: { name: this.a.fn.name, version: this.a.fn.version }, env: this.env });
+    const out = await this.def.handler(input, { models: this.handles(), log: this.startLog('warmup'), requestId: 'warmup', signal: ctl.signal, fn: { name: this.a.fn.name, version: this.a.fn.version }, env: this.env });
     if (isChunkSource(out)) for await (const _ of out);
   }
 
@@ -399,20 +405,6 @@ export class UserCode {
 }
 
 const EMPTY = new Uint8Array(0);
-
-/** Main-thread GC pauses since the process started. */
-const gcStats = { count: 0, ms: 0 };
-let gcObserver: PerformanceObserver | undefined;
-function observeGc(): void {
-  if (gcObserver) return;
-  gcObserver = new PerformanceObserver((list) => {
-    for (const e of list.getEntries()) {
-      gcStats.count++;
-      gcStats.ms += e.duration;
-    }
-  });
-  gcObserver.observe({ entryTypes: ['gc'] });
-}
 
 /** How long after it is ready the process waits before loading its models' other instances. */
 const GROW_AFTER_MS = 1000;

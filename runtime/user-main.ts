@@ -12,7 +12,7 @@ import { StartFailure } from './user-code-messages.ts';
 import { UserCode, type RunOutcome } from './user-code.ts';
 import net from 'node:net';
 import { LogBudget } from './tail-log.ts';
-import type { LogCall } from '../core/tail.ts';
+import type { LogCall, StartPhase } from '../core/tail.ts';
 import { BYTES_IN_FD, BYTES_OUT_FD, FrameReader, writeFrame } from './byte-channel.ts';
 
 const log = createLogger('user-code');
@@ -57,9 +57,9 @@ let logsDropped = 0;
 let dropsTimer: NodeJS.Timeout | undefined;
 const DROPS_TOLD_MS = 250;
 
-function sendLog(n: number, call: LogCall): void {
+function sendLog(n: number, call: LogCall, phase?: StartPhase): void {
   if (logBudget.take()) {
-    send({ type: 'log', n, call, ...(logsDropped ? { dropped: logsDropped } : {}) });
+    send({ type: 'log', n, call, ...(phase ? { phase } : {}), ...(logsDropped ? { dropped: logsDropped } : {}) });
     logsDropped = 0;
     return;
   }

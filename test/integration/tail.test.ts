@@ -1,6 +1,7 @@
-// `embers tail` on the real platform: a request's ctx.log line and summary reach the tail, the
-// filters apply, another tenant cannot tail the function, a chatty handler leaves the stream capped
-// and its reader told what was dropped, and functions nobody tails write nothing.
+// `embers tail` on the real platform: a request's ctx.log line and summary reach the tail, and so
+// do a starting replica's setup lines; the filters apply, another tenant cannot tail the function,
+// a chatty handler leaves the stream capped and its reader told what was dropped, and functions
+// nobody tails write nothing.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
@@ -136,5 +137,18 @@ describe('embers tail', () => {
     assert.match(summary, new RegExp(`${rid}  200 ok in .* ms \\(queued .* ms\\) · v1 · sync$`));
     cli.kill('SIGINT');
     assert.equal(await exited, 0);
+  });
+
+  test('shows the setup lines of a replica that starts while the function is tailed', async () => {
+    const tail = await openTail();
+    // A new secret rolls the function to a new version, whose replica starts while it is tailed.
+    const put = await p.fetch('/v1/functions/chatty/secrets/GREETING', { method: 'PUT', body: 'hello' });
+    assert.equal(put.status, 201, await put.clone().text());
+    const { version } = (await put.json()) as { version: string };
+    await eventually(async () => (await p.fetch('/v1/run/chatty', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })).headers.get('embers-version') === version, `${version} answering`);
+    const setup = await tail.find('the setup line', (l) => l.type === 'log' && l.phase === 'setup' && l.version === version);
+    assert.equal(setup.type, 'log');
+    assert.deepEqual([setup.msg, setup.fields, setup.level, setup.rid], ['chatty is ready to talk', { greeting: 'set' }, 'info', undefined]);
+    tail.stop();
   });
 });

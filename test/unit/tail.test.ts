@@ -126,6 +126,15 @@ describe('the replica\'s side', () => {
     assert.equal((JSON.parse(entries[0].d) as TailLogLine).msg, 'l0');
   });
 
+  test('the writer tags a setup or warmup line with its phase in place of a request id', async () => {
+    const written: TailEntry[] = [];
+    const w = new TailWriter({ replica: 'r1', version: 'v3', write: async (e) => void written.push(...e) });
+    w.startLog('setup', { level: 'info', msg: 'vocab loaded', fields: { words: 3 }, time: 5 });
+    w.startLog('warmup', { level: 'bogus', msg: 'not a line' });
+    await w.flush();
+    assert.deepEqual(written.map((e) => JSON.parse(e.d) as TailLogLine), [{ type: 'log', level: 'info', msg: 'vocab loaded', fields: { words: 3 }, time: 5, phase: 'setup', version: 'v3', replica: 'r1' }]);
+  });
+
   test('lines carry where their session began: the gate opening starts one', async () => {
     const written: TailEntry[] = [];
     const w = new TailWriter({ replica: 'r1', version: 'v1', write: async (e) => void written.push(...e) });
@@ -194,6 +203,16 @@ describe('the gateway\'s side', () => {
     assert.deepEqual(r.show.map((i) => `${i.line.type}:${i.line.rid}`), ['log:b', 'log:c', 'request:b', 'request:c', 'request:needle-rid']);
   });
 
+  test('a starting replica\'s setup and warmup lines: shown unfiltered, searched, and with status error only when they are errors', () => {
+    const setup = (msg: string, level: TailLogLine['level'] = 'info') => item({ type: 'log', time: 0, phase: 'setup', level, msg, version: 'v2', replica: 'r9' });
+    assert.deepEqual(shown(new TailFilter({}).take([setup('loading vocab'), item(log('a', 'x'))])), ['loading vocab', 'x']);
+    assert.deepEqual(shown(new TailFilter({ status: 'error' }).take([setup('loading vocab'), setup('no licence', 'error'), item(done('a', 200))])), ['no licence']);
+    assert.deepEqual(shown(new TailFilter({ status: 200 }).take([setup('no licence', 'error')])), []);
+    assert.deepEqual(shown(new TailFilter({ search: 'vocab' }).take([setup('loading vocab'), setup('ready')])), ['loading vocab']);
+    assert.deepEqual(shown(new TailFilter({ search: 'setup' }).take([setup('ready')])), ['ready'], 'its phase is searched as a request id is');
+    assert.deepEqual(shown(new TailFilter({ version: 'v1' }).take([setup('ready')])), []);
+  });
+
   test('version keeps only that version\'s lines', () => {
     const f = new TailFilter({ version: 'v2' });
     assert.deepEqual(shown(f.take([item(log('a', 'old')), item(log('b', 'new', { version: 'v2' })), item(done('b', 200, { version: 'v2' }))])), ['new', 200]);
@@ -217,6 +236,7 @@ describe('embers tail\'s formats', () => {
   test('pretty: time, level, request id, message; summaries set apart; drops said', () => {
     assert.equal(prettyLine(log('req_1', 'hello', { time, fields: { k: 1 } })), '03:04:05.006 INFO  req_1  hello {"k":1}');
     assert.equal(prettyLine(log('req_1', 'boom', { time, level: 'error' })), '03:04:05.006 ERROR req_1  boom');
+    assert.equal(prettyLine({ type: 'log', time, phase: 'setup', level: 'info', msg: 'vocab loaded', version: 'v2', replica: 'fn-v2-a1b2c3' }), '03:04:05.006 INFO  setup v2 fn-v2-a1b2c3  vocab loaded');
     assert.equal(prettyLine(done('req_1', 200, { time, ms: 12.345, queueMs: 0.25 })), '03:04:05.006 ═════ req_1  200 ok in 12 ms (queued 0.3 ms) · v1 · sync');
     assert.equal(prettyLine(done('req_2', 503, { time, cold: true, coldMs: 1500, kind: 'async', version: 'v3' })), '03:04:05.006 ═════ req_2  503 error in 3 ms (queued 1 ms) · v3 · async · cold 1500 ms');
     assert.equal(formatTailEvent({ event: 'dropped', data: '{"count":7}' }, 'pretty'), '… 7 lines dropped\n');
