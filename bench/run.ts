@@ -12,7 +12,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import sharp from 'sharp';
-import { batchSection, formatBatch, type BatchSection } from './batch.ts';
+import { batchSection, formatBatch } from './batch.ts';
 import { batchingSection, batchingSummaryLine, formatBatching } from './batching.ts';
 import { formatInferenceProtocol, inferenceProtocolSection, inferenceProtocolSummaryLines, quickRawCls, type InferenceProtocolSection } from './inference-protocol.ts';
 import { chartSvg } from './chart.ts';
@@ -21,7 +21,7 @@ import { fleetSection } from './fleet-section.ts';
 import { soakOnly } from './soak.ts';
 import { coldStartSection, coldSummaryLine, formatCold, type ColdStartResult } from './cold.ts';
 import { IMAGE_TEXT, testImage } from './image.ts';
-import { bodySection, formatBodies, type BodySection } from './body.ts';
+import { bodySection, formatBodies } from './body.ts';
 import { closedLoop, type Target } from './load.ts';
 import { takeTurns } from './turns.ts';
 import { ORT_VERSION, settingLabel, type ThreadSetting } from './ort.ts';
@@ -262,6 +262,18 @@ async function mainBatchingOnly(): Promise<void> {
   process.stdout.write(`\n${formatBatching(batching).join('\n')}\n\n${batchingSummaryLine(batching)}\n`);
 }
 
+/** One section of the full run: a failure is logged and kept in the result, and the run goes on (exit code 1). */
+async function attempt<T>(section: string, run: () => Promise<T>): Promise<[T, undefined] | [undefined, string]> {
+  try {
+    return [await run(), undefined];
+  } catch (err) {
+    const error = err instanceof Error ? err.message : String(err);
+    log(`${section} section failed: ${error}`);
+    process.exitCode = 1;
+    return [undefined, error];
+  }
+}
+
 async function main(): Promise<void> {
   const only = process.env.BENCH_ONLY ?? '';
   if (only === 'cold') return mainColdOnly();
@@ -328,50 +340,18 @@ async function main(): Promise<void> {
   const overhead = await overheadSection(embers, naive.port, groups, window);
   const { echo, ping } = overhead;
 
-  let bodies: BodySection | undefined;
-  let bodiesError: string | undefined;
-  try {
-    bodies = await bodySection({ port: embers.port, apiKey: embers.apiKey, groups, seconds: Math.max(20, (4 * window.measureMs) / 1000), log });
-  } catch (err) {
-    bodiesError = err instanceof Error ? err.message : String(err);
-    log(`request body section failed: ${bodiesError}`);
-    process.exitCode = 1;
-  }
-
-  let batches: BatchSection | undefined;
-  let batchesError: string | undefined;
-  try {
-    batches = await batchSection({ port: embers.port, apiKey: embers.apiKey, ocrBody, window, echoLiveReqPerSec: echo.reqPerSec, rawOcrReqPerSec: pipeline.reqPerSec, raw: rawPipelineSide(image, pipeline), log });
-  } catch (err) {
-    batchesError = err instanceof Error ? err.message : String(err);
-    log(`batch section failed: ${batchesError}`);
-    process.exitCode = 1;
-  }
+  const [bodies, bodiesError] = await attempt('request body', () => bodySection({ port: embers.port, apiKey: embers.apiKey, groups, seconds: Math.max(20, (4 * window.measureMs) / 1000), log }));
+  const [batches, batchesError] = await attempt('batch', () =>
+    batchSection({ port: embers.port, apiKey: embers.apiKey, ocrBody, window, echoLiveReqPerSec: echo.reqPerSec, rawOcrReqPerSec: pipeline.reqPerSec, raw: rawPipelineSide(image, pipeline), log }),
+  );
 
   log('stopping servers');
   await Promise.all([naive.stop(), embers.stop()]);
 
   const cold = await coldStart(ocrBody);
 
-  let batching: BatchingSection | undefined;
-  let batchingError: string | undefined;
-  try {
-    batching = await batchingOnFreshEmbers(window);
-  } catch (err) {
-    batchingError = err instanceof Error ? err.message : String(err);
-    log(`dynamic batching section failed: ${batchingError}`);
-    process.exitCode = 1;
-  }
-
-  let oip: InferenceProtocolSection | undefined;
-  let oipError: string | undefined;
-  try {
-    oip = await oipOnFreshEmbers(window, cls);
-  } catch (err) {
-    oipError = err instanceof Error ? err.message : String(err);
-    log(`open inference protocol section failed: ${oipError}`);
-    process.exitCode = 1;
-  }
+  const [batching, batchingError] = await attempt('dynamic batching', () => batchingOnFreshEmbers(window));
+  const [oip, oipError] = await attempt('open inference protocol', () => oipOnFreshEmbers(window, cls));
 
   const { ratios, pass } = computeRatios(ocr, pipeline, saturation, paired, echo, ping, batching);
   const result: BenchResult = {
