@@ -194,10 +194,13 @@ export class BatchStore {
     await this.redis.hset(keys.batch(id), fields);
   }
 
-  /** Holds the batch's remaining lines back (shown in its view while it is in progress); null: lets them go. */
+  /**
+   * Holds the batch's remaining lines back (shown in its view while it is in progress); null: lets
+   * them go, its progress time restarting then (a pause is no stall: cluster-gauges.ts).
+   */
   async pause(id: string, why: BatchPause | null): Promise<void> {
     if (why) await this.redis.hset(keys.batch(id), 'paused', JSON.stringify(why));
-    else await this.redis.hdel(keys.batch(id), 'paused');
+    else await this.redis.multi().hdel(keys.batch(id), 'paused').hset(keys.batch(id), 'progressAt', String(Date.now())).exec();
   }
 
   /** Line numbers that already have an outcome (invalid lines, and done ones after a restart). */

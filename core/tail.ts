@@ -39,7 +39,8 @@ export const START_PHASES: readonly StartPhase[] = ['setup', 'warmup'];
 export interface TailLogLine extends LogCall {
   type: 'log';
   rid?: string;
-  phase?: StartPhase;
+  /** The cold-start phase of a starting replica's line: setup or warmup for its `ctx.log`, any for the line saying where its start failed. */
+  phase?: string;
   version: string;
   replica: string;
 }

@@ -127,7 +127,8 @@ export class Replica {
     const fn = o.manifest.name;
     this.tail = replicaTail({ redis: o.redis, fn, replica: o.id, version: o.manifest.version, log: this.log });
     this.user.onLogsDropped = (count) => this.tail.writer.dropped(count);
-    this.user.onStartLog = (phase, call) => this.tail.gate.on() && this.tail.writer.startLog(phase, call);
+    // Only while it starts: the user code could send such lines at any time.
+    this.user.onStartLog = (phase, call) => this.state === 'starting' && this.tail.gate.on() && this.tail.writer.startLog(phase, call);
     this.runs = { user: this.user, redis: o.redis, stops: this.stops, fn: plainName(fn), timeoutMs: o.manifest.timeoutMs, jobRetentionS: o.jobRetentionS, tail: this.tail };
   }
 
@@ -179,6 +180,9 @@ export class Replica {
       const phase = err instanceof StartFailure ? err.phase : at.phase;
       const error = (this.error = { phase, message: (err as Error).message });
       this.log.error({ err, phase }, 'replica failed to start');
+      // A tail watching the start sees why it failed, after what its setup logged; the process exits next.
+      if (this.tail.gate.on()) this.tail.writer.startLog(phase, { level: 'error', msg: `replica failed to start in ${phase}: ${error.message}`, time: Date.now() });
+      await waitAtMost(this.tail.writer.flush(), TAIL_FLUSH_WAIT_MS, this.log, 'the tail\'s last lines');
       await this.beat().catch(() => {});
       const { name, version } = manifest;
       await this.recordStart({ replica: this.o.id, version, at: new Date().toISOString(), error }, { type: 'replica', name, replica: this.o.id, state: 'failed', error })

@@ -4,7 +4,7 @@
 import type { Redis } from 'ioredis';
 import { keys } from '../core/keys.ts';
 import type { Logger } from '../core/log.ts';
-import { addTailLines, capLogCall, type StartPhase, type TailLine, type TailRequestLine, type TailEntry } from '../core/tail.ts';
+import { addTailLines, capLogCall, type TailLine, type TailRequestLine, type TailEntry } from '../core/tail.ts';
 
 /** How long the replica trusts what it last read of keys.tailing (ms). */
 export const GATE_MAX_AGE_MS = 1_000;
@@ -99,8 +99,8 @@ export class TailWriter {
     if (call) this.add({ type: 'log', ...call, rid, version: this.o.version, replica: this.o.replica }, WRITER_MAX_PENDING);
   }
 
-  /** A `ctx.log` line of the replica's setup or warmup, as the user code sent it. */
-  startLog(phase: StartPhase, raw: unknown): void {
+  /** A `ctx.log` line of the replica's setup or warmup as the user code sent it, or the replica's own line on its failed start. */
+  startLog(phase: string, raw: unknown): void {
     const call = capLogCall(raw);
     if (call) this.add({ type: 'log', ...call, phase, version: this.o.version, replica: this.o.replica }, WRITER_MAX_PENDING);
   }

@@ -268,10 +268,10 @@ export class BatchFeeder {
 
   /** Waits until `n` more lines fit in the batch's window, or none is out (a window smaller than one addBulk still moves). */
   private async waitForRoom(id: string, n: number, pace: Pace, log: Logger): Promise<void> {
-    for (;;) {
+    for (let look = 0; ; look++) {
       const r = await this.check(id, ['in_progress']);
-      // The feed stops here; it starts again from the cursor once the pause ends.
-      if (await this.pausedForBudget(r, log)) throw new Interrupted();
+      // Once per group of lines, the budget: the feed stops here, and starts again from the cursor once the pause ends.
+      if (look === 0 && (await this.pausedForBudget(r, log))) throw new Interrupted();
       const done = r.completed + r.failed - r.invalid;
       pace.note(performance.now(), done);
       const out = r.fed - done;

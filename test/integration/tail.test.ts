@@ -8,7 +8,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { readEvents, type ServerEvent } from '../../cli/sse.ts';
 import { keys } from '../../core/keys.ts';
-import { TAIL_MAX_LINES, type TailLine } from '../../core/tail.ts';
+import { TAIL_MAX_LINES, type TailLine, type TailLogLine } from '../../core/tail.ts';
 import { eventually, fixture, ROOT, shipped, startTestPlatform, tenantWithKey, type TestPlatform } from '../helpers/platform.ts';
 
 let p: TestPlatform;
@@ -145,10 +145,32 @@ describe('embers tail', () => {
     const put = await p.fetch('/v1/functions/chatty/secrets/GREETING', { method: 'PUT', body: 'hello' });
     assert.equal(put.status, 201, await put.clone().text());
     const { version } = (await put.json()) as { version: string };
-    await eventually(async () => (await p.fetch('/v1/run/chatty', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })).headers.get('embers-version') === version, `${version} answering`);
+    await eventually(async () => {
+      const res = await p.fetch('/v1/run/chatty', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+      await res.arrayBuffer();
+      return res.headers.get('embers-version') === version;
+    }, `${version} answering`);
     const setup = await tail.find('the setup line', (l) => l.type === 'log' && l.phase === 'setup' && l.version === version);
     assert.equal(setup.type, 'log');
     assert.deepEqual([setup.msg, setup.fields, setup.level, setup.rid], ['chatty is ready to talk', { greeting: 'set' }, 'info', undefined]);
+    tail.stop();
+  });
+
+  test('a setup that fails: its error line, then where the start failed, reach a tail of errors', async () => {
+    const tail = await openTail('?status=error');
+    // Last: chatty's setup refuses this greeting, so its replicas fail to start from here on.
+    const put = await p.fetch('/v1/functions/chatty/secrets/GREETING', { method: 'PUT', body: 'refuse' });
+    assert.equal(put.status, 200, await put.clone().text());
+    const { version } = (await put.json()) as { version: string };
+    void run('chatty', {});
+    const isSaid = (l: TailLine) => l.type === 'log' && l.version === version && l.msg === 'chatty will not talk today';
+    const isFailed = (l: TailLine) => l.type === 'log' && l.version === version && l.msg.startsWith('replica failed to start');
+    const said = (await tail.find('the setup\'s error line', isSaid)) as TailLogLine;
+    const failed = (await tail.find('the failed start', isFailed)) as TailLogLine;
+    assert.deepEqual([said.phase, said.level, failed.phase, failed.level], ['setup', 'error', 'setup', 'error']);
+    assert.equal(failed.msg, 'replica failed to start in setup: no greeting for you');
+    assert.ok(tail.lines().findIndex(isSaid) < tail.lines().findIndex(isFailed), 'what setup logged comes first');
+    assert.ok(!tail.lines().some((l) => l.type === 'log' && l.level === 'info'), 'a status filter of error shows no info line');
     tail.stop();
   });
 });

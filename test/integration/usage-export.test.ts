@@ -220,20 +220,24 @@ describe('usage export', () => {
     let midway = 0;
     for (let attempt = 0; attempt < 8 && midway < 3; attempt++) {
       const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'test/helpers/usage-exporter-process.ts')], {
+        cwd: ROOT,
         env: { ...process.env, EMBERS_REDIS_URL: p.redisUrl, EMBERS_S3_ENDPOINT: p.s3Endpoint!, EXPORT_BATCH: '10' },
         stdio: ['ignore', 'ignore', 'inherit'],
       });
       const exited = new Promise((r) => child.once('exit', r));
       // Killed once it has committed a batch and recorded the next one's intent: that batch's
-      // files are being written, or written and not committed.
+      // files are about to be written, being written, or written and not committed (mostly the
+      // first: the window after the files is one round trip, which the prepare/commit test covers).
       const [startCursor, startIntent] = await redis.mget(usageKeys.exportCursor, usageKeys.exportIntent);
       let intent: string | null = null;
-      while (child.exitCode === null) {
+      const until = Date.now() + 60_000;
+      while (child.exitCode === null && child.signalCode === null && Date.now() < until) {
         const [cursor, now] = await redis.mget(usageKeys.exportCursor, usageKeys.exportIntent);
         if (cursor !== startCursor && now !== null && now !== startIntent) {
           intent = now;
           break;
         }
+        await new Promise((r) => setTimeout(r, 1));
       }
       child.kill('SIGKILL');
       await exited;
