@@ -243,7 +243,7 @@ export class BatchStore {
   }
 
   async retire(id: string): Promise<void> {
-    await this.redis.multi().srem(keys.activeBatches, id).del(keys.batchResults(id)).exec();
+    await this.redis.multi().srem(keys.activeBatches, id).del(keys.batchResults(id)).del(keys.batchHeld(id)).exec();
   }
 
   active(): Promise<string[]> {
@@ -259,10 +259,11 @@ export class BatchStore {
     const ids = await this.active();
     if (ids.length === 0) return out;
     const pipe = this.redis.pipeline();
-    for (const id of ids) pipe.hmget(keys.batch(id), 'function', 'status', 'fed', 'completed', 'failed', 'invalid');
+    for (const id of ids) pipe.hmget(keys.batch(id), 'function', 'status', 'fed', 'completed', 'failed', 'invalid', 'paused');
     for (const [, v] of (await pipe.exec()) ?? []) {
-      const [fn, status, fed, completed, failed, invalid] = (v ?? []) as (string | null)[];
-      if (!fn || status !== 'in_progress') continue;
+      const [fn, status, fed, completed, failed, invalid, paused] = (v ?? []) as (string | null)[];
+      // A paused batch's lines wait outside the queue (scheduler/batch-hold.ts): no load.
+      if (!fn || status !== 'in_progress' || paused) continue;
       const n = Number(fed) - (Number(completed) + Number(failed) - Number(invalid));
       if (n > 0) out.set(fn, (out.get(fn) ?? 0) + n);
     }

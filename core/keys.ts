@@ -48,6 +48,8 @@ export const keys = {
   batch: (id: string) => `embers:batch:${id}`,
   /** line → `o{json}` or `e{json}`: a line's outcome, written once (HSETNX) whatever retries happen. */
   batchResults: (id: string) => `embers:batch:${id}:results`,
+  /** job id → the job, for the batch's queued jobs taken out of its queue while it is paused (scheduler/batch-hold.ts). */
+  batchHeld: (id: string) => `embers:batch:${id}:held`,
   /** Batches the feeder still works on. */
   activeBatches: 'embers:batches:active',
   /** Root of webhook signing secrets when EMBERS_WEBHOOK_SECRET is unset. */

@@ -3,10 +3,10 @@
 // It feeds lines into the function's batch queue (below live traffic) with a bounded number
 // outstanding, so a 100k-line batch never floods Redis. Every step resumes from Redis state.
 import { createInterface } from 'node:readline';
-import type { Job, Queue } from 'bullmq';
+import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { BATCH_TERMINAL, BatchStore, chunkJob, chunkOf, errorLine, lineJob, type BatchRecord, type BatchStatus } from '../core/batches.ts';
-import { s3Keys, type BatchChunkData, type BatchChunkLine, type RunJobData } from '../core/contracts.ts';
+import { s3Keys, type BatchChunkLine } from '../core/contracts.ts';
 import type { TenantStores } from '../core/buckets.ts';
 import { BudgetStore } from '../core/budgets.ts';
 import type { Logger } from '../core/log.ts';
@@ -17,6 +17,7 @@ import { compileInputSchema, describeErrors } from '../core/validate.ts';
 import { keys } from '../core/keys.ts';
 import { chunkLines, DECIDE_SPAN_MS, FEED_LINES, nextLookMs, Pace, POLL_MS } from './batch-pace.ts';
 import { parseLine, splitUnwritable, type FeedJob } from './batch-lines.ts';
+import { batchJobs, holdBack, queueHeld } from './batch-hold.ts';
 
 export interface BatchFeederOptions {
   redis: Redis;
@@ -165,9 +166,9 @@ export class BatchFeeder {
    * a job until the rate lines finish at is known, then in chunks when they finish fast (chunkLines).
    */
   private async feed(rec: BatchRecord, log: Logger): Promise<void> {
-    // With lines left to queue and paused, the input is not opened (nor held open) until the
-    // budget allows lines again; a batch whose lines are all queued finishes whatever the budget.
-    if (rec.fed + rec.invalid < rec.total && (await this.pausedForBudget(rec, log))) return void (await sleep(BUDGET_LOOK_MS));
+    // Paused (or lines left to queue, and maybe now paused): the input is not opened, nor held
+    // open, until the budget allows lines again.
+    if ((rec.paused || rec.fed + rec.invalid < rec.total) && (await this.pausedForBudget(rec, log))) return void (await sleep(BUDGET_LOOK_MS));
     const queue = this.o.queue(rec.function);
     const done = await this.batches.doneLines(rec.id);
     const meta = { enq: 0, t: rec.tenant, k: rec.key };
@@ -239,6 +240,8 @@ export class BatchFeeder {
       const r = await this.check(rec.id, ['in_progress']);
       if (r.completed + r.failed >= r.total) break;
       if (i % 50 === 49 && !(await this.o.registry.active(rec.function))) return this.fail(r, `function ${plainName(rec.function)} was deleted while the batch ran`);
+      // Every second, the budget: its queued lines are held back the moment it is reached.
+      if (i % 5 === 4 && (await this.pausedForBudget(r, log))) throw new Interrupted();
       await sleep(POLL_MS * 2);
     }
     await this.batches.transition(rec.id, ['in_progress'], { status: 'finalizing', finalizingAt: new Date().toISOString() });
@@ -288,12 +291,17 @@ export class BatchFeeder {
    */
   private async pausedForBudget(r: BatchRecord, log: Logger): Promise<boolean> {
     const message = await this.budgets.exhaustedAt(r.tenant || DEFAULT_TENANT, Date.now());
-    if (message && !r.paused) {
-      await this.batches.pause(r.id, { code: 'budget_exhausted', message, since: new Date().toISOString() });
-      log.warn({ tenant: r.tenant, reason: message }, 'batch paused: its tenant reached a monthly budget');
-    } else if (!message && r.paused) {
+    const queue = () => this.o.queue(r.function);
+    if (message) {
+      if (!r.paused) await this.batches.pause(r.id, { code: 'budget_exhausted', message, since: new Date().toISOString() });
+      // At every look: a chunk a replica split after the pause began is queued again as lines.
+      const held = await holdBack(this.o.redis, queue(), r.id);
+      if (!r.paused) log.warn({ tenant: r.tenant, reason: message, held }, 'batch paused: its tenant reached a monthly budget');
+    } else if (r.paused) {
+      const queued = await queueHeld(this.o.redis, queue(), r.id);
       await this.batches.pause(r.id, null);
-      log.info('batch resumed');
+      this.o.wake(r.function);
+      log.info({ queued }, 'batch resumed');
     }
     return message !== null;
   }
@@ -309,7 +317,7 @@ export class BatchFeeder {
     // Removes what waits and waits for what replicas hold (a job a replica holds is locked: not
     // removed), until none is left: a job whose replica died goes back to waiting and is removed
     // at the next look.
-    let ids = (await this.jobsOf(queue, rec.id)).map((j) => j.id!);
+    let ids = (await batchJobs(queue, rec.id)).map((j) => j.id!);
     while (ids.length > 0 && Date.now() < until) {
       const held: string[] = [];
       for (const id of ids) {
@@ -321,17 +329,8 @@ export class BatchFeeder {
       if (ids.length) await sleep(POLL_MS * 2);
     }
     // Line jobs a replica put back (a chunk it split) just before the batch stopped.
-    for (const job of await this.jobsOf(queue, rec.id)) await queue.remove(job.id!).catch(() => 0);
+    for (const job of await batchJobs(queue, rec.id)) await queue.remove(job.id!).catch(() => 0);
     await this.finalize(rec, final);
-  }
-
-  /** The batch's jobs in its function's queue: waiting, delayed or held by a replica. */
-  private async jobsOf(queue: Queue, id: string): Promise<Job[]> {
-    const ofBatch = (j: Job | undefined): j is Job => {
-      const d = j?.data as (Partial<RunJobData> & Partial<BatchChunkData>) | undefined;
-      return (d?.batch?.id ?? d?.chunk?.batch) === id;
-    };
-    return (await queue.getJobs(['waiting', 'prioritized', 'delayed', 'active'])).filter(ofBatch);
   }
 
   /** Writes the output and error files from the recorded outcomes, then closes the batch. */

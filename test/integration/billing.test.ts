@@ -16,8 +16,7 @@ import { eventually, fixture, startTestPlatform, tenantWithKey, type TestPlatfor
 let p: TestPlatform;
 
 before(async () => {
-  // Two batch lines queued at a time: a batch paused for its budget stops within a few lines.
-  p = await startTestPlatform({ EMBERS_WEBHOOK_ALLOW_PRIVATE: '1', EMBERS_SCHEDULER_TICK_MS: '100', EMBERS_BATCH_MAX_OUTSTANDING: '2' });
+  p = await startTestPlatform({ EMBERS_WEBHOOK_ALLOW_PRIVATE: '1', EMBERS_SCHEDULER_TICK_MS: '100' });
 });
 after(async () => {
   await p?.close();
@@ -153,29 +152,31 @@ describe('budgets', () => {
     }
   });
 
-  it('pause a batch whose tenant reaches its budget mid-way, say so in its view, and resume it when raised', async () => {
+  it('pause a batch whose tenant reaches its budget mid-way, taking its queued lines back, and resume it when raised', async () => {
     const { id: tenant, key } = await tenantWithKey(p, 'batched');
     const [asT, admin] = [as(key), as(p.adminKey)];
-    await deployAs(key, 'priced-a.ts');
+    await deployAs(key, 'priced-slow.ts');
     await json(admin(`/v1/tenants/${tenant}/budget`, { method: 'PUT', body: JSON.stringify({ monthlySpend: 1 }) }), 200);
-    const total = 30;
+    // Every line is queued at once (the window is 256); each takes 500 ms, 8 at a time.
+    const total = 120;
     const lines = Array.from({ length: total }, (_, i) => JSON.stringify({ custom_id: `l${i}`, input: { i } })).join('\n');
-    const { id } = await json<{ id: string }>(asT('/v1/batches?function=priced', { method: 'POST', body: lines, headers: { 'content-type': 'application/x-ndjson' } }), 201);
+    const { id } = await json<{ id: string }>(asT('/v1/batches?function=priced-slow', { method: 'POST', body: lines, headers: { 'content-type': 'application/x-ndjson' } }), 201);
     type Batch = { status: string; request_counts: { completed: number; failed: number }; paused?: { code: string; message: string; since: string } };
     const view = () => json<Batch>(asT(`/v1/batches/${id}`), 200);
-    // 0.25 a line: the fourth reaches the budget, and the feeder queues no group of lines after it.
+    // 0.25 a line: the fourth reaches the budget; the feeder looks every second.
     const paused = await eventually(async () => ((await view()).paused ? view() : null), 'the batch to pause', 30_000);
     assert.equal(paused.status, 'in_progress');
     assert.equal(paused.paused!.code, 'budget_exhausted');
     assert.match(paused.paused!.message, /spend budget of 1 .*runs resume at/);
-    // What was queued before the pause finishes; then nothing moves.
+    // The lines a replica held at the pause finish; the rest wait out of the queue, and nothing moves.
     const doneNow = async () => {
       const { request_counts: c } = await view();
       return c.completed + c.failed;
     };
     await new Promise((r) => setTimeout(r, 1_500));
     const done = await doneNow();
-    assert.ok(done >= 4 && done < total, `${done} lines ran before the pause held`);
+    assert.ok(done >= 4 && done <= total / 2, `${done} of ${total} lines ran before the pause held`);
+    assert.ok((await p.redis().hlen(keys.batchHeld(id))) > 0, 'queued lines taken back');
     await new Promise((r) => setTimeout(r, 3_000));
     assert.equal(await doneNow(), done, 'no line ran while paused');
     assert.equal((await view()).status, 'in_progress');
@@ -187,5 +188,10 @@ describe('budgets', () => {
     }, 'the batch to resume and complete', 60_000);
     assert.deepEqual(finished.request_counts, { total, completed: total, failed: 0 });
     assert.equal(await p.redis().hexists(keys.batch(id), 'paused'), 0, 'the pause is lifted, not only hidden');
+    assert.equal(await p.redis().exists(keys.batchHeld(id)), 0);
+    // Each line ran once: the invoice counts exactly the batch's lines (a line's record may follow its outcome by a moment).
+    const billed = async () => (await json<Invoice>(asT('/v1/usage/invoice'), 200)).lines.find((l) => l.function === 'priced-slow')?.requests ?? 0;
+    await eventually(async () => (await billed()) >= total, 'every line billed');
+    assert.equal(await billed(), total);
   });
 });
