@@ -82,6 +82,8 @@ export function exhaustedMessage(tenant: string, month: string, u: BudgetUse): s
 
 const round = (n: number) => Math.round(n * 1e4) / 1e4;
 
+const parseBudget = (raw: string | null): Budget | null => (raw ? (JSON.parse(raw) as Budget) : null);
+
 /** Month-to-date totals from the month roll-up's `*|cost` and `*|compute_ms` (null: none yet). */
 export const monthToDate = (cost: string | null, computeMs: string | null): MonthToDate => ({ cost: Number(cost ?? 0) || 0, computeSeconds: (Number(computeMs ?? 0) || 0) / 1000 });
 
@@ -92,8 +94,15 @@ export class BudgetStore {
   constructor(private readonly redis: Redis) {}
 
   async get(tenant: string): Promise<Budget | null> {
-    const raw = await this.redis.hget(budgetKeys.budgets, tenant);
-    return raw ? (JSON.parse(raw) as Budget) : null;
+    return parseBudget(await this.redis.hget(budgetKeys.budgets, tenant));
+  }
+
+  /** A tenant's budget (null: none) and its use so far in `month`, in one round trip. */
+  async withMonthToDate(tenant: string, month: string): Promise<{ budget: Budget | null; mtd: MonthToDate }> {
+    const res = await this.redis.pipeline().hget(budgetKeys.budgets, tenant).hmget(usageKeys.month(tenant, month), ...MTD_FIELDS).exec();
+    const [[e1, raw], [e2, mtd]] = res as [[Error | null, string | null], [Error | null, (string | null)[]]];
+    if (e1 || e2) throw e1 ?? e2;
+    return { budget: parseBudget(raw), mtd: monthToDate(mtd[0], mtd[1]) };
   }
 
   async put(tenant: string, b: Omit<Budget, 'updatedAt'>): Promise<Budget> {
@@ -109,20 +118,14 @@ export class BudgetStore {
 
   /** Every tenant's budget: few, one per tenant that has one. */
   async all(): Promise<Map<string, Budget>> {
-    return new Map(Object.entries(await this.redis.hgetall(budgetKeys.budgets)).map(([t, raw]) => [t, JSON.parse(raw) as Budget]));
-  }
-
-  async monthToDate(tenant: string, month: string): Promise<MonthToDate> {
-    const [cost, ms] = await this.redis.hmget(usageKeys.month(tenant, month), ...MTD_FIELDS);
-    return monthToDate(cost, ms);
+    return new Map(Object.entries(await this.redis.hgetall(budgetKeys.budgets)).map(([t, raw]) => [t, parseBudget(raw)!]));
   }
 
   /** Why `tenant` may run nothing more at `now` (exhaustedMessage), or null. Reads Redis each call: the gateway caches (gateway/budget-gate.ts). */
   async exhaustedAt(tenant: string, now: number): Promise<string | null> {
-    const budget = await this.get(tenant);
-    if (!budget) return null;
     const month = monthOf(now);
-    const over = exhausted(budget, await this.monthToDate(tenant, month));
+    const { budget, mtd } = await this.withMonthToDate(tenant, month);
+    const over = exhausted(budget, mtd);
     return over && exhaustedMessage(tenant, month, over);
   }
 }

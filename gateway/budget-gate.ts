@@ -6,8 +6,7 @@
 // every gateway, and what was already queued or running, cost: totals grow only as requests
 // finish.
 import type { Redis } from 'ioredis';
-import { budgetKeys, usageKeys } from '../core/keys.ts';
-import { exhausted, exhaustedMessage, monthToDate, MTD_FIELDS, type Budget, type MonthToDate } from '../core/budgets.ts';
+import { BudgetStore, exhausted, exhaustedMessage, type Budget, type MonthToDate } from '../core/budgets.ts';
 import { monthBounds, monthOf, secondsToMonthEnd } from '../core/months.ts';
 import { refusal } from './quotas.ts';
 
@@ -25,13 +24,16 @@ interface Seen {
 export class BudgetGate {
   private readonly seen = new Map<string, Seen>();
   private readonly reading = new Map<string, Promise<Seen>>();
+  private readonly budgets: BudgetStore;
 
   constructor(
-    private readonly redis: Redis,
+    redis: Redis,
     /** Wall time: which month it is. */
     private readonly now: () => number = Date.now,
     private readonly clock: () => number = () => performance.now(),
-  ) {}
+  ) {
+    this.budgets = new BudgetStore(redis);
+  }
 
   /**
    * Throws 429 budget_exhausted when `tenant` (the one billed) reached a monthly budget. Judged
@@ -65,15 +67,10 @@ export class BudgetGate {
   private read(tenant: string, month: string): Promise<Seen> {
     let r = this.reading.get(tenant);
     if (!r) {
-      r = this.redis
-        .pipeline()
-        .hget(budgetKeys.budgets, tenant)
-        .hmget(usageKeys.month(tenant, month), ...MTD_FIELDS)
-        .exec()
-        .then((res) => {
-          const [[e1, raw], [e2, mtd]] = res as [[Error | null, string | null], [Error | null, (string | null)[]]];
-          if (e1 || e2) throw e1 ?? e2;
-          const s: Seen = { month, budget: raw ? (JSON.parse(raw) as Budget) : null, mtd: monthToDate(mtd[0], mtd[1]), at: this.clock() };
+      r = this.budgets
+        .withMonthToDate(tenant, month)
+        .then(({ budget, mtd }) => {
+          const s: Seen = { month, budget, mtd, at: this.clock() };
           this.seen.set(tenant, s);
           return s;
         })

@@ -15,6 +15,9 @@ interface HeldJob {
 
 const WAITING = new Set(['waiting', 'prioritized', 'delayed']);
 
+/** Lines a job holds: a chunk's, or one. */
+const linesIn = (j: HeldJob) => j.data.chunk?.lines.length ?? 1;
+
 /** The batch's jobs in its function's queue: waiting, delayed or held by a replica. */
 export async function batchJobs(queue: Queue, id: string): Promise<Job[]> {
   const ofBatch = (j: Job | undefined): j is Job => {
@@ -36,7 +39,7 @@ export async function holdBack(redis: Redis, queue: Queue, id: string): Promise<
     const held: HeldJob = { name: job.name, data: job.data as HeldJob['data'], opts: job.opts };
     await redis.hset(keys.batchHeld(id), job.id!, JSON.stringify(held));
     // Not removed: a replica took it meanwhile, and runs it.
-    if (await queue.remove(job.id!).catch(() => 0)) lines += held.data.chunk?.lines.length ?? 1;
+    if (await queue.remove(job.id!).catch(() => 0)) lines += linesIn(held);
     else await redis.hdel(keys.batchHeld(id), job.id!);
   }
   return lines;
@@ -48,5 +51,5 @@ export async function queueHeld(redis: Redis, queue: Queue, id: string): Promise
   const enq = Date.now();
   if (held.length) await queue.addBulk(held.map((j) => ({ name: j.name, data: { ...j.data, enq }, opts: j.opts })));
   await redis.del(keys.batchHeld(id));
-  return held.reduce((n, j) => n + (j.data.chunk?.lines.length ?? 1), 0);
+  return held.reduce((n, j) => n + linesIn(j), 0);
 }

@@ -4,7 +4,7 @@
 import { Hono, type Context } from 'hono';
 import { z } from 'zod';
 import { BudgetSchema } from '../../core/budgets.ts';
-import { monthOf } from '../../core/months.ts';
+import { monthLabel, monthOf } from '../../core/months.ts';
 import { TENANT_ID } from '../../core/tenants.ts';
 import { ApiError } from '../errors.ts';
 import { limitBody } from '../middleware/body-limit.ts';
@@ -39,11 +39,10 @@ export function budgetRoutes(deps: Pick<GatewayDeps, 'tenants' | 'budgetStore' |
   app.use('/:id/budget', limitBody(MAX_BODY_BYTES, `budget requests are at most ${MAX_BODY_BYTES / 1024} KiB`));
 
   const view = async (tenant: string) => {
-    const b = await budgets.get(tenant);
-    if (!b) return null;
     const month = monthOf(Date.now());
-    const mtd = await budgets.monthToDate(tenant, month);
-    return { tenant, ...b, monthToDate: { month: `${month.slice(0, 4)}-${month.slice(4)}`, cost: Math.round(mtd.cost * 1e6) / 1e6, computeSeconds: Math.round(mtd.computeSeconds * 1e3) / 1e3 } } satisfies z.output<typeof BudgetView>;
+    const { budget: b, mtd } = await budgets.withMonthToDate(tenant, month);
+    if (!b) return null;
+    return { tenant, ...b, monthToDate: { month: monthLabel(month), cost: Math.round(mtd.cost * 1e6) / 1e6, computeSeconds: Math.round(mtd.computeSeconds * 1e3) / 1e3 } } satisfies z.output<typeof BudgetView>;
   };
 
   app.put('/:id/budget', async (c) => {
@@ -88,7 +87,7 @@ export const budgetOperations: RouteGroup = {
       path: '/:id/budget',
       id: 'putBudget',
       summary: 'Set a tenant\'s monthly budgets',
-      description: 'Spend (in the unit of the prices) and/or compute-seconds per UTC month, replacing any set before. Once month-to-date usage reaches one, the tenant\'s runs, async runs, batch creations and inferences answer 429 `budget_exhausted` until the month ends or the budget is raised; a gateway learns of either within a second, so runs admitted in that second, and those already queued, may go past the budget. `webhook` is called, signed like job webhooks, once when usage reaches 80 % of a budget and once at 100 % (again for a new amount).',
+      description: 'Spend (in the unit of the prices) and/or compute-seconds per UTC month, replacing any set before. Once month-to-date usage reaches one, the tenant\'s runs, async runs, batch creations and inferences answer 429 `budget_exhausted`, and a batch already running pauses, until the month ends or the budget is raised; a gateway learns of either within a second, so runs admitted in that second, and those already queued, may go past the budget. `webhook` is called, signed like job webhooks, once when usage reaches 80 % of a budget and once at 100 % (again for a new amount).',
       access: 'admin',
       params: TenantParams,
       body: { content: { 'application/json': BudgetSchema } },
