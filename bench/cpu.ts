@@ -11,7 +11,7 @@ function role(pid: number, cmdline: string): string {
   if (pid === process.pid) return 'loadgen';
   if (cmdline.includes('redis-server')) return 'redis';
   // From TypeScript source, or the prebuilt runtime the agent writes to <data dir>/cache/runtime/<hash>/main.mjs.
-  if (cmdline.includes('runtime/main.ts') || /cache\/runtime\/[^/ ]+\/main\.mjs/.test(cmdline)) return 'replicas';
+  if (cmdline.includes('runtime/replica/main.ts') || /cache\/runtime\/[^/ ]+\/main\.mjs/.test(cmdline)) return 'replicas';
   if (cmdline.includes('cli/bin.mjs')) return 'gateway+agent';
   if (cmdline.includes('naive-server')) return 'naive';
   return 'other';

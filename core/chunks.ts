@@ -1,6 +1,6 @@
 // A streamed answer's chunks in Redis: one stream per request (keys.chunks), each entry one
 // chunk's JSON text, its id `0-<seq>` its sequence number (1, 2, …), which is also its SSE event
-// id. The replica adds them as its user code yields them (runtime/chunk-sink.ts); a gateway reads
+// id. The replica adds them as its user code yields them (runtime/replica/chunk-sink.ts); a gateway reads
 // them at its caller's pace (gateway/chunk-reader.ts). A sync run's gateway removes what it has
 // read, so the stream's length is what is unread, and the replica stops granting its user code
 // more past UNREAD_MAX: nothing buffers without bound, whatever the reader's pace. An async job's
@@ -10,10 +10,7 @@ import { keys } from './keys.ts';
 import { lua } from './lua.ts';
 import { evalScript } from './redis.ts';
 
-/** Largest chunk (bytes of its JSON); a larger one ends the run 500 `chunk_too_large`. */
-export const MAX_CHUNK_BYTES = 64 * 1024;
-/** Chunks a user-code process may send ahead of its replica's credit (runtime/handler-stream.ts). */
-export const SEND_WINDOW = 8;
+export { MAX_CHUNK_BYTES, SEND_WINDOW } from './chunk-limits.ts';
 /** Chunks of a sync run its gateway may leave unread before the replica grants no more credit. */
 export const UNREAD_MAX = 32;
 /** What an async job keeps of its chunks: the latest this many, within this many bytes. */

@@ -50,7 +50,7 @@ export const DeploySpecSchema = z.object({
   binaryInput: z.string().regex(/^[A-Za-z_$][\w$]*$/, 'binaryInput must name an input field (an identifier)').optional(),
   /**
    * A bare model: no bundle, the platform's own handler runs its one model (`models.model`) with
-   * dynamic batching (runtime/model-function.ts). Unset: a handler function.
+   * dynamic batching (runtime/user-code/model-function.ts). Unset: a handler function.
    */
   kind: z.literal('model').optional(),
   /**
@@ -250,7 +250,7 @@ export interface NodeRecord {
   gpus: { index: number; name: string; memoryMiB: number }[];
   replicas: number;
   startedAt: string;
-  /** What the node can enforce on user code (runtime/sandbox.ts); `missing` says what it cannot, for a person. */
+  /** What the node can enforce on user code (runtime/replica/sandbox.ts); `missing` says what it cannot, for a person. */
   sandbox?: { isolates: boolean; ownUid: boolean; cgroup: 'v1' | 'v2' | null; rlimits: boolean; missing: string[]; unsandboxedAllowed: boolean };
 }
 

@@ -43,7 +43,7 @@ export const keys = {
    * `<function> +scan` (SCAN_NOW): live requests of that function were handed over, to be taken now.
    */
   cancelChannel: 'embers:cancel',
-  /** Replicas on one node announce "<replica> 1" when busy with live requests, "<replica> 0" when idle (runtime/live-first.ts). */
+  /** Replicas on one node announce "<replica> 1" when busy with live requests, "<replica> 0" when idle (runtime/user-code/live-first.ts). */
   liveChannel: (node: string) => `embers:live:${node}`,
   batch: (id: string) => `embers:batch:${id}`,
   /** line → `o{json}` or `e{json}`: a line's outcome, written once (HSETNX) whatever retries happen. */

@@ -5,7 +5,7 @@
 // and its share of one Lua call that finishes a tick's requests (usage, reply, XACK, XDEL). The
 // group's pending list is the crash safety: an entry a replica read but never acknowledged is
 // claimed by another once it has been idle for the lock time, and its delivery count tells how
-// often that happened (runtime/live-consumer.ts).
+// often that happened (runtime/replica/live-consumer.ts).
 // Acknowledged entries are deleted, so the stream's length is what waits plus what runs, and
 // its length less the group's pending count is what waits.
 import type { Redis } from 'ioredis';

@@ -1,4 +1,4 @@
-// A bare model's deploy: no bundle, the platform's handler runs it (runtime/model-function.ts).
+// A bare model's deploy: no bundle, the platform's handler runs it (runtime/user-code/model-function.ts).
 // Its tensors come from its ONNX graph, read once here, so its metadata is there while it
 // runs no replica; its JSON input schema is what tensors() makes of them.
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -13,7 +13,7 @@ import type { GatewayDeps } from './deps.ts';
 import { ApiError } from './errors.ts';
 
 /** What a bare model's version stores as its bundle: nothing runs it. */
-export const BARE_MODEL_BUNDLE = Buffer.from('// A bare model: the platform\'s own handler runs it (runtime/model-function.ts).\nexport default null;\n');
+export const BARE_MODEL_BUNDLE = Buffer.from('// A bare model: the platform\'s own handler runs it (runtime/user-code/model-function.ts).\nexport default null;\n');
 
 /** The one model handle a bare model has. */
 export const BARE_MODEL_HANDLE = 'model';

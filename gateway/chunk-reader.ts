@@ -3,7 +3,7 @@
 // the gateway's subscriber connection, no connection of its own), or for `poke`. A notice lost
 // while Redis reconnects costs a poll's delay, never the chunks. A sync run's reader removes what
 // it has passed on (`consume`): the stream's length is then what its caller has not read yet,
-// which is what holds its handler back (runtime/chunk-sink.ts).
+// which is what holds its handler back (runtime/replica/chunk-sink.ts).
 import type { Redis } from 'ioredis';
 import { dropChunks, readChunks, type Chunk } from '../core/chunks.ts';
 import { keys } from '../core/keys.ts';

@@ -56,7 +56,7 @@ export function eventStream(next: () => Promise<string | null>, gone: () => void
 
 /** A run's answer as one chunk's data: its JSON, or its bytes as `{ contentType, base64 }`. */
 export function answerAsChunk(header: ReplyHeader, body: Buffer): string {
-  // As an async job's output carries bytes (runtime/result-body.ts binaryAsJson).
+  // As an async job's output carries bytes (runtime/user-code/result-body.ts binaryAsJson).
   return header.type === undefined ? body.toString() : JSON.stringify({ contentType: header.type, base64: body.toString('base64') });
 }
 

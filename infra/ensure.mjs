@@ -55,7 +55,7 @@ if (needRedis && !hasRedis()) {
   }
 }
 
-// 3. bubblewrap: the sandbox user code runs in (runtime/sandbox.ts). Installed with apt-get when
+// 3. bubblewrap: the sandbox user code runs in (runtime/replica/sandbox.ts). Installed with apt-get when
 // that is possible; without it, the platform still starts and says what it cannot enforce
 // (user code then runs unsandboxed, for the default tenant only), and the sandbox tests skip.
 const hasBwrap = () => spawnSync('bwrap', ['--version']).status === 0;

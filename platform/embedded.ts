@@ -99,7 +99,7 @@ export function agentOptions(config: Config, o: { redisUrl: string; store: Objec
     sandbox: config.EMBERS_SANDBOX,
     metrics: metricsPort ? { host: config.EMBERS_METRICS_HOST, port: metricsPort } : undefined,
     scheduler: { ...schedulerOptions(config), secretsKey, bucketAllowPrivate: config.EMBERS_BUCKET_ALLOW_PRIVATE },
-    // The replica process is trusted (its user code never sees these: runtime/user-code-process.ts).
+    // The replica process is trusted (its user code never sees these: runtime/replica/user-code-process.ts).
     replicaEnv: {
       ...(secretsKey ? { EMBERS_SECRETS_KEY: secretsKey } : {}),
       ...(o.s3Endpoint ? { EMBERS_S3_ENDPOINT: o.s3Endpoint } : {}),

@@ -1,11 +1,11 @@
 // A node agent's Prometheus metrics: its replicas' starts and exits, and what they report with
-// their heartbeats (runtime/agent-messages.ts: usage as metered, and per model its batcher's
+// their heartbeats (runtime/replica/agent-messages.ts: usage as metered, and per model its batcher's
 // counts), summed per function on this node. A replica's counts start from zero and end with it;
 // each report adds only what grew since that replica's last, so an exited replica's work stays
 // counted and the node's counters only grow.
 import { Counter, Gauge, Registry as PromRegistry } from 'prom-client';
 import { EXIT_REPLACE_ME } from '../core/contracts.ts';
-import type { ReplicaCounters } from '../runtime/agent-messages.ts';
+import type { ReplicaCounters } from '../runtime/replica/agent-messages.ts';
 
 /** Longest a scrape waits for Redis to answer before it reports embers_redis_up 0. */
 const PING_WITHIN_MS = 1_000;

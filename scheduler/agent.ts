@@ -14,16 +14,16 @@ import { createRedis } from '../core/redis.ts';
 import type { ObjectStore } from '../core/s3.ts';
 import { discoverGpus, type GpuInfo } from '../native/gpu.ts';
 import { buildRuntime } from './runtime-build.ts';
-import { probeSandbox, type SandboxSupport } from '../runtime/sandbox.ts';
+import { probeSandbox, type SandboxSupport } from '../runtime/replica/sandbox.ts';
 import { Scheduler, type SchedulerOptions } from './scheduler.ts';
 import { waitAtMost } from '../core/settle.ts';
 import { keys } from '../core/keys.ts';
 import { ExitedRequests } from './exited-requests.ts';
-import type { Assignment, ToAgent } from '../runtime/agent-messages.ts';
+import type { Assignment, ToAgent } from '../runtime/replica/agent-messages.ts';
 import { createAgentMetrics, exitReason } from './agent-metrics.ts';
 import { serveMetrics, type MetricsServer } from './metrics-server.ts';
 
-const REPLICA_SOURCE = fileURLToPath(new URL('../runtime/main.ts', import.meta.url));
+const REPLICA_SOURCE = fileURLToPath(new URL('../runtime/replica/main.ts', import.meta.url));
 const TSX = import.meta.resolve('tsx');
 const STOP_GRACE_MS = 15_000;
 /** Longest close() waits for each Redis-bound step (the scheduler's pass, a reconcile, the node record). */
@@ -240,7 +240,7 @@ export class NodeAgent {
       env: { ...process.env, ...this.o.replicaEnv, EMBERS_NODE_ID: this.id, EMBERS_REDIS_URL: this.o.redisUrl, EMBERS_CACHE_DIR: this.o.cacheDir, ...(this.sandbox ? { EMBERS_SANDBOX_SUPPORT: JSON.stringify(this.sandbox) } : {}), ...extraEnv },
       // In the agent's process group and session (one scheduling group with it: Linux's autogroup
       // shares CPU between sessions). A terminal's Ctrl-C reaches them too; a replica with an
-      // agent ignores SIGINT and waits for the agent's SIGTERM (runtime/main.ts).
+      // agent ignores SIGINT and waits for the agent's SIGTERM (runtime/replica/main.ts).
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
   }

@@ -1,4 +1,4 @@
-// Replicas run a prebuilt JavaScript runtime: esbuild bundles runtime/main.ts, the user-code
+// Replicas run a prebuilt JavaScript runtime: esbuild bundles runtime/replica/main.ts, the user-code
 // process and the model session worker, with the npm packages they use, once per agent start,
 // so a replica's spawn costs Node's start-up and one file's compile, not loading tsx,
 // transpiling TypeScript and resolving hundreds of package files on every cold start.
@@ -10,7 +10,8 @@ import { build } from 'esbuild';
 import { linkPlatformModules } from '../core/bundle-dir.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const ENTRIES = ['runtime/main.ts', 'runtime/user-main.ts', 'native/session-worker.ts'];
+/** Each entry's file in the bundle: the replica's, the user-code process's, the model session worker's. */
+const ENTRIES: Record<string, string> = { main: 'runtime/replica/main.ts', 'user-main': 'runtime/user-code/main.ts', 'session-worker': 'native/session-worker.ts' };
 /** Packages the runtime loads from node_modules rather than from its bundle. */
 const LINKED_PACKAGES = ['onnxruntime-node', 'sharp', 'pino', 'pino-pretty'];
 
@@ -28,7 +29,7 @@ export async function buildRuntime(dir: string): Promise<BuiltRuntime> {
     // The Lua scripts, read beside the bundle (core/lua.ts); main.mjs, written last, marks a whole build.
     await cp(path.join(ROOT, 'core', 'lua'), path.join(out, 'lua'), { recursive: true });
     await build({
-      entryPoints: ENTRIES.map((e) => path.join(ROOT, e)),
+      entryPoints: Object.fromEntries(Object.entries(ENTRIES).map(([name, e]) => [name, path.join(ROOT, e)])),
       outdir: out,
       entryNames: '[name]',
       outExtension: { '.js': '.mjs' },
@@ -55,7 +56,7 @@ export async function buildRuntime(dir: string): Promise<BuiltRuntime> {
  */
 async function sourceKey(): Promise<string> {
   const hash = createHash('sha256');
-  for (const folder of ['runtime', 'native', 'core', 'core/lua', 'sdk']) {
+  for (const folder of ['runtime/channel', 'runtime/replica', 'runtime/user-code', 'native', 'core', 'core/lua', 'core/oip', 'sdk']) {
     for (const f of (await readdir(path.join(ROOT, folder))).sort()) {
       if (!/\.(ts|mjs|lua)$/.test(f)) continue;
       hash.update(f).update(await readFile(path.join(ROOT, folder, f)));

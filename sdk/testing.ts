@@ -8,7 +8,7 @@ import path from 'node:path';
 import { DeploySpecSchema, type ErrorBody } from '../core/contracts.ts';
 import { createLogger } from '../core/log.ts';
 import { resolveModelFile } from '../cli/deploy.ts';
-import { UserCode } from '../runtime/user-code.ts';
+import { UserCode } from '../runtime/user-code/user-code.ts';
 import type { ExecutionProvider } from '../native/session.ts';
 import { isFunctionDefinition } from './index.ts';
 

@@ -99,7 +99,7 @@ describe('bulk batches', () => {
     const lines = Array.from({ length: 200 }, (_, i) => JSON.stringify(i % 50 === 7 ? { custom_id: `o${i}`, input: { picture: image } } : { custom_id: `o${i}`, input: { image } }));
     const created = await create('ocr', lines.join('\n'));
     // Live requests while the batch runs: answered, and the replicas' records show batch lines
-    // stepping aside for them (runtime/live-first.ts).
+    // stepping aside for them (runtime/user-code/live-first.ts).
     await eventually(async () => (await get(created.id)).request_counts.completed >= 5, 'the ocr batch to be running', 120_000);
     for (let i = 0; i < 3; i++) {
       const live = await p.fetch('/v1/run/ocr', { method: 'POST', body: JSON.stringify({ image }) });

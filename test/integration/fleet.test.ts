@@ -9,7 +9,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import type { ReplicaRecord } from '../../runtime/replica.ts';
+import type { ReplicaRecord } from '../../runtime/replica/replica.ts';
 import { LIVE_GROUP } from '../../core/live-queue.ts';
 import { ROOT, eventually, fixture, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
 import { keys, liveStream } from '../../core/keys.ts';

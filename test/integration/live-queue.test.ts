@@ -13,7 +13,7 @@ import { type UsageRecord } from '../../core/usage.ts';
 import { createLogger } from '../../core/log.ts';
 import { createRedis, type Redis } from '../../core/redis.ts';
 import { startLocalRedis, type LocalRedis } from '../../platform/local-redis.ts';
-import { LiveConsumer } from '../../runtime/live-consumer.ts';
+import { LiveConsumer } from '../../runtime/replica/live-consumer.ts';
 import { eventually } from '../helpers/platform.ts';
 import { keys, liveStream, SCAN_NOW, tenantKeys, usageKeys } from '../../core/keys.ts';
 
@@ -191,7 +191,7 @@ describe('live queue', () => {
     const peer = new LiveConsumer({ redis, fn: 'died', consumer: 'replica-peer', concurrency: 2, lockMs: 60_000, log, process: async (_e, data, deliveries) => void runs.push({ rid: data.rid, deliveries }) });
     await orphan('died', 'held-by-the-dead');
     await peer.start();
-    // As a replica does with the cancel channel's messages (runtime/replica.ts).
+    // As a replica does with the cancel channel's messages (runtime/replica/replica.ts).
     const sub = redis.duplicate();
     const told: string[] = [];
     sub.on('message', (_channel: string, message: string) => {

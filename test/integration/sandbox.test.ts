@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { probeSandbox } from '../../runtime/sandbox.ts';
+import { probeSandbox } from '../../runtime/replica/sandbox.ts';
 import { eventually, fixture, ROOT, shipped, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
 
 const support = probeSandbox();

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { PassThrough } from 'node:stream';
 import { describe, it } from 'node:test';
-import { FrameReader, writeFrame } from '../../runtime/byte-channel.ts';
+import { FrameReader, writeFrame } from '../../runtime/channel/byte-channel.ts';
 
 const frames = (...fs: [number, Buffer][]) => {
   const out = new PassThrough();

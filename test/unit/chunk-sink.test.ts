@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { MAX_CHUNK_BYTES, SEND_WINDOW, UNREAD_MAX } from '../../core/chunks.ts';
-import { ChunkSink } from '../../runtime/chunk-sink.ts';
+import { ChunkSink } from '../../runtime/replica/chunk-sink.ts';
 
 const tick = () => new Promise((r) => setImmediate(r));
 

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { MAX_CHUNK_BYTES, SEND_WINDOW } from '../../core/chunks.ts';
-import { HandlerStreams, isChunkSource, StreamedAnswer } from '../../runtime/handler-stream.ts';
-import { AnswerTooLargeError, ChunkTooLargeError, writeTypedArraysAsJson } from '../../runtime/result-body.ts';
+import { HandlerStreams, isChunkSource, StreamedAnswer } from '../../runtime/user-code/handler-stream.ts';
+import { AnswerTooLargeError, ChunkTooLargeError, writeTypedArraysAsJson } from '../../runtime/user-code/result-body.ts';
 import { binary } from '../../sdk/index.ts';
 
 writeTypedArraysAsJson();

@@ -9,8 +9,8 @@ import { after, before, describe, it } from 'node:test';
 import { pathToFileURL } from 'node:url';
 import pino from 'pino';
 import { tensor, type Feeds } from '../../native/tensor.ts';
-import type { AssignMessage, RunMessage } from '../../runtime/user-code-messages.ts';
-import { UserCode, type ModelRunner } from '../../runtime/user-code.ts';
+import type { AssignMessage, RunMessage } from '../../runtime/channel/messages.ts';
+import { UserCode, type ModelRunner } from '../../runtime/user-code/user-code.ts';
 
 const SDK = pathToFileURL(path.resolve(import.meta.dirname, '../../sdk/index.ts')).href;
 

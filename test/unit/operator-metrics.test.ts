@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { EXIT_REPLACE_ME } from '../../core/contracts.ts';
 import { clusterGauges } from '../../gateway/cluster-gauges.ts';
-import type { ReplicaCounters } from '../../runtime/agent-messages.ts';
+import type { ReplicaCounters } from '../../runtime/replica/agent-messages.ts';
 import { counterIncrements, createAgentMetrics, exitReason } from '../../scheduler/agent-metrics.ts';
 import { MetricsServerError, serveMetrics } from '../../scheduler/metrics-server.ts';
 import { createLogger } from '../../core/log.ts';

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { binaryAsJson, resultBody, writeTypedArraysAsJson } from '../../runtime/result-body.ts';
+import { binaryAsJson, resultBody, writeTypedArraysAsJson } from '../../runtime/user-code/result-body.ts';
 import { binary } from '../../sdk/index.ts';
 
 writeTypedArraysAsJson();

@@ -1,8 +1,8 @@
 // The sandbox's command line and the checks on what a user-code process answers: pure logic.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { sandboxCommand } from '../../runtime/sandbox.ts';
-import { checkResult } from '../../runtime/user-code-process.ts';
+import { sandboxCommand } from '../../runtime/replica/sandbox.ts';
+import { checkResult } from '../../runtime/replica/user-code-process.ts';
 
 const limits = { memoryBytes: 256 << 20, pids: 128, openFiles: 1024, tmpBytes: 8 << 20 };
 

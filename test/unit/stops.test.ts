@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { Stops } from '../../runtime/stops.ts';
+import { Stops } from '../../runtime/replica/stops.ts';
 
 describe('stopping a request for its caller', () => {
   it('stops a running request once, through its handle', () => {

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { newCallTimes, splitTiming, unrunTiming } from '../../runtime/timing.ts';
+import { newCallTimes, splitTiming, unrunTiming } from '../../runtime/channel/timing.ts';
 
 describe('request timing split (compute input, infer, compute output)', () => {
   it('input runs to the first model call and output from the last answer', () => {

@@ -1,8 +1,8 @@
 // Requests a replica answers without running them: one that crashed replicas twice already, one
 // whose queue entry lost its body, and one queued for a version that took a different input
 // (tensors, or bytes in another field) than the version now running.
-import { errorBody, type Manifest, type RunJobData } from '../core/contracts.ts';
-import { plainName } from '../core/names.ts';
+import { errorBody, type Manifest, type RunJobData } from '../../core/contracts.ts';
+import { plainName } from '../../core/names.ts';
 import { MAX_CRASHES } from './batch-lane.ts';
 
 /** The answer to a request that is not run, and what to log about it (an error) when that says something went wrong. */

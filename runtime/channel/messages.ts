@@ -4,12 +4,12 @@
 // sends them runs the tenant's code. The channel carries JSON (Node's own IPC serialisation, half
 // the cost of its structured clone for requests this small); bytes travel beside it, on the
 // byte channel (byte-channel.ts), under the request's number.
-import type { ReplyHeader } from '../core/contracts.ts';
-import type { TensorSignature } from '../core/oip/datatypes.ts';
-import type { ExecutionProvider } from '../native/session.ts';
-import type { DynamicBatcher } from './batcher.ts';
-import type { ModelSession } from '../native/session.ts';
-import type { LogCall, StartPhase } from '../core/tail.ts';
+import type { ReplyHeader } from '../../core/contracts.ts';
+import type { TensorSignature } from '../../core/oip/datatypes.ts';
+import type { ExecutionProvider } from '../../native/session.ts';
+import type { DynamicBatcher } from '../user-code/batcher.ts';
+import type { ModelSession } from '../../native/session.ts';
+import type { LogCall, StartPhase } from '../../core/log-lines.ts';
 
 /** What the user code loads: files the replica prepared (read-only in the sandbox). */
 export interface AssignMessage {

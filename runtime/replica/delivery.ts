@@ -4,17 +4,17 @@
 // request is metered once, whatever retries happen.
 import type { Redis } from 'ioredis';
 import { Queue } from 'bullmq';
-import { BatchStore, errorLine, outputLine } from '../core/batches.ts';
-import { sinceEnqueued } from '../core/clock.ts';
-import { destinationOf, encodeReply, type Destination, type Manifest, type ReplyHeader, type RunJobData } from '../core/contracts.ts';
-import { CANCELED_BODY, enqueueWebhook, isTerminal, JobStore } from '../core/jobs.ts';
-import { keys, QUEUE_PREFIX, WEBHOOK_QUEUE } from '../core/keys.ts';
-import type { LiveOutcome } from '../core/live-queue.ts';
-import type { Logger } from '../core/log.ts';
-import { chargeOf, pricesFor, type Pricing } from '../core/pricing.ts';
-import { recordUsage, type UsageRecord } from '../core/usage.ts';
-import { binaryAsJson, type BinaryBody } from './result-body.ts';
-import { unrunTiming } from './timing.ts';
+import { BatchStore, errorLine, outputLine } from '../../core/batches.ts';
+import { sinceEnqueued } from '../../core/clock.ts';
+import { destinationOf, encodeReply, type Destination, type Manifest, type ReplyHeader, type RunJobData } from '../../core/contracts.ts';
+import { CANCELED_BODY, enqueueWebhook, isTerminal, JobStore } from '../../core/jobs.ts';
+import { keys, QUEUE_PREFIX, WEBHOOK_QUEUE } from '../../core/keys.ts';
+import type { LiveOutcome } from '../../core/live-queue.ts';
+import type { Logger } from '../../core/log.ts';
+import { chargeOf, pricesFor, type Pricing } from '../../core/pricing.ts';
+import { recordUsage, type UsageRecord } from '../../core/usage.ts';
+import { binaryAsJson, type BinaryBody } from '../user-code/result-body.ts';
+import { unrunTiming } from '../channel/timing.ts';
 
 /** A request's usage kind, by where its outcome goes. */
 export const USAGE_KIND = { gateway: 'sync', job: 'async', batch: 'batch' } as const;

@@ -1,6 +1,6 @@
 // A request's server-side timing, split as Triton splits it (compute input, infer, compute
 // output) around its model calls.
-import type { ReplyHeader } from '../core/contracts.ts';
+import type { ReplyHeader } from '../../core/contracts.ts';
 
 /** A request's model calls: when the first began and the last ended (performance.now()), and their sums. */
 export interface CallTimes {

@@ -1,9 +1,9 @@
 // How a handler's run ends when it does not answer: the errors that stop it, and the answer
 // each failure gets (a HandlerError's own status, a timeout's 504, anything else 500).
-import { errorBody } from '../core/contracts.ts';
-import type { Logger } from '../core/log.ts';
-import { InferenceRequestError } from '../core/oip/request.ts';
-import { HandlerError } from '../sdk/index.ts';
+import { errorBody } from '../../core/contracts.ts';
+import type { Logger } from '../../core/log.ts';
+import { InferenceRequestError } from '../../core/oip/request.ts';
+import { HandlerError } from '../../sdk/index.ts';
 import { AnswerTooLargeError } from './result-body.ts';
 
 export class TimeoutError extends Error {

@@ -4,7 +4,7 @@
 // and gives the credit back once they are written, unless the gateway of a sync caller has
 // UNREAD_MAX of them unread: then it looks again every PAUSED_POLL_MS, and the handler stays
 // paused (handler-stream.ts) while its caller reads slowly. It never holds more than the window.
-import { MAX_CHUNK_BYTES, SEND_WINDOW, UNREAD_MAX } from '../core/chunks.ts';
+import { MAX_CHUNK_BYTES, SEND_WINDOW, UNREAD_MAX } from '../../core/chunks.ts';
 
 /** How often a paused run looks whether its caller has read on. */
 const PAUSED_POLL_MS = 50;

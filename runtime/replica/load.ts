@@ -3,12 +3,12 @@
 // loads the models, runs the handler's setup and warms up. Timed phase by phase.
 import { rename, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { linkPlatformModules } from '../core/bundle-dir.ts';
-import type { ColdStartPhases, Manifest } from '../core/contracts.ts';
-import { plainName } from '../core/names.ts';
-import { mergeEnv } from '../core/function-env.ts';
-import type { ObjectStore } from '../core/s3.ts';
-import type { ExecutionProvider } from '../native/session.ts';
+import { linkPlatformModules } from '../../core/bundle-dir.ts';
+import type { ColdStartPhases, Manifest } from '../../core/contracts.ts';
+import { plainName } from '../../core/names.ts';
+import { mergeEnv } from '../../core/function-env.ts';
+import type { ObjectStore } from '../../core/s3.ts';
+import type { ExecutionProvider } from '../../native/session.ts';
 import { ModelCache } from './model-cache.ts';
 import type { UserCodeProcess } from './user-code-process.ts';
 

@@ -7,20 +7,20 @@ import { mkdirSync } from 'node:fs';
 import { copyFile, link, rm, symlink } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { errorBody, type ReplyHeader } from '../core/contracts.ts';
-import { unrunTiming } from './timing.ts';
-import { PLATFORM_NODE_MODULES } from '../core/bundle-dir.ts';
-import type { Logger } from '../core/log.ts';
+import { errorBody, type ReplyHeader } from '../../core/contracts.ts';
+import { unrunTiming } from '../channel/timing.ts';
+import { PLATFORM_NODE_MODULES } from '../../core/bundle-dir.ts';
+import type { Logger } from '../../core/log.ts';
 import { letThrough, SANDBOX_UID_BASE, SandboxCgroup, sandboxCommand, type SandboxLimits, type SandboxSupport } from './sandbox.ts';
-import { Outbox } from './outbox.ts';
-import { FrameReader, writeFrame } from './byte-channel.ts';
+import { Outbox } from '../channel/outbox.ts';
+import { FrameReader, writeFrame } from '../channel/byte-channel.ts';
 import type { Readable, Writable } from 'node:stream';
-import { StartFailure, type AssignMessage, type FromUserCode, type RunMessage, type ToUserCode, type UserStats } from './user-code-messages.ts';
-import { START_PHASES, type StartPhase } from '../core/tail.ts';
+import { StartFailure, type AssignMessage, type FromUserCode, type RunMessage, type ToUserCode, type UserStats } from '../channel/messages.ts';
+import { START_PHASES, type StartPhase } from '../../core/log-lines.ts';
 
 const FROM_SOURCE = import.meta.url.endsWith('.ts');
-const ENTRY = fileURLToPath(new URL(FROM_SOURCE ? './user-main.ts' : './user-main.mjs', import.meta.url));
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const ENTRY = fileURLToPath(new URL(FROM_SOURCE ? '../user-code/main.ts' : './user-main.mjs', import.meta.url));
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const TSX = FROM_SOURCE ? import.meta.resolve('tsx') : '';
 /**
  * V8 flags of user-code processes. Tensors crossing from model threads are large and
@@ -66,9 +66,9 @@ export class UserCodeProcess {
   private readonly staging: string;
   private readonly cgroup?: SandboxCgroup;
   private readonly waiting = new Map<number, (r: CheckedResult) => void>();
-  /** Where the chunks of runs that stream go (runtime/chunk-sink.ts checks them), by run. */
+  /** Where the chunks of runs that stream go (runtime/replica/chunk-sink.ts checks them), by run. */
   private readonly chunkTargets = new Map<number, (data: unknown) => void>();
-  /** Where the `ctx.log` lines of tailed runs go (unchecked: runtime/tail.ts checks them), by run. */
+  /** Where the `ctx.log` lines of tailed runs go (unchecked: runtime/replica/tail.ts checks them), by run. */
   private readonly logTargets = new Map<number, (call: unknown) => void>();
   private next = 1;
   private readonly outbox = new Outbox<ToUserCode>((messages) => {

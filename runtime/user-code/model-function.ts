@@ -1,8 +1,8 @@
 // The handler of a bare model (a deploy of an ONNX file alone): its input is the model's
 // tensors, its answer the model's outputs, with the function's dynamic batching between.
-import type { TensorSignature } from '../core/oip/datatypes.ts';
-import { defineFunction, type FunctionDefinition } from '../sdk/index.ts';
-import { tensors, type TensorDeclaration } from '../sdk/tensors.ts';
+import type { TensorSignature } from '../../core/oip/datatypes.ts';
+import { defineFunction, type FunctionDefinition } from '../../sdk/index.ts';
+import { tensors, type TensorDeclaration } from '../../sdk/tensors.ts';
 
 export function modelFunction(fn: { name: string; tensors?: TensorSignature }): FunctionDefinition {
   if (!fn.tensors) throw new Error(`${fn.name} is a bare model without tensor metadata; deploy it again`);

@@ -16,11 +16,11 @@
 // killed: scheduler/exited-requests.ts). A hand-over tells the function's replicas to look at once
 // (scanNow); a replica also looks as it starts, so a replacement takes them within a moment.
 import type { Redis } from 'ioredis';
-import type { RunJobData } from '../core/contracts.ts';
-import { claimLiveEntry, decodeLiveJob, ensureLiveGroup, finishLiveEntries, handOverLiveEntries, hasLiveEntryToClaim, leaveLiveGroup, LIVE_GROUP, readLiveEntries, type LiveEntry, type LiveOutcome, type TakenOver } from '../core/live-queue.ts';
-import type { Logger } from '../core/log.ts';
-import { waitAtMost } from '../core/settle.ts';
-import { liveStream } from '../core/keys.ts';
+import type { RunJobData } from '../../core/contracts.ts';
+import { claimLiveEntry, decodeLiveJob, ensureLiveGroup, finishLiveEntries, handOverLiveEntries, hasLiveEntryToClaim, leaveLiveGroup, LIVE_GROUP, readLiveEntries, type LiveEntry, type LiveOutcome, type TakenOver } from '../../core/live-queue.ts';
+import type { Logger } from '../../core/log.ts';
+import { waitAtMost } from '../../core/settle.ts';
+import { liveStream } from '../../core/keys.ts';
 
 /** How long one read waits for work before looking again; a drain or a hand-over wakes it sooner. */
 const BLOCK_MS = 5000;
@@ -46,7 +46,7 @@ export interface LiveConsumerOptions {
 }
 
 // Entries are read as Buffers (LiveEntry). Any replica may read a binary body: one whose version
-// does not take bytes in that field answers it 415 (runtime/replica.ts).
+// does not take bytes in that field answers it 415 (runtime/replica/replica.ts).
 
 export class LiveConsumer {
   private readonly stream: string;

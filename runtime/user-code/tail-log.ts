@@ -3,8 +3,8 @@
 // whatever the process's own log level. Lines are cut to their bounds here, before they cross,
 // and a handler logging faster than LOG_LINES_PER_S has the rest dropped and counted.
 import { format } from 'node:util';
-import type { Logger } from '../core/log.ts';
-import { capLogCall, TAIL_LEVELS, type LogCall, type TailLevel } from '../core/tail.ts';
+import type { Logger } from '../../core/log.ts';
+import { capLogCall, TAIL_LEVELS, type LogCall, type TailLevel } from '../../core/log-lines.ts';
 
 /** Lines per second the process sends its replica, in bursts of as many. */
 export const LOG_LINES_PER_S = 2000;

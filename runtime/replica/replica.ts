@@ -6,16 +6,16 @@
 // has its own slots; batch lines yield the models to live requests.
 import os from 'node:os';
 import type { Redis } from 'ioredis';
-import { sinceEnqueued } from '../core/clock.ts';
-import { destinationOf, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData } from '../core/contracts.ts';
-import { keys, SCAN_NOW, TAIL_NOW } from '../core/keys.ts';
-import type { Pricing } from '../core/pricing.ts';
-import { liveJobId, type LiveOutcome } from '../core/live-queue.ts';
-import type { Logger } from '../core/log.ts';
-import { plainName } from '../core/names.ts';
-import { lua } from '../core/lua.ts';
-import { evalScript } from '../core/redis.ts';
-import { waitAtMost } from '../core/settle.ts';
+import { sinceEnqueued } from '../../core/clock.ts';
+import { destinationOf, type ColdStartPhases, type PlatformEvent, type ReplyHeader, type RunJobData } from '../../core/contracts.ts';
+import { keys, SCAN_NOW, TAIL_NOW } from '../../core/keys.ts';
+import type { Pricing } from '../../core/pricing.ts';
+import { liveJobId, type LiveOutcome } from '../../core/live-queue.ts';
+import type { Logger } from '../../core/log.ts';
+import { plainName } from '../../core/names.ts';
+import { lua } from '../../core/lua.ts';
+import { evalScript } from '../../core/redis.ts';
+import { waitAtMost } from '../../core/settle.ts';
 import { answerWaiting } from './answer-waiting.ts';
 import { BatchLane } from './batch-lane.ts';
 import { Delivery, USAGE_KIND } from './delivery.ts';
@@ -25,8 +25,8 @@ import { loadFunction, type LoadOptions } from './load.ts';
 import { refusal } from './refusals.ts';
 import { runOnUserCode, type RunContext, type RunEnd } from './run-request.ts';
 import { Stops } from './stops.ts';
-import { unrunTiming } from './timing.ts';
-import { StartFailure, type UserStats } from './user-code-messages.ts';
+import { unrunTiming } from '../channel/timing.ts';
+import { StartFailure, type UserStats } from '../channel/messages.ts';
 import type { UserCodeExit, UserCodeProcess } from './user-code-process.ts';
 import type { ReplicaCounters } from './agent-messages.ts';
 

@@ -2,17 +2,17 @@
 // handler that yields sends its chunks where they go (chunk-sink.ts), and its time is metered by
 // the replica's clock, the user code's own split bounded by it.
 import type { Redis } from 'ioredis';
-import { addChunks, dropChunks } from '../core/chunks.ts';
-import { errorBody, type ReplyHeader, type RunJobData } from '../core/contracts.ts';
-import { CANCELED_BODY } from '../core/jobs.ts';
-import { keys } from '../core/keys.ts';
+import { addChunks, dropChunks } from '../../core/chunks.ts';
+import { errorBody, type ReplyHeader, type RunJobData } from '../../core/contracts.ts';
+import { CANCELED_BODY } from '../../core/jobs.ts';
+import { keys } from '../../core/keys.ts';
 import { ChunkSink } from './chunk-sink.ts';
 import type { Delivered } from './delivery.ts';
 import type { Stops } from './stops.ts';
 import type { TailGate, TailWriter } from './tail.ts';
-import { unrunTiming } from './timing.ts';
+import { unrunTiming } from '../channel/timing.ts';
 import type { UserCodeProcess } from './user-code-process.ts';
-import type { RunMessage } from './user-code-messages.ts';
+import type { RunMessage } from '../channel/messages.ts';
 
 export interface RunContext {
   user: UserCodeProcess;

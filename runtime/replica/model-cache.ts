@@ -4,8 +4,8 @@
 // created, so evicting a file a running replica loaded earlier is safe.
 import { readdir, rm, stat, utimes } from 'node:fs/promises';
 import path from 'node:path';
-import { sourceTag } from '../core/buckets.ts';
-import type { ObjectStore } from '../core/s3.ts';
+import { sourceTag } from '../../core/buckets.ts';
+import type { ObjectStore } from '../../core/s3.ts';
 
 export interface CachedModel {
   path: string;

@@ -8,9 +8,9 @@
 // (see live-first.ts).
 // maxBatchSize is an upper bound: batches stop growing at the size the model's own timings say
 // is cheapest per row (batch-tuner.ts).
-import { batchKey, concatFeeds, rows, splitOutputs, type Feeds } from '../native/tensor.ts';
+import { batchKey, concatFeeds, rows, splitOutputs, type Feeds } from '../../native/tensor.ts';
 import { BatchTuner } from './batch-tuner.ts';
-import { systemClock, type Clock } from '../core/clock.ts';
+import { systemClock, type Clock } from '../../core/clock.ts';
 
 /** Where a call comes from: a live request, or a bulk batch's line (which yields to live ones). */
 export type Lane = 'live' | 'batch';

@@ -11,7 +11,7 @@
 // their window closes. A peer that stops announcing counts as idle after 3 × refreshMs. A peer
 // going idle opens the gate only yieldMs later: when live traffic moves from one replica to
 // another, the new one's "busy" can reach Redis after the old one's "idle".
-import { systemClock, type Clock } from '../core/clock.ts';
+import { systemClock, type Clock } from '../../core/clock.ts';
 
 export interface LiveFirstOptions {
   yieldMs: number;

@@ -2,9 +2,9 @@
 // and the lines it writes while someone does (TailWriter): its tailed runs' `ctx.log` lines, those
 // of its setup and warmup, and a summary line per request. A function nobody tails costs a cached boolean per request.
 import type { Redis } from 'ioredis';
-import { keys } from '../core/keys.ts';
-import type { Logger } from '../core/log.ts';
-import { addTailLines, capLogCall, type TailLine, type TailRequestLine, type TailEntry } from '../core/tail.ts';
+import { keys } from '../../core/keys.ts';
+import type { Logger } from '../../core/log.ts';
+import { addTailLines, capLogCall, type TailLine, type TailRequestLine, type TailEntry } from '../../core/tail.ts';
 
 /** How long the replica trusts what it last read of keys.tailing (ms). */
 export const GATE_MAX_AGE_MS = 1_000;

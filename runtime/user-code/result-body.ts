@@ -1,7 +1,7 @@
 // How a handler's result becomes its answer: JSON, or bytes with their own Content-Type.
-import { binaryOf } from '../sdk/index.ts';
-import type { InferenceDescriptor } from '../core/oip/request.ts';
-import { encodeResponse, outputTensors } from '../core/oip/tensors.ts';
+import { binaryOf } from '../../sdk/index.ts';
+import type { InferenceDescriptor } from '../../core/oip/request.ts';
+import { encodeResponse, outputTensors } from '../../core/oip/tensors.ts';
 
 /** Bytes a handler answered with, and their Content-Type. */
 export interface BinaryBody {

@@ -3,14 +3,14 @@
 // version that cannot run.
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { chunkLineJobs } from '../core/batches.ts';
-import { sinceEnqueued } from '../core/clock.ts';
-import { errorBody, type BatchChunkData, type Manifest, type RunJobData } from '../core/contracts.ts';
-import { batchQueueName, keys, QUEUE_PREFIX } from '../core/keys.ts';
-import { decodeLiveJob, finishLiveEntries, leaveLiveGroup, liveJobId, readLiveEntries, type LiveEntry, type LiveOutcome } from '../core/live-queue.ts';
-import { plainName } from '../core/names.ts';
+import { chunkLineJobs } from '../../core/batches.ts';
+import { sinceEnqueued } from '../../core/clock.ts';
+import { errorBody, type BatchChunkData, type Manifest, type RunJobData } from '../../core/contracts.ts';
+import { batchQueueName, keys, QUEUE_PREFIX } from '../../core/keys.ts';
+import { decodeLiveJob, finishLiveEntries, leaveLiveGroup, liveJobId, readLiveEntries, type LiveEntry, type LiveOutcome } from '../../core/live-queue.ts';
+import { plainName } from '../../core/names.ts';
 import type { Delivery } from './delivery.ts';
-import { unrunTiming } from './timing.ts';
+import { unrunTiming } from '../channel/timing.ts';
 
 export interface Waiting {
   redis: Redis;

@@ -5,10 +5,10 @@
 import { setMaxListeners } from 'node:events';
 import { Queue, WaitingError, Worker, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { chunkLineJobs, type BatchStore } from '../core/batches.ts';
-import type { BatchChunkData, RunJobData } from '../core/contracts.ts';
-import { batchQueueName, QUEUE_PREFIX } from '../core/keys.ts';
-import type { Logger } from '../core/log.ts';
+import { chunkLineJobs, type BatchStore } from '../../core/batches.ts';
+import type { BatchChunkData, RunJobData } from '../../core/contracts.ts';
+import { batchQueueName, QUEUE_PREFIX } from '../../core/keys.ts';
+import type { Logger } from '../../core/log.ts';
 
 /** A request whose replica died this many times is answered 500 instead of run again. */
 export const MAX_CRASHES = 2;

@@ -4,19 +4,19 @@
 // process and module start-up. Started without EMBERS_REPLICA_STANDBY, it reads its assignment
 // from the environment instead.
 import { readdir } from 'node:fs/promises';
-import { loadConfig, ortInstances } from '../core/config.ts';
-import { EXIT_REPLACE_ME, type Manifest } from '../core/contracts.ts';
-import { createLogger } from '../core/log.ts';
-import { createRedis } from '../core/redis.ts';
-import { BucketRegistry, TenantStores } from '../core/buckets.ts';
-import { storeFromConfig } from '../core/s3.ts';
-import { Sealer } from '../core/sealed.ts';
-import { FunctionSecrets } from '../core/secrets.ts';
+import { loadConfig, ortInstances } from '../../core/config.ts';
+import { EXIT_REPLACE_ME, type Manifest } from '../../core/contracts.ts';
+import { createLogger } from '../../core/log.ts';
+import { createRedis } from '../../core/redis.ts';
+import { BucketRegistry, TenantStores } from '../../core/buckets.ts';
+import { storeFromConfig } from '../../core/s3.ts';
+import { Sealer } from '../../core/sealed.ts';
+import { FunctionSecrets } from '../../core/secrets.ts';
 import { Replica } from './replica.ts';
 import { probeSandbox, type SandboxSupport } from './sandbox.ts';
 import { USER_CODE_V8_FLAGS, UserCodeProcess } from './user-code-process.ts';
-import { baseKey, DEFAULT_TENANT } from '../core/names.ts';
-import { keys } from '../core/keys.ts';
+import { baseKey, DEFAULT_TENANT } from '../../core/names.ts';
+import { keys } from '../../core/keys.ts';
 import type { Assignment, ToAgent } from './agent-messages.ts';
 
 const env = process.env;

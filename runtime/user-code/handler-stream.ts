@@ -5,9 +5,9 @@
 // reader pauses the handler instead of filling memory anywhere. A run for a job, and every run
 // that does not stream, gathers the chunks into a JSON array within the answer bound: what the run
 // answers, as if the handler had returned the array.
-import { MAX_CHUNK_BYTES, SEND_WINDOW } from '../core/chunks.ts';
+import { MAX_CHUNK_BYTES, SEND_WINDOW } from '../../core/chunk-limits.ts';
 import { AnswerTooLargeError, chunkJson } from './result-body.ts';
-import type { RunMessage } from './user-code-messages.ts';
+import type { RunMessage } from '../channel/messages.ts';
 
 /** What a run whose handler yielded answers: its chunks gathered (a JSON array's text), or nothing when they were only sent. */
 export class StreamedAnswer {

@@ -1,4 +1,4 @@
-// What a node agent (scheduler/agent.ts) and its runtime processes (runtime/main.ts) say to each
+// What a node agent (scheduler/agent.ts) and its runtime processes (runtime/replica/main.ts) say to each
 // other over IPC.
 
 /** Agent → a standby runtime: become a replica of this function version. */

@@ -3,17 +3,17 @@
 // environment that holds no platform setting beyond logging; it boots, loads the native modules
 // handlers use, says so, and waits for its assignment. Its only channels are the IPC one and the
 // byte channel's two pipes beside it.
-import { errorBody } from '../core/contracts.ts';
-import { createLogger } from '../core/log.ts';
-import { unrunTiming } from './timing.ts';
-import { Outbox } from './outbox.ts';
-import type { FromUserCode, ToUserCode } from './user-code-messages.ts';
-import { StartFailure } from './user-code-messages.ts';
+import { errorBody } from '../../core/contracts.ts';
+import { createLogger } from '../../core/log.ts';
+import { unrunTiming } from '../channel/timing.ts';
+import { Outbox } from '../channel/outbox.ts';
+import type { FromUserCode, ToUserCode } from '../channel/messages.ts';
+import { StartFailure } from '../channel/messages.ts';
 import { UserCode, type RunOutcome } from './user-code.ts';
 import net from 'node:net';
 import { LogBudget } from './tail-log.ts';
-import type { LogCall, StartPhase } from '../core/tail.ts';
-import { BYTES_IN_FD, BYTES_OUT_FD, FrameReader, writeFrame } from './byte-channel.ts';
+import type { LogCall, StartPhase } from '../../core/log-lines.ts';
+import { BYTES_IN_FD, BYTES_OUT_FD, FrameReader, writeFrame } from '../channel/byte-channel.ts';
 
 const log = createLogger('user-code');
 const outbox = new Outbox<FromUserCode>((messages) => {
