@@ -8,6 +8,7 @@
 // bench/results/latest-fleet.json and fleet.svg. `BENCH_ONLY=oip`: the Open Inference Protocol
 // section alone (latest-oip.json). `BENCH_ONLY=soak`: a few minutes of sustained load, sampling
 // Redis memory, RSS and the usage export's lag (latest-soak.json; BENCH_SOAK_SECONDS, 180).
+// `BENCH_ONLY=hostile`: a hostile second tenant's cost to its neighbours (latest-hostile.json).
 import { execFileSync } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -19,6 +20,7 @@ import { chartSvg } from './chart.ts';
 import { stopAllChildren } from './child.ts';
 import { fleetSection } from './fleet-section.ts';
 import { soakOnly } from './soak.ts';
+import { hostileOnly } from './hostile.ts';
 import { coldStartSection, coldSummaryLine, formatCold, type ColdStartResult } from './cold.ts';
 import { IMAGE_TEXT, testImage } from './image.ts';
 import { bodySection, formatBodies } from './body.ts';
@@ -284,7 +286,8 @@ async function main(): Promise<void> {
   if (only === 'oip') return mainOipOnly();
   if (only === 'fleet') return void (await fleetSection(RESULTS, log, { date: new Date().toISOString(), machine: machine(), git: gitInfo() }));
   if (only === 'soak') return void (await soakOnly(RESULTS, log, { date: new Date().toISOString(), machine: machine(), git: gitInfo() }));
-  if (only !== '') throw new Error(`BENCH_ONLY must be "cold", "batch", "body", "overhead", "batching", "oip", "fleet", "soak" or unset, got "${only}"`);
+  if (only === 'hostile') return void (await hostileOnly(RESULTS, log, { date: new Date().toISOString(), machine: machine(), git: gitInfo() }));
+  if (only !== '') throw new Error(`BENCH_ONLY must be "cold", "batch", "body", "overhead", "batching", "oip", "fleet", "soak", "hostile" or unset, got "${only}"`);
   const began = performance.now();
   const host = machine();
   const window = windowFromEnv();

@@ -15,6 +15,7 @@ import type { ObjectStore } from '../core/s3.ts';
 import { discoverGpus, type GpuInfo } from '../native/gpu.ts';
 import { buildRuntime } from './runtime-build.ts';
 import { probeSandbox, type SandboxSupport } from '../runtime/replica/sandbox.ts';
+import { sweepCgroups } from '../runtime/replica/cgroup-sweep.ts';
 import { Scheduler, type SchedulerOptions } from './scheduler.ts';
 import { waitAtMost } from '../core/settle.ts';
 import { keys } from '../core/keys.ts';
@@ -33,8 +34,12 @@ const CLOSE_WAIT_MS = 10_000;
  * pass through them on their way to and from the user-code process, short-lived; a 128 MB
  * starting heap lets them die young instead of setting off full collections every few requests.
  * Without the memory reducer, which would collect over and over while idle to shrink that heap.
+ * A heap bound of its own: a replica runs outside its user code's cgroup, and a bug there must
+ * end that replica, not the node.
  */
-const REPLICA_V8_FLAGS = ['--initial-heap-size=128', '--no-memory-reducer'];
+const REPLICA_V8_FLAGS = ['--initial-heap-size=128', '--no-memory-reducer', '--max-old-space-size=1024'];
+/** How often the agent removes the cgroups of user-code processes whose replicas died without removing them. */
+const CGROUP_SWEEP_MS = 60_000;
 
 export interface AgentOptions {
   redisUrl: string;
@@ -135,6 +140,11 @@ export class NodeAgent {
     this.sandbox = probeSandbox(this.o.sandbox);
     if (!this.sandbox.isolates) this.log.warn({ missing: this.sandbox.missing }, this.o.allowUnsandboxed ? 'user code runs WITHOUT a sandbox on this node (EMBERS_ALLOW_UNSANDBOXED=1)' : 'this node cannot sandbox user code: it runs only the default tenant\'s functions (EMBERS_ALLOW_UNSANDBOXED=1 runs every tenant\'s)');
     else if (this.sandbox.missing.length) this.log.warn({ missing: this.sandbox.missing }, 'user code is sandboxed, with limits missing');
+    const cgroup = this.sandbox.cgroup;
+    if (cgroup) {
+      this.sweepCgroups(cgroup);
+      this.timers.push(setInterval(() => this.sweepCgroups(cgroup), CGROUP_SWEEP_MS));
+    }
     this.gpus = await discoverGpus();
     if (this.gpus.length) this.log.info({ gpus: this.gpus }, 'GPUs found');
     await this.advertise();
@@ -152,6 +162,11 @@ export class NodeAgent {
     this.scheduler.start();
     this.prepareStandby();
     await this.reconcile();
+  }
+
+  private sweepCgroups(kind: 'v1' | 'v2'): void {
+    const removed = sweepCgroups(kind);
+    if (removed) this.log.info({ removed }, 'removed the cgroups of user-code processes gone without removing them');
   }
 
   /** Where this node serves Prometheus's /metrics, if it does. */

@@ -85,8 +85,7 @@ export async function load(file: string | URL, o: LoadOptions = {}): Promise<Loa
   const log = createLogger(`fn:${def.name}`, (process.env.EMBERS_LOG_LEVEL as 'warn' | undefined) ?? 'warn');
   const user: UserCode = new UserCode({
     log,
-    announce: () => {},
-    onStuck: (rid) => log.error({ rid }, 'handler still running after its timeout: a replica would be replaced'),
+    onStuck: (n) => log.error({ run: n }, 'handler still running after its timeout: a replica would be replaced'),
     // Chunks are gathered into the answer; give credit for each as it comes.
     sendChunk: (n) => user.credit(n, 1),
   });

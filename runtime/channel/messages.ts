@@ -1,9 +1,9 @@
 // The messages between a replica (trusted: it holds the queues, Redis and S3) and its user-code
 // process (untrusted: the tenant's bundle and models, sandboxed). This channel is all the user
-// code reaches; the replica checks every message it receives (checkResult), since the process that
-// sends them runs the tenant's code. The channel carries JSON (Node's own IPC serialisation, half
-// the cost of its structured clone for requests this small); bytes travel beside it, on the
-// byte channel (byte-channel.ts), under the request's number.
+// code reaches; the replica checks every message it receives against what it already knows
+// (runtime/replica/user-code-channel.ts), since the process that sends them runs the tenant's
+// code. Messages travel as JSON in frames (frames.ts); bytes in frames of their own, under the
+// run's number.
 import type { ReplyHeader } from '../../core/contracts.ts';
 import type { TensorSignature } from '../../core/oip/datatypes.ts';
 import type { ExecutionProvider } from '../../native/session.ts';
@@ -78,8 +78,8 @@ export type ToUserCode =
   | { type: 'abort'; n: number; canceled: boolean }
   /** The replica took `k` more of run `n`'s chunks: that many more may be sent. */
   | { type: 'credit'; n: number; k: number }
-  /** Another replica on the node announced live requests (busy) or none. */
-  | { type: 'peer'; id: string; busy: boolean }
+  /** Whether other replicas on the node run live requests now (the replica tracks them; live-first.ts). */
+  | { type: 'peers'; busy: boolean }
   | { type: 'stats' };
 
 export interface UserStats {
@@ -93,7 +93,11 @@ export type FromUserCode =
   | { type: 'standby' }
   | { type: 'started'; phases: { bundleMs: number; modelLoadMs: number; setupMs: number; warmupMs: number } }
   | { type: 'start_failed'; phase: string; message: string }
-  | { type: 'result'; n: number; status: number; body: string; bytes?: { contentType: string; length: number; headerLength?: number }; timing: ReplyHeader['timing']; canceled?: boolean; streamed?: true }
+  /**
+   * A run's answer. Its JSON body comes as `body`, or, when long, as the first `bodyBytes` bytes
+   * of the run's bytes frame; a binary answer's `bytes.length` bytes follow them there.
+   */
+  | { type: 'result'; n: number; status: number; body?: string; bodyBytes?: number; bytes?: { contentType: string; length: number; headerLength?: number }; timing: ReplyHeader['timing']; canceled?: boolean; streamed?: true }
   /** One chunk (its JSON) a handler yielded, for a run with `streamTo`. */
   | { type: 'chunk'; n: number; data: string }
   /**
@@ -101,10 +105,9 @@ export type FromUserCode =
    * (n 0), and/or how many lines the process dropped since it last said (over LOG_LINES_PER_S).
    */
   | { type: 'log'; n: number; call?: LogCall; dropped?: number; phase?: StartPhase }
-  /** Tells the node's other replicas it runs live requests (busy) or none. */
-  | { type: 'announce'; busy: boolean }
-  /** A handler ran past its timeout and grace and will not stop: replace the replica. */
-  | { type: 'stuck'; rid: string }
+  /** Run n's handler ran past its timeout and grace and will not stop: replace the process. */
+  | { type: 'stuck'; n: number }
+  /** In answer to the replica's `stats`, one each. */
   | { type: 'stats'; stats: UserStats };
 
 /** A start that failed, with the phase it failed in (bundle, model_load, setup, warmup, …). */

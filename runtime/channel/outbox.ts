@@ -1,6 +1,6 @@
 // Messages between a replica and its user-code process travel in arrays: whatever one side
 // sends within a tick (the runs of one queue read, the answers of one burst of handlers) goes
-// as one IPC message, so a busy replica pays for one write and one parse per burst, not per
+// as one frame (frames.ts), so a busy replica pays for one write and one parse per burst, not per
 // request.
 export class Outbox<M> {
   private queued: M[] = [];

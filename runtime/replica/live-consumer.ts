@@ -167,6 +167,9 @@ export class LiveConsumer {
     clearInterval(this.tending);
     this.reader?.disconnect();
     await this.handOver([...this.held]);
+    // What it answered meanwhile is acknowledged before the process goes.
+    await new Promise((r) => setImmediate(r));
+    await waitAtMost(Promise.all(this.flushes), 1000, this.o.log, 'the last answers to be finished');
   }
 
   /** Makes entries this replica still holds claimable at once, and tells the function's replicas (handOverLiveEntries). Gives up after a second. */

@@ -163,11 +163,11 @@ replica = new Replica({
     // Other jobs it holds come back to the queue when their locks expire; the agent starts a fresh replica.
     void replica!.abandon().finally(() => process.exit(EXIT_REPLACE_ME));
   },
-  // Crashed: exit without acknowledging, so what it held is handed over. Out of memory: what it
-  // held was answered 503 replica_oom; a fresh replica takes the rest.
+  // Ended holding requests it could not answer: exit without acknowledging them, so they are
+  // handed over. Else what it held was answered: deliver that, then make way for a fresh replica.
   onUserCodeExit: (_e, answered) => {
     if (!answered) process.exit(1);
-    void replica!.abandon().finally(() => process.exit(EXIT_REPLACE_ME));
+    void replica!.drain().finally(() => process.exit(EXIT_REPLACE_ME));
   },
   onCounters: (counters) => {
     // Sent on every heartbeat, during a drain too: an agent gone meanwhile is no error here.

@@ -27,6 +27,7 @@ import { runOnUserCode, type RunContext, type RunEnd } from './run-request.ts';
 import { Stops } from './stops.ts';
 import { unrunTiming } from '../channel/timing.ts';
 import { StartFailure, type UserStats } from '../channel/messages.ts';
+import { LiveFirst } from '../channel/live-first.ts';
 import type { UserCodeExit, UserCodeProcess } from './user-code-process.ts';
 import type { ReplicaCounters } from './agent-messages.ts';
 
@@ -116,12 +117,24 @@ export class Replica {
   private stopping = false;
   /** Whether anyone tails the function, and what this replica writes to its tail meanwhile. */
   private readonly tail: { gate: TailGate; writer: TailWriter };
+  /**
+   * The node's live-first window (live-first.ts): this replica announces itself busy from the live
+   * requests it hands its user code and gets back (never from what the user code says), and
+   * tells its user code whether other replicas are.
+   */
+  private readonly liveWindow: LiveFirst;
+  /** Answers being delivered: a replica replacing its user code lets them finish before handing the rest over. */
+  private readonly delivering = new Set<Promise<unknown>>();
 
   constructor(private readonly o: ReplicaOptions) {
     this.log = o.log.child({ replica: o.id, fn: o.manifest.name, version: o.manifest.version });
     this.delivery = new Delivery({ redis: o.redis, manifest: o.manifest, replica: o.id, jobRetentionS: o.jobRetentionS, platformPricing: o.platformPricing, log: this.log });
     this.user = o.userCode;
-    this.user.onAnnounce = (busy) => void o.redis.publish(keys.liveChannel(this.nodeId), `${o.id} ${busy ? 1 : 0}`).catch(() => {});
+    this.liveWindow = new LiveFirst({
+      yieldMs: o.batchYieldMs,
+      announce: (busy) => void o.redis.publish(keys.liveChannel(this.nodeId), `${o.id} ${busy ? 1 : 0}`).catch(() => {}),
+      onPeers: (busy) => this.user.peers(busy),
+    });
     this.user.onStuck = (rid) => this.stuck(rid);
     this.user.onExit = (e) => this.userCodeExited(e);
     const fn = o.manifest.name;
@@ -198,7 +211,7 @@ export class Replica {
     this.cancelSub.on('message', (channel: string, message: string) => {
       const [a, b] = message.split(' ');
       if (channel === liveChannel) {
-        if (a !== this.o.id) this.user.peer(a, b === '1');
+        if (a !== this.o.id) this.liveWindow.peer(a, b === '1');
       } else if (a === manifest.name) {
         if (b === SCAN_NOW) this.live?.scanNow();
         else if (b === TAIL_NOW) this.tail.gate.nudge();
@@ -268,12 +281,17 @@ export class Replica {
     this.o.onStuck?.();
   }
 
-  /** Stops at once without waiting for held jobs (their locks expire and they run elsewhere). */
+  /**
+   * Stops at once: what its user code held and had not answered is handed over (live requests now,
+   * batch lines when their locks expire); what it had answered is delivered first.
+   */
   async abandon(): Promise<void> {
     clearInterval(this.heartbeat);
     this.cancelSub?.disconnect();
+    this.liveWindow.close();
     this.stopping = true;
     await this.user.kill();
+    await waitAtMost(Promise.all(this.delivering), TAIL_FLUSH_WAIT_MS, this.log, 'the answers being delivered');
     await this.live?.abandon();
     await this.batch?.close(true);
     await this.o.redis.multi().del(keys.replica(this.o.id)).srem(keys.replicas(this.o.manifest.name), this.o.id).exec().catch(() => {});
@@ -289,6 +307,7 @@ export class Replica {
     clearInterval(this.heartbeat);
     this.reportCounters();
     this.cancelSub?.disconnect();
+    this.liveWindow.close();
     await this.delivery.close();
     this.stopping = true;
     await this.user.kill();
@@ -331,24 +350,25 @@ export class Replica {
   }
 
   /**
-   * The user-code process exited on its own. Over its memory limit: what it held was answered
-   * 503 replica_oom (UserCodeProcess), the failure is recorded for `functions show`, and this
-   * replica is replaced. Crashed: this replica exits at once without acknowledging what it held,
-   * so the agent hands those requests over as for any crashed replica (a request that crashes
-   * replicas twice is answered replica_crashed, not run a third time).
+   * The user-code process ended while serving (while starting, start() reports it). A run's
+   * failure stays with that run: broke its channel, or died holding one run, and what it held was
+   * answered (UserCodeProcess); died holding several, and none was, so this replica exits without
+   * acknowledging them and the agent hands them over, each to run alone (decisions/007). Either
+   * way the failure is kept with the function's starts for `functions show`, told to its tail,
+   * and the replica replaced; gateways keep taking requests (no start failure is announced).
    */
   private userCodeExited(e: UserCodeExit): void {
-    if (this.stopping) return;
+    if (this.stopping || this.state === 'starting') return;
     this.stopping = true;
-    const error = { phase: this.state === 'starting' ? 'model_load' : 'run', message: `${e.oom ? 'out of memory: ' : ''}${this.user.exitMessage(e)}` };
-    this.log.error({ ...error, oom: e.oom }, 'user-code process exited');
-    if (!e.oom) return this.o.onUserCodeExit?.(e, false);
+    const error = { phase: 'run', message: `${e.oom ? 'out of memory: ' : ''}${this.user.exitMessage(e)}` };
+    this.log.error({ ...error, oom: e.oom, handedOver: e.lost }, 'user-code process exited');
     this.error = error;
     this.moveTo('failed');
-    const { name, version } = this.o.manifest;
-    void this.recordStart({ replica: this.o.id, version, at: new Date().toISOString(), error }, { type: 'replica', name, replica: this.o.id, state: 'failed', error })
-      .catch(() => {})
-      .finally(() => this.o.onUserCodeExit?.(e, true));
+    if (this.tail.gate.on()) this.tail.writer.startLog('run', { level: 'error', msg: `replica ${this.o.id} replaced: ${error.message}${e.lost ? `; ${e.lost} requests it held run again on another replica` : ''}`, time: Date.now() });
+    const record = { replica: this.o.id, version: this.o.manifest.version, at: new Date().toISOString(), error };
+    const list = keys.coldStarts(this.o.manifest.name);
+    const recorded = this.o.redis.multi().lpush(list, JSON.stringify(record)).ltrim(list, 0, 19).exec();
+    void waitAtMost(Promise.all([recorded, this.tail.writer.flush()]), TAIL_FLUSH_WAIT_MS, this.log, 'the failure\'s record').finally(() => this.o.onUserCodeExit?.(e, e.lost === 0));
   }
 
   /**
@@ -365,6 +385,7 @@ export class Replica {
     const queued = sinceEnqueued(data);
     const lane = data.batch ? 'batch' : 'live';
     this.lanes[lane]++;
+    if (lane === 'live') this.liveWindow.liveStarted();
     let end: RunEnd;
     try {
       const refused = refusal(this.o.manifest, data, crashes);
@@ -372,6 +393,7 @@ export class Replica {
       end = refused ? { ...refused, timing: unrunTiming(queued) } : await runOnUserCode(this.runs, data, queued, jobSignal);
     } finally {
       this.lanes[lane]--;
+      if (lane === 'live') this.liveWindow.liveEnded();
     }
     // A request queued before this replica was ready waited for its cold start.
     const cold = enq < this.readyAt && this.coldStart ? { waitedMs: Math.min(this.coldStart.totalMs, this.readyAt - enq), phases: this.coldStart } : undefined;
@@ -381,7 +403,10 @@ export class Replica {
       const kind = USAGE_KIND[destinationOf(data)?.to ?? 'batch'];
       this.tail.writer.request({ rid, status: end.status, ms: end.timing.handlerMs, queueMs: end.timing.queueMs, cold: cold !== undefined, ...(cold ? { coldMs: cold.waitedMs } : {}), kind });
     }
-    return this.delivery.deliver(jobId, data, header, end.body, end);
+    const delivered = this.delivery.deliver(jobId, data, header, end.body, end);
+    this.delivering.add(delivered);
+    void delivered.finally(() => this.delivering.delete(delivered)).catch(() => {});
+    return delivered;
   }
 
   /** Moves to `next`, which must follow from the state it is in (STATE_MOVES). */

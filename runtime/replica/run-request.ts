@@ -56,7 +56,8 @@ export async function runOnUserCode(c: RunContext, data: RunJobData, queueMs: nu
     const tail = c.tail?.gate.on() ? c.tail.writer : undefined;
     // The user code checks the input against the function's schema and runs the handler.
     const message: Omit<RunMessage, 'type' | 'n' | 'rawBytes'> = { rid: data.rid, input: data.input, raw: data.raw, tensors: data.tensors, deadline: data.deadline, batch: data.batch !== undefined, queueMs, streamTo, ...(tail ? { tail: true as const } : {}) };
-    const run = c.user.run(message, sink?.take, tail && ((call) => tail.log(data.rid, call)));
+    // A live run's time is bounded here too: its handler may hold the process's thread.
+    const run = c.user.run(message, { onChunk: sink?.take, onLog: tail && ((call: unknown) => tail.log(data.rid, call)), timeoutMs: data.batch === undefined ? c.timeoutMs : undefined });
     n = run.n;
     if (stop) stop.onStop = () => c.user.abort(n, true);
     jobSignal?.addEventListener('abort', () => c.user.abort(n, false), { once: true });

@@ -34,14 +34,17 @@ export interface SandboxLimits {
 export interface SandboxCommand {
   command: string;
   args: string[];
+  /**
+   * What to write to the process's stdin, then end: bwrap's options (`--args 0`), NUL-separated.
+   * Off its command line, which the sandbox can read as /proc/1/cmdline, as they name host paths.
+   */
+  input: Buffer;
 }
 
 export interface SandboxSpec {
   /** The node binary and its arguments (entry file included), as seen inside. */
   node: string[];
-  /** Paths bound read-only at the same place inside (files or folders). */
-  readOnly: string[];
-  /** host path → path inside, read-only. */
+  /** host path → path inside, read-only (files or folders). */
   mounts: { from: string; to: string }[];
   /** Device nodes bound inside (GPUs). */
   devices: string[];
@@ -60,8 +63,7 @@ export interface SandboxSpec {
 
 /** The command line that starts the user-code process as `spec` says. Pure: tested as such. */
 export function sandboxCommand(spec: SandboxSpec): SandboxCommand {
-  const bwrap = [
-    'bwrap',
+  const options = [
     '--unshare-all',
     ...(spec.noNestedUserns ? ['--unshare-user', '--disable-userns'] : []),
     '--die-with-parent',
@@ -75,21 +77,27 @@ export function sandboxCommand(spec: SandboxSpec): SandboxCommand {
     '--dev', '/dev',
     '--size', String(spec.limits.tmpBytes),
     '--tmpfs', '/tmp',
-    ...spec.readOnly.flatMap((p) => ['--ro-bind', p, p]),
     ...spec.mounts.flatMap((m) => ['--ro-bind', m.from, m.to]),
     ...spec.devices.flatMap((d) => ['--dev-bind', d, d]),
     '--chdir', '/tmp',
-    '--',
   ];
   const asUser = spec.uid !== undefined ? ['setpriv', `--reuid=${spec.uid}`, `--regid=${spec.uid}`, '--clear-groups', '--inh-caps=-all', '--'] : [];
   const limits = spec.rlimits === false ? [] : ['prlimit', `--nofile=${spec.limits.openFiles}`, `--nproc=${spec.limits.pids}`, '--core=0', '--'];
   // The shell joins the cgroups first, so that everything it then execs is inside them.
   const join = 'while [ "$1" != "--" ]; do echo $$ > "$1" || exit 97; shift; done; shift; exec "$@"';
-  return { command: 'sh', args: ['-c', join, 'sh', ...spec.cgroupProcs, '--', ...limits, ...asUser, ...(spec.isolate ? bwrap : []), ...spec.node] };
+  // sh, prlimit and setpriv leave stdin to bwrap, which reads its options from it.
+  const wrap = spec.isolate ? ['bwrap', '--args', '0', '--'] : [];
+  const input = spec.isolate ? Buffer.from(options.map((a) => `${a}\0`).join('')) : Buffer.alloc(0);
+  return { command: 'sh', args: ['-c', join, 'sh', ...spec.cgroupProcs, '--', ...limits, ...asUser, ...wrap, ...spec.node], input };
 }
 
 const CGROUP_ROOT = '/sys/fs/cgroup';
 const V1_CONTROLLERS = ['memory', 'pids', 'cpu'] as const;
+
+/** The folders that hold user-code processes' cgroups: embers/ in v2, or in each v1 hierarchy. */
+export function embersCgroupParents(kind: 'v1' | 'v2'): string[] {
+  return kind === 'v2' ? [path.join(CGROUP_ROOT, 'embers')] : V1_CONTROLLERS.map((c) => path.join(CGROUP_ROOT, c, 'embers'));
+}
 
 let probed: SandboxSupport | undefined;
 
@@ -107,8 +115,8 @@ export function probeSandbox(mode: 'auto' | 'off' = 'auto'): SandboxSupport {
   if (!bwrapThere) missing.push('bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)');
   else {
     const tryRun = (noNestedUserns: boolean) => {
-      const probe = sandboxCommand({ node: ['/bin/true'], readOnly: [], mounts: [], devices: [], limits: { memoryBytes: 0, pids: 64, openFiles: 64, tmpBytes: 1 << 20 }, uid: root ? SANDBOX_UID_BASE : undefined, cgroupProcs: [], isolate: true, rlimits, noNestedUserns });
-      return spawnSync(probe.command, probe.args, { encoding: 'utf8', timeout: 10_000 });
+      const probe = sandboxCommand({ node: ['/bin/true'], mounts: [], devices: [], limits: { memoryBytes: 0, pids: 64, openFiles: 64, tmpBytes: 1 << 20 }, uid: root ? SANDBOX_UID_BASE : undefined, cgroupProcs: [], isolate: true, rlimits, noNestedUserns });
+      return spawnSync(probe.command, probe.args, { input: probe.input, encoding: 'utf8', timeout: 10_000 });
     };
     let r = tryRun(true);
     noNestedUserns = r.status === 0;

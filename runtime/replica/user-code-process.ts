@@ -1,22 +1,30 @@
 // The replica's side of its user-code process: starts it (sandboxed where the host allows),
 // stages the bundle and models it may read, sends it requests and checks what comes back. The
-// process runs the tenant's code, so nothing it sends is trusted: answers are checked for shape
-// and size, and the replica's own clock, not the process's, is what gets metered.
+// process runs the tenant's code, so nothing it sends is trusted: the channel is read as hostile
+// input (user-code-channel.ts), each message is checked against what the replica already knows
+// (a result only for a run in flight, chunks within their credit, stats only when asked, `stuck`
+// only naming a run it was sent), and a process that breaks a bound is ended. The replica's own
+// clock, not the process's, is what gets metered and what bounds a live run's time.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { copyFile, link, rm, symlink } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { errorBody, type ReplyHeader } from '../../core/contracts.ts';
+import { errorBody } from '../../core/contracts.ts';
 import { unrunTiming } from '../channel/timing.ts';
 import { PLATFORM_NODE_MODULES } from '../../core/bundle-dir.ts';
 import type { Logger } from '../../core/log.ts';
 import { letThrough, SANDBOX_UID_BASE, SandboxCgroup, sandboxCommand, type SandboxLimits, type SandboxSupport } from './sandbox.ts';
+import { INSIDE_NODE_MODULES, userCodeLaunch } from './user-code-layout.ts';
 import { Outbox } from '../channel/outbox.ts';
-import { FrameReader, writeFrame } from '../channel/byte-channel.ts';
+import { BYTES, writeFrame, writeMessages } from '../channel/frames.ts';
 import type { Readable, Writable } from 'node:stream';
 import { StartFailure, type AssignMessage, type FromUserCode, type RunMessage, type ToUserCode, type UserStats } from '../channel/messages.ts';
 import { START_PHASES, type StartPhase } from '../../core/log-lines.ts';
+import { SEND_WINDOW } from '../../core/chunk-limits.ts';
+import { checkResult, UserCodeReader, type CheckedResult } from './user-code-channel.ts';
+
+export { checkResult, type CheckedResult } from './user-code-channel.ts';
 
 const FROM_SOURCE = import.meta.url.endsWith('.ts');
 const ENTRY = fileURLToPath(new URL(FROM_SOURCE ? '../user-code/main.ts' : './user-main.mjs', import.meta.url));
@@ -56,36 +64,65 @@ export interface UserCodeExit {
   signal: NodeJS.Signals | null;
   /** Killed by the kernel for going over its memory limit. */
   oom: boolean;
+  /** Ended by the replica for breaking its channel's bounds: what it broke. */
+  violation?: string;
+  /** Ended by the replica (stopped, or replaced as stuck): what it held was not answered. */
+  stopped?: boolean;
+  /** Runs it held that were not answered: the replica hands them over. */
+  lost: number;
 }
 
-type Result = Extract<FromUserCode, { type: 'result' }>;
-export type CheckedResult = Omit<Result, 'type' | 'n' | 'bytes'> & { bytes?: { contentType: string; data: Buffer; headerLength?: number } };
+/** A run in the process, as the replica knows it. */
+interface RunSlot {
+  resolve: (r: CheckedResult) => void;
+  /** Where its chunks go (runtime/replica/chunk-sink.ts checks them), and how many more it may send. */
+  onChunk?: (data: unknown) => void;
+  chunksLeft: number;
+  /** Where its `ctx.log` lines go (runtime/replica/tail.ts checks them). */
+  onLog?: (call: unknown) => void;
+  /** Its bytes frame, come ahead of its result. */
+  bytes?: Buffer;
+  /** A live run: by when (Date.now()) the replica answers it itself, and its budget for the message. */
+  answerBy?: number;
+  timeoutMs?: number;
+  rid: string;
+}
+
+/** How long past a live run's timeout the replica waits for the process before answering 504 itself. */
+export const TIMEOUT_SLACK_MS = 1000;
+/** How often the replica looks for live runs past their time. */
+const OVERDUE_CHECK_MS = 250;
+/** Runs answered 504 by the replica whose `stuck` is still taken (the newest this many). */
+const TIMED_OUT_KEPT = 256;
 
 export class UserCodeProcess {
   private readonly child: ChildProcess;
   private readonly staging: string;
   private readonly cgroup?: SandboxCgroup;
-  private readonly waiting = new Map<number, (r: CheckedResult) => void>();
-  /** Where the chunks of runs that stream go (runtime/replica/chunk-sink.ts checks them), by run. */
-  private readonly chunkTargets = new Map<number, (data: unknown) => void>();
-  /** Where the `ctx.log` lines of tailed runs go (unchecked: runtime/replica/tail.ts checks them), by run. */
-  private readonly logTargets = new Map<number, (call: unknown) => void>();
+  /** Runs sent and not answered, by their number on the channel. */
+  private readonly runs = new Map<number, RunSlot>();
+  /** Runs the replica answered 504 itself (the process may still say they are stuck). */
+  private readonly timedOut = new Set<number>();
   private next = 1;
-  private readonly outbox = new Outbox<ToUserCode>((messages) => {
-    if (this.child.connected) this.child.send(messages, undefined, undefined, (err) => err && this.o.log.debug({ err: err.message }, 'could not reach the user-code process'));
-  });
+  private readonly outbox = new Outbox<ToUserCode>((messages) => writeMessages(this.toChild, messages));
   private readonly booted: Promise<void>;
-  private readonly bytesOut: Writable;
-  private readonly frames: FrameReader;
+  private readonly toChild: Writable;
+  private readonly reader: UserCodeReader;
+  /** Where the process is: booting, standby (booted), assigned (loading), started. */
+  private phase: 'booting' | 'standby' | 'assigned' | 'started' = 'booting';
   private started?: { resolve: (m: FromUserCode) => void };
   private lastStats?: UserStats;
+  /** Stats requests sent and not answered: the process may send as many. */
+  private statsAsked = 0;
   /** When the process last sent anything (it answers stats requests unless its thread is held). */
   private heardAt = Date.now();
+  private overdueTimer?: NodeJS.Timeout;
+  /** Why the replica is ending the process, once it is. */
+  private ending?: { violation?: string; stopped?: boolean };
   private exitInfo?: UserCodeExit;
   readonly exited: Promise<UserCodeExit>;
-  /** Set by the replica: the process asks to be replaced, or announces live requests. */
+  /** Set by the replica: the process's handler for run `rid` will not stop (it said so, or its thread is held). */
   onStuck: (rid: string) => void = () => {};
-  onAnnounce: (busy: boolean) => void = () => {};
   /** Called as the process exits, before what it held is answered. */
   onExit: (e: UserCodeExit) => void = () => {};
   /** The process dropped `count` log lines of tailed runs (over its budget). */
@@ -105,57 +142,94 @@ export class UserCodeProcess {
     }
     const env: Record<string, string> = { HOME: '/tmp', PATH: '/usr/bin:/bin', TMPDIR: '/tmp' };
     for (const k of PASSED_ENV) if (process.env[k] !== undefined) env[k] = process.env[k]!;
-    const node = [process.execPath, ...o.execArgv, ...(FROM_SOURCE ? ['--import', TSX] : []), ENTRY];
-    // Inside, the platform's code and packages sit where they are outside (a bundle's
-    // node_modules link points there); the staging folder holds this replica's bundle and models.
-    const readOnly = FROM_SOURCE
-      ? ['runtime', 'core', 'native', 'package.json'].map((p) => path.join(ROOT, p)).concat(PLATFORM_NODE_MODULES)
-      : [path.dirname(ENTRY), PLATFORM_NODE_MODULES];
-    const execDir = path.dirname(path.dirname(process.execPath));
-    if (!process.execPath.startsWith('/usr/')) readOnly.push(execDir);
+    // Inside, the platform's code and packages sit at fixed paths (user-code-layout.ts); the
+    // staging folder holds this replica's bundle and models.
+    const isolate = !!sandbox?.isolates;
+    const { node, mounts } = userCodeLaunch({ execPath: process.execPath, execArgv: o.execArgv, entry: ENTRY, tsx: FROM_SOURCE ? TSX : undefined, root: ROOT, nodeModules: PLATFORM_NODE_MODULES }, isolate);
     const cmd = sandboxCommand({
       node,
-      readOnly,
-      mounts: [{ from: this.staging, to: INSIDE }],
+      mounts: [...mounts, { from: this.staging, to: INSIDE }],
       devices: o.devices ?? [],
       limits: o.limits,
       uid: sandbox?.ownUid ? SANDBOX_UID_BASE + process.pid : undefined,
       cgroupProcs: this.cgroup?.procs ?? [],
-      isolate: !!sandbox?.isolates,
+      isolate,
       rlimits: sandbox?.rlimits ?? false,
       noNestedUserns: sandbox?.noNestedUserns ?? false,
     });
     // The staging folder must exist before bwrap binds it.
     mkdirSync(path.join(this.staging, 'models'), { recursive: true });
-    if (sandbox?.ownUid) for (const p of [this.staging, ...readOnly]) letThrough(p);
-    // fd 3: the JSON channel; 4 and 5: the byte channel to and from the process (byte-channel.ts).
-    this.child = spawn(cmd.command, cmd.args, { stdio: ['ignore', 'inherit', 'inherit', 'ipc', 'pipe', 'pipe'], env, serialization: 'json' });
-    this.bytesOut = this.child.stdio[4] as Writable;
-    this.bytesOut.on('error', () => {});
-    this.frames = new FrameReader((this.child.stdio as unknown as Readable[])[5], {
-      maxBytes: o.maxAnswerBytes,
-      maxHeld: 1024,
-      onCorrupt: (why) => {
-        o.log.error({ why }, 'the user-code process broke its byte channel: killed');
-        this.child.kill('SIGKILL');
-      },
+    if (sandbox?.ownUid) for (const p of [this.staging, ...mounts.map((m) => m.from)]) letThrough(p);
+    // fd 0: bwrap's options, then nothing; fd 3 and 4: the channel's pipes to and from the process (runtime/channel/frames.ts).
+    this.child = spawn(cmd.command, cmd.args, { stdio: ['pipe', 'inherit', 'inherit', 'pipe', 'pipe'], env });
+    this.child.stdin!.on('error', () => {});
+    this.child.stdin!.end(cmd.input);
+    this.toChild = this.child.stdio[3] as Writable;
+    this.toChild.on('error', () => {});
+    // Nothing comes back this way: a process that writes here breaks its channel.
+    (this.child.stdio[3] as unknown as Readable).once('data', () => this.violation('wrote on the pipe from its replica'));
+    let booted!: () => void;
+    this.reader = new UserCodeReader((this.child.stdio as unknown as Readable[])[4], {
+      // A long JSON body and a binary answer, each within the answer bound.
+      maxBytesFrame: o.maxAnswerBytes * 2 + 1024,
+      expectsBytes: (n) => this.runs.has(n) && this.runs.get(n)!.bytes === undefined,
+      onBytes: (n, bytes) => (this.runs.get(n)!.bytes = bytes),
+      onMessage: (m) => this.receive(m, booted),
+      onViolation: (why) => this.violation(why),
     });
     this.exited = new Promise((resolve) =>
       this.child.once('exit', (code, signal) => {
-        this.exitInfo = { code, signal, oom: this.cgroup?.oomKilled() ?? false };
+        clearInterval(this.overdueTimer);
+        const e = this.ending ?? {};
+        // A crash with one run in the process is that run's; with several, none can be told apart.
+        const lost = e.violation !== undefined || (!e.stopped && this.runs.size === 1) ? 0 : this.runs.size;
+        this.exitInfo = { code, signal, oom: this.cgroup?.oomKilled() ?? false, ...e, lost };
         this.onExit(this.exitInfo);
         resolve(this.exitInfo);
       }),
     );
     void this.exited.then(() => this.cleanUp());
     this.booted = new Promise<void>((resolve, reject) => {
-      this.child.on('message', (messages: FromUserCode[]) => {
-        // Sent by the tenant's code: only an array of messages is read.
-        if (Array.isArray(messages)) for (const m of messages) this.receive(m, resolve);
-      });
+      booted = resolve;
       void this.exited.then((e) => reject(new Error(`the user-code process exited before it booted (${describeExit(e)})`)));
     });
     this.booted.catch(() => {});
+    this.overdueTimer = setInterval(() => this.answerOverdue(), OVERDUE_CHECK_MS);
+    this.overdueTimer.unref();
+  }
+
+  /** Ends the process for breaking its channel's bounds; what it held is answered with `why`. */
+  violation(why: string): void {
+    if (this.ending || this.exitInfo) return;
+    this.ending = { violation: why };
+    this.reader.stop();
+    this.o.log.error({ why, pid: this.child.pid }, 'the user-code process broke its channel: ending it');
+    this.child.kill('SIGKILL');
+  }
+
+  /**
+   * Live runs past their timeout and slack are answered 504 here: a handler holding the process's
+   * thread lets no timer run there. A process silent for the slack too is stuck (onStuck).
+   */
+  private answerOverdue(): void {
+    const now = Date.now();
+    for (const [n, run] of this.runs) {
+      if (run.answerBy === undefined || now < run.answerBy) continue;
+      this.runs.delete(n);
+      this.rememberTimedOut(n);
+      run.resolve({ status: 504, body: JSON.stringify(errorBody('handler_timeout', `the handler did not finish within ${run.timeoutMs} ms`)), timing: unrunTiming(0) });
+      if (this.silentMs() >= TIMEOUT_SLACK_MS) {
+        this.onStuck(run.rid);
+      } else {
+        this.statsAsked++;
+        this.send({ type: 'stats' });
+      }
+    }
+  }
+
+  private rememberTimedOut(n: number): void {
+    this.timedOut.add(n);
+    if (this.timedOut.size > TIMED_OUT_KEPT) this.timedOut.delete(this.timedOut.values().next().value!);
   }
 
   /** Resolves once the process has booted (modules loaded) and waits for its assignment. */
@@ -186,7 +260,7 @@ export class UserCodeProcess {
     const inside = (p: string) => (this.o.sandbox?.isolates ? path.join(INSIDE, path.relative(this.staging, p)) : p);
     const bundle = path.join(this.staging, 'bundle.mjs');
     await place(bundleFile, bundle);
-    await symlink(PLATFORM_NODE_MODULES, path.join(this.staging, 'node_modules'), 'dir').catch(() => {});
+    await symlink(this.o.sandbox?.isolates ? INSIDE_NODE_MODULES : PLATFORM_NODE_MODULES, path.join(this.staging, 'node_modules'), 'dir').catch(() => {});
     const staged: AssignMessage['models'] = {};
     for (const [name, m] of Object.entries(models)) {
       const file = path.join(this.staging, 'models', `${name}.onnx`);
@@ -195,6 +269,7 @@ export class UserCodeProcess {
     }
     const reply = await new Promise<FromUserCode>((resolve, reject) => {
       this.started = { resolve };
+      this.phase = 'assigned';
       void this.exited.then((e) => reject(new StartFailure(e.oom ? 'out of memory' : 'exited', this.exitMessage(e))));
       this.send({ ...a, type: 'assign', bundlePath: inside(bundle), models: staged });
     });
@@ -207,14 +282,14 @@ export class UserCodeProcess {
   }
 
   /**
-   * Runs a request; always resolves (a process that exits meanwhile answers 500 or 503 replica_oom).
-   * `onChunk` takes the chunks of a run that streams (`streamTo`), as the process sent them;
-   * `onLog` the `ctx.log` lines of a tailed one (`tail`).
+   * Runs a request. It resolves with the process's checked answer, 504 when a live run outlives
+   * `timeoutMs` and the slack, the exit's answer when the process ends holding this run alone, or
+   * a violation's answer; it never resolves when the process ends holding several (the replica
+   * hands them over: UserCodeExit.lost). `onChunk` takes the chunks of a run that streams
+   * (`streamTo`); `onLog` the `ctx.log` lines of a tailed one (`tail`).
    */
-  run(m: Omit<RunMessage, 'type' | 'n' | 'rawBytes'>, onChunk?: (data: unknown) => void, onLog?: (call: unknown) => void): { n: number; result: Promise<CheckedResult> } {
+  run(m: Omit<RunMessage, 'type' | 'n' | 'rawBytes'>, o: { onChunk?: (data: unknown) => void; onLog?: (call: unknown) => void; timeoutMs?: number } = {}): { n: number; result: Promise<CheckedResult> } {
     const n = this.next++;
-    if (onChunk) this.chunkTargets.set(n, onChunk);
-    if (onLog) this.logTargets.set(n, onLog);
     const body = m.raw !== undefined ? (m.input as Record<string, unknown> | null)?.[m.raw] : undefined;
     let rawBytes: number | undefined;
     if (body instanceof Uint8Array) {
@@ -223,37 +298,48 @@ export class UserCodeProcess {
       rawBytes = body.length;
     }
     const result = new Promise<CheckedResult>((resolve) => {
-      if (this.exitInfo) return resolve(this.exitResult(this.exitInfo, m.queueMs));
-      this.waiting.set(n, resolve);
-      // The bytes before the message that names them: the process waits for whichever comes last.
-      if (rawBytes !== undefined) writeFrame(this.bytesOut, n, body as Uint8Array);
+      if (this.exitInfo || this.ending) return resolve(this.exitResult(this.exitInfo, m.queueMs));
+      const live = !m.batch && o.timeoutMs !== undefined;
+      this.runs.set(n, { resolve, onChunk: o.onChunk, chunksLeft: SEND_WINDOW, onLog: o.onLog, rid: m.rid, ...(live ? { answerBy: Date.now() + o.timeoutMs! + TIMEOUT_SLACK_MS, timeoutMs: o.timeoutMs } : {}) });
+      // The bytes before the message that names them, on the same pipe.
+      if (rawBytes !== undefined) writeFrame(this.toChild, BYTES, n, body as Uint8Array);
       this.send({ ...m, type: 'run', n, ...(rawBytes !== undefined ? { rawBytes } : {}) });
     });
     return { n, result };
   }
 
   abort(n: number, canceled: boolean): void {
-    if (this.waiting.has(n)) this.send({ type: 'abort', n, canceled });
+    if (this.runs.has(n)) this.send({ type: 'abort', n, canceled });
   }
 
   /** Lets run `n` send `k` more chunks. */
   credit(n: number, k: number): void {
-    if (this.waiting.has(n)) this.send({ type: 'credit', n, k });
+    const run = this.runs.get(n);
+    if (!run) return;
+    run.chunksLeft += k;
+    this.send({ type: 'credit', n, k });
   }
 
-  peer(id: string, busy: boolean): void {
-    this.send({ type: 'peer', id, busy });
+  /** Whether the node's other replicas run live requests now. */
+  peers(busy: boolean): void {
+    this.send({ type: 'peers', busy });
   }
 
-  /** The latest stats the process sent, and asks for fresh ones. */
+  /** The latest stats the process sent, and asks for fresh ones (one at a time, unless its thread is held). */
   stats(): UserStats | undefined {
-    this.send({ type: 'stats' });
+    if (this.statsAsked < 4) {
+      this.statsAsked++;
+      this.send({ type: 'stats' });
+    }
     return this.lastStats;
   }
 
-  /** Stops the process (SIGKILL: it holds nothing the platform needs) and waits for it. */
+  /** Stops the process (SIGKILL: it holds nothing the platform needs) and waits for it; what it held is not answered. */
   async kill(): Promise<UserCodeExit> {
-    if (!this.exitInfo) this.child.kill('SIGKILL');
+    if (!this.exitInfo) {
+      this.ending ??= { stopped: true };
+      this.child.kill('SIGKILL');
+    }
     return this.exited;
   }
 
@@ -261,70 +347,79 @@ export class UserCodeProcess {
     this.outbox.push(m);
   }
 
+  /** One message, checked for shape by the reader; here, against what this replica knows. */
   private receive(m: FromUserCode, booted: () => void): void {
+    if (this.ending) return;
     this.heardAt = Date.now();
-    switch (m?.type) {
+    switch (m.type) {
       case 'standby':
+        if (this.phase !== 'booting') return this.violation('said it booted twice');
+        this.phase = 'standby';
         booted();
         break;
       case 'started':
       case 'start_failed':
+        if (this.phase !== 'assigned') return this.violation(`sent ${m.type} when it was not starting`);
+        this.phase = 'started';
         this.started?.resolve(m);
         this.started = undefined;
         break;
       case 'result': {
-        const resolve = this.waiting.get(m.n);
-        if (!resolve) return;
-        this.waiting.delete(m.n);
-        this.chunkTargets.delete(m.n);
-        this.logTargets.delete(m.n);
-        // A binary answer's bytes come on the byte channel (checkResult checks their length).
-        const length = (m.bytes as { length?: unknown } | undefined)?.length;
-        if (m.bytes === undefined || typeof length !== 'number') resolve(checkResult(m, this.o.maxAnswerBytes));
-        else void this.frames.take(m.n).then((data) => resolve(checkResult(m, this.o.maxAnswerBytes, data)));
+        const run = this.runs.get(m.n);
+        // A run the replica answered at its timeout may still finish in the process.
+        if (!run) return this.timedOut.delete(m.n) ? undefined : this.violation(`answered run ${m.n}, which it was not running`);
+        this.runs.delete(m.n);
+        const carries = m.bodyBytes !== undefined || m.bytes !== undefined;
+        if (carries !== (run.bytes !== undefined)) return this.violation(`answered run ${m.n} ${carries ? 'without' : 'with'} the bytes frame its answer names`);
+        run.resolve(checkResult(m, this.o.maxAnswerBytes, run.bytes));
         break;
       }
-      case 'chunk':
-        this.chunkTargets.get(m.n)?.(m.data);
+      case 'chunk': {
+        const run = this.runs.get(m.n);
+        if (!run?.onChunk) return this.timedOut.has(m.n) ? undefined : this.violation(`sent a chunk for run ${m.n}, which does not stream`);
+        if (run.chunksLeft-- <= 0) return this.violation(`sent more chunks of run ${m.n} than its credit`);
+        run.onChunk(m.data);
         break;
+      }
       case 'log':
         if (m.call !== undefined) {
-          if (m.phase === undefined) this.logTargets.get(m.n)?.(m.call);
-          else if (START_PHASES.includes(m.phase)) this.onStartLog(m.phase, m.call);
+          if (m.phase === undefined) this.runs.get(m.n)?.onLog?.(m.call);
+          else if (START_PHASES.includes(m.phase) && this.phase === 'assigned') this.onStartLog(m.phase, m.call);
         }
         if (typeof m.dropped === 'number' && m.dropped > 0) this.onLogsDropped(Math.min(m.dropped, 1e9));
         break;
-      case 'announce':
-        this.onAnnounce(m.busy === true);
+      case 'stuck': {
+        const run = this.runs.get(m.n);
+        if (!run && !this.timedOut.has(m.n)) return this.violation(`said run ${m.n} is stuck, which it was not running`);
+        this.onStuck(run?.rid ?? `(run ${m.n}, answered at its timeout)`);
         break;
-      case 'stuck':
-        this.onStuck(String(m.rid).slice(0, 200));
-        break;
+      }
       case 'stats':
+        if (this.statsAsked <= 0) return this.violation('sent stats nobody asked for');
+        this.statsAsked--;
         // Written into the replica's record in Redis on every heartbeat: bounded.
         if (JSON.stringify(m.stats ?? null).length <= MAX_STATS_CHARS) this.lastStats = m.stats;
         break;
     }
   }
 
-  /** What an exit means, for a person: out of memory (with the limit), or its code or signal. */
+  /** What an exit means, for a person: broke its channel, out of memory (with the limit), or its code or signal. */
   exitMessage(e: UserCodeExit): string {
+    if (e.violation) return `the function's process broke its channel to the replica (it ${e.violation}) and was ended`;
     return e.oom ? `the user-code process went over its memory limit (${Math.round(this.o.limits.memoryBytes / 2 ** 20)} MiB) and was killed` : `the user-code process exited (${describeExit(e)})`;
   }
 
-  private exitResult(e: UserCodeExit, queueMs: number): CheckedResult {
-    const status = e.oom ? 503 : 500;
-    const code = e.oom ? 'replica_oom' : 'replica_crashed';
+  private exitResult(e: UserCodeExit | undefined, queueMs: number): CheckedResult {
+    if (!e) return { status: 503, body: JSON.stringify(errorBody('replica_stopping', 'the replica is replacing its user-code process; send the request again')), timing: unrunTiming(queueMs) };
+    const [status, code] = e.violation ? [500, 'user_code_violation'] : e.oom ? [503, 'replica_oom'] : [500, 'replica_crashed'];
     return { status, body: JSON.stringify(errorBody(code, this.exitMessage(e))), timing: unrunTiming(queueMs) };
   }
 
+  /** What it held: answered when the exit is theirs to know (a violation, a lone run); else left for the hand-over. */
   private cleanUp(): void {
-    this.chunkTargets.clear();
-    this.logTargets.clear();
-    for (const [n, resolve] of this.waiting) {
-      this.waiting.delete(n);
-      resolve(this.exitResult(this.exitInfo!, 0));
-    }
+    const e = this.exitInfo!;
+    if (e.lost === 0) for (const run of this.runs.values()) run.resolve(this.exitResult(e, 0));
+    this.runs.clear();
     this.cgroup?.remove();
     // The sandbox's processes die just after bwrap (--die-with-parent): try again once they have.
     if (this.cgroup) setTimeout(() => this.cgroup!.remove(), 2_000).unref();
@@ -343,38 +438,3 @@ function describeExit(e: UserCodeExit): string {
 
 /** Largest stats message kept (a few models' counters take a few hundred characters). */
 const MAX_STATS_CHARS = 64 * 1024;
-
-
-/** Content types a handler may answer with: a token/token, parameters without line breaks. */
-const CONTENT_TYPE = /^[\w!#$&^.+-]+\/[\w!#$&^.+-]+(?:\s*;[^\r\n]*)?$/;
-
-/**
- * What the replica takes from an answer: a status a handler may give, a string body, bytes
- * with a content type that cannot break a header, within the answer bound; anything else from
- * the process is answered 500 invalid_answer.
- */
-export function checkResult(m: Result, maxAnswerBytes: number, data?: Buffer): CheckedResult {
-  const invalid = (why: string): CheckedResult => ({ status: 500, body: JSON.stringify(errorBody('invalid_answer', `the function's process sent an answer the platform cannot use: ${why}`)), timing: unrunTiming(0) });
-  // A JSON body is measured in UTF-16 units here; the process bounds it in bytes.
-  const max = maxAnswerBytes;
-  if (!Number.isInteger(m.status) || m.status < 200 || m.status > 599) return invalid('status');
-  if (typeof m.body !== 'string') return invalid('body');
-  if (m.body.length > max) return invalid('body too large');
-  const t = m.timing as Record<string, unknown> | undefined;
-  const timing = unrunTiming(0);
-  for (const k of Object.keys(timing) as (keyof ReplyHeader['timing'])[]) {
-    const v = t?.[k];
-    if (typeof v === 'number' && Number.isFinite(v) && v >= 0) timing[k] = v;
-  }
-  let bytes: CheckedResult['bytes'];
-  if (m.bytes !== undefined) {
-    const { contentType, length, headerLength } = m.bytes as { contentType?: unknown; length?: unknown; headerLength?: unknown };
-    if (typeof contentType !== 'string' || contentType.length > 200 || !CONTENT_TYPE.test(contentType)) return invalid('content type');
-    if (!data || length !== data.length || data.length > max) return invalid('bytes');
-    if (headerLength !== undefined && !(Number.isSafeInteger(headerLength) && (headerLength as number) > 0 && (headerLength as number) <= data.length)) return invalid('inference header length');
-    bytes = { contentType, data, ...(headerLength !== undefined ? { headerLength: headerLength as number } : {}) };
-  }
-  const checked: CheckedResult = { status: m.status, body: m.body, bytes, timing, canceled: m.canceled === true || undefined };
-  if (m.streamed === true) checked.streamed = true;
-  return checked;
-}

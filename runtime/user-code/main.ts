@@ -1,8 +1,8 @@
 // User-code process entry: the tenant's code runs here and nowhere else. Its replica
-// (handler-process.ts) starts it, inside the sandbox where the host allows one, with an
-// environment that holds no platform setting beyond logging; it boots, loads the native modules
-// handlers use, says so, and waits for its assignment. Its only channels are the IPC one and the
-// byte channel's two pipes beside it.
+// (runtime/replica/user-code-process.ts) starts it, inside the sandbox where the host allows one,
+// with an environment that holds no platform setting beyond logging; it boots, loads the native
+// modules handlers use, says so, and waits for its assignment. Its only channel is the two pipes
+// of frames to and from its replica (runtime/channel/frames.ts).
 import { errorBody } from '../../core/contracts.ts';
 import { createLogger } from '../../core/log.ts';
 import { unrunTiming } from '../channel/timing.ts';
@@ -13,36 +13,46 @@ import { UserCode, type RunOutcome } from './user-code.ts';
 import net from 'node:net';
 import { LogBudget } from './tail-log.ts';
 import type { LogCall, StartPhase } from '../../core/log-lines.ts';
-import { BYTES_IN_FD, BYTES_OUT_FD, FrameReader, writeFrame } from '../channel/byte-channel.ts';
+import { BYTES, FROM_REPLICA_FD, FrameReader, MESSAGES, TO_REPLICA_FD, writeFrame, writeMessages } from '../channel/frames.ts';
 
 const log = createLogger('user-code');
-const outbox = new Outbox<FromUserCode>((messages) => {
-  if (process.connected) process.send!(messages);
-});
+const toReplica = new net.Socket({ fd: TO_REPLICA_FD, readable: false, writable: true });
+toReplica.on('error', () => process.exit(0));
+const outbox = new Outbox<FromUserCode>((messages) => writeMessages(toReplica, messages));
 const send = (m: FromUserCode) => outbox.push(m);
-const bytesOut = new net.Socket({ fd: BYTES_OUT_FD, readable: false, writable: true });
+/** Run bodies that came ahead of their run message, by run number. */
+const bodies = new Map<number, Buffer>();
+const fromReplica = new net.Socket({ fd: FROM_REPLICA_FD, readable: true, writable: false });
 // From the replica, which is trusted: the bounds only catch a broken pipe.
-const frames = new FrameReader(new net.Socket({ fd: BYTES_IN_FD, readable: true, writable: false }), {
-  maxBytes: 2 ** 32 - 1,
-  maxHeld: 65_536,
+new FrameReader(fromReplica, {
+  maxBytes: { [MESSAGES]: 2 ** 32 - 1, [BYTES]: 2 ** 32 - 1 },
+  onFrame: (kind, n, bytes) => {
+    if (kind === BYTES) bodies.set(n, bytes);
+    else for (const m of JSON.parse(bytes.toString('utf8')) as ToUserCode[]) receive(m);
+  },
   onCorrupt: (why) => {
-    log.error({ why }, 'the byte channel from the replica broke');
+    log.error({ why }, 'the channel from the replica broke');
     process.exit(70);
   },
 });
+/** JSON bodies up to this long go inside the result message; longer ones in the run's bytes frame. */
+const INLINE_BODY_CHARS = 16 * 1024;
 
-/** A result goes out with its answer's bytes, if any, on the byte channel first. */
+/** A result goes out with its long body and binary answer, if any, in a bytes frame just before it. */
 function sendResult(r: RunOutcome): void {
   tellDrops(r.n);
-  if (!r.bytes) return send(r as FromUserCode);
-  const { data, ...rest } = r.bytes;
-  writeFrame(bytesOut, r.n, data);
-  send({ ...r, bytes: { ...rest, length: data.length } });
+  const { bytes, body, ...rest } = r;
+  const long = body !== undefined && body.length > INLINE_BODY_CHARS ? Buffer.from(body) : undefined;
+  if (!bytes && !long) return send(r as FromUserCode);
+  const data = bytes?.data ?? Buffer.alloc(0);
+  writeFrame(toReplica, BYTES, r.n, long ? Buffer.concat([long, data]) : data);
+  send({ ...rest, ...(long ? { bodyBytes: long.length } : { body }), ...(bytes ? { bytes: { contentType: bytes.contentType, length: data.length, headerLength: bytes.headerLength } } : {}) } as FromUserCode);
 }
 
-async function run(m: Extract<ToUserCode, { type: 'run' }>): Promise<RunOutcome> {
+function run(m: Extract<ToUserCode, { type: 'run' }>): Promise<RunOutcome> {
   if (m.rawBytes !== undefined) {
-    const body = await frames.take(m.n);
+    const body = bodies.get(m.n) ?? Buffer.alloc(0);
+    bodies.delete(m.n);
     if (m.raw !== undefined && typeof m.input === 'object' && m.input !== null) (m.input as Record<string, unknown>)[m.raw] = body;
   }
   return user.run(m);
@@ -77,14 +87,9 @@ function tellDrops(n: number): void {
 
 const user = new UserCode({
   log,
-  announce: (busy) => send({ type: 'announce', busy }),
-  onStuck: (rid) => send({ type: 'stuck', rid }),
+  onStuck: (n) => send({ type: 'stuck', n }),
   sendChunk: (n, data) => send({ type: 'chunk', n, data }),
   sendLog,
-});
-
-process.on('message', (messages: ToUserCode[]) => {
-  if (Array.isArray(messages)) for (const m of messages) receive(m);
 });
 
 function receive(m: ToUserCode): void {
@@ -92,7 +97,7 @@ function receive(m: ToUserCode): void {
     case 'assign':
       void user.start(m).then(
         (phases) => send({ type: 'started', phases }),
-        (err: unknown) => send({ type: 'start_failed', phase: err instanceof StartFailure ? err.phase : 'bundle', message: (err as Error)?.message ?? String(err) }),
+        (err: unknown) => send({ type: 'start_failed', phase: err instanceof StartFailure ? err.phase : 'bundle', message: String((err as Error)?.message ?? err).slice(0, 2000) }),
       );
       break;
     case 'run':
@@ -107,8 +112,8 @@ function receive(m: ToUserCode): void {
     case 'credit':
       user.credit(m.n, m.k);
       break;
-    case 'peer':
-      user.peer(m.id, m.busy);
+    case 'peers':
+      user.peers(m.busy);
       break;
     case 'stats':
       send({ type: 'stats', stats: user.stats() });
@@ -116,7 +121,7 @@ function receive(m: ToUserCode): void {
   }
 }
 // Its replica is gone (or closed the channel to stop it): nothing may outlive it.
-process.on('disconnect', () => {
+fromReplica.on('end', () => {
   void user.close().finally(() => process.exit(0));
   setTimeout(() => process.exit(0), 2_000).unref();
 });

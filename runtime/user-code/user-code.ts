@@ -1,7 +1,7 @@
 // The tenant's code and models, in the user-code process: loads the bundle and models it is
 // handed as files, runs setup and warmup, then one handler call per request, batching model
 // calls across requests. It holds no platform credential (no Redis, S3 or API key) and reaches
-// only its replica, over IPC (user-code-messages.ts); the replica meters and answers.
+// only its replica, over its channel (runtime/channel/messages.ts); the replica meters and answers.
 import { setMaxListeners } from 'node:events';
 import { gcPauses, observeGcPauses } from './gc-pauses.ts';
 import { pathToFileURL } from 'node:url';
@@ -11,7 +11,7 @@ import type { Logger } from '../../core/log.ts';
 import { ModelSession, type ModelSessionInit } from '../../native/session.ts';
 import type { Feeds } from '../../native/tensor.ts';
 import { DynamicBatcher, type Lane } from './batcher.ts';
-import { LiveFirst } from './live-first.ts';
+import { LiveFirst } from '../channel/live-first.ts';
 import { inferenceResultBody, resultBody, writeTypedArraysAsJson } from './result-body.ts';
 import type { InferenceDescriptor } from '../../core/oip/request.ts';
 import { inputTensors } from '../../core/oip/tensors.ts';
@@ -36,14 +36,12 @@ interface LoadedModel {
 type Result = Extract<FromUserCode, { type: 'result' }>;
 
 /** A request's result, with the bytes of a binary answer, which go on the byte channel. */
-export type RunOutcome = Omit<Result, 'bytes'> & { bytes?: { contentType: string; data: Buffer; headerLength?: number } };
+export type RunOutcome = Omit<Result, 'bytes' | 'body' | 'bodyBytes'> & { body: string; bytes?: { contentType: string; data: Buffer; headerLength?: number } };
 
 export interface UserCodeOptions {
   log: Logger;
-  /** Tells the node's other replicas this one runs live requests (busy) or none. */
-  announce: (busy: boolean) => void;
-  /** A handler will not stop after its timeout and grace: the replica should be replaced. */
-  onStuck: (rid: string) => void;
+  /** Run n's handler will not stop after its timeout and grace: the process should be replaced. */
+  onStuck: (n: number) => void;
   /** Loads one model. @default ModelSession.create (onnxruntime) */
   openModel?: (init: ModelSessionInit) => Promise<ModelRunner>;
   /** Sends a chunk a handler yielded, for a run that streams (handler-stream.ts). */
@@ -89,7 +87,8 @@ export class UserCode {
     this.env = envView(a.fn.env);
     if (typeof a.env?.CUDA_VISIBLE_DEVICES === 'string') process.env.CUDA_VISIBLE_DEVICES = a.env.CUDA_VISIBLE_DEVICES;
     const s = a.settings;
-    this.gate = new LiveFirst({ yieldMs: s.batchYieldMs, announce: this.o.announce });
+    // Its replica, not this process, tells the node when its live requests need the cores.
+    this.gate = new LiveFirst({ yieldMs: s.batchYieldMs });
     this.gate.onOpen(() => {
       for (const m of this.models.values()) m.batcher.poke();
     });
@@ -161,8 +160,9 @@ export class UserCode {
     return { liveFirst, gc: gcPauses(), models };
   }
 
-  peer(id: string, busy: boolean): void {
-    this.gate?.peer(id, busy);
+  /** Whether the node's other replicas run live requests (their replica tells). */
+  peers(busy: boolean): void {
+    this.gate?.setPeersBusy(busy);
   }
 
   /** Aborts a running request's signal: `canceled` for a job canceled by its caller, else the replica stopping it. */
@@ -391,7 +391,7 @@ export class UserCode {
         reject(new TimeoutError(`${fn.name} did not finish within ${fn.timeoutMs} ms`));
         // A handler that ignores its signal holds a slot (and maybe a core) forever: replace the replica.
         setTimeout(() => {
-          if (!settled) this.o.onStuck(m.rid);
+          if (!settled) this.o.onStuck(m.n);
         }, settings.handlerGraceMs).unref();
       };
       timer = setTimeout(expire, budget);

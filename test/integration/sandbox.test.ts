@@ -33,7 +33,7 @@ describe('sandboxed user code', { skip }, () => {
     const urls = [p.redisUrl, p.s3Endpoint, p.url].filter(Boolean) as string[];
     const res = await run('hostile', { attempt: 'look', files, urls });
     assert.equal(res.status, 200);
-    const seen = (await res.json()) as { env: Record<string, string>; argv: string[]; uid: number; files: Record<string, string>; connect: Record<string, string>; root: string[]; bundleWrite: string; userns: number | null };
+    const seen = (await res.json()) as { env: Record<string, string>; argv: string[]; execArgv: string[]; cmdline: Record<string, string>; mountinfo: string; uid: number; files: Record<string, string>; connect: Record<string, string>; root: string[]; bundleWrite: string; userns: number | null };
     // Logging settings only: no Redis URL, S3 endpoint or key, API or admin key.
     for (const name of Object.keys(seen.env)) assert.ok(!/REDIS|S3|KEY|SECRET|TOKEN|AWS|PASSWORD/i.test(name), `${name} is in the user code's environment`);
     // (Not `connect`: it names the URLs the test sent.)
@@ -46,6 +46,11 @@ describe('sandboxed user code', { skip }, () => {
     assert.match(seen.bundleWrite, /EROFS|EACCES|EPERM/);
     if (support.ownUid) assert.notEqual(seen.uid, 0);
     if (support.noNestedUserns) assert.notEqual(seen.userns, 0, 'made a user namespace');
+    // Nothing it was started with names a host path: not the data dir, not the platform's checkout.
+    const started = { argv: seen.argv, execArgv: seen.execArgv, ...seen.cmdline };
+    assert.match(seen.cmdline['/proc/1/cmdline'], /^bwrap --args 0 /);
+    assert.match(seen.cmdline['/proc/self/cmdline'], /\/opt\/embers\/app\//);
+    for (const host of [p.dataDir, ROOT.replace(/\/$/, '')]) assert.ok(!JSON.stringify(started).includes(host), `${host} in ${JSON.stringify(started)}`);
   });
 
   it('forks only up to its limit, and fills only its own small /tmp', async () => {

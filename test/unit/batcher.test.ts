@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import { BatchTuner } from '../../runtime/user-code/batch-tuner.ts';
 import { type Clock } from '../../core/clock.ts';
 import { DynamicBatcher } from '../../runtime/user-code/batcher.ts';
-import { LiveFirst } from '../../runtime/user-code/live-first.ts';
+import { LiveFirst } from '../../runtime/channel/live-first.ts';
 import { tensor, type Feeds } from '../../native/tensor.ts';
 
 /** A clock the test moves by hand. */

@@ -61,7 +61,7 @@ export default defineFunction({
 });
 `,
     );
-    user = new UserCode({ log: pino({ level: 'silent' }), announce: () => {}, onStuck: () => {}, openModel: async () => doubler(runs) });
+    user = new UserCode({ log: pino({ level: 'silent' }), onStuck: () => {}, openModel: async () => doubler(runs) });
     const assign: AssignMessage = {
       type: 'assign',
       replica: 'test',

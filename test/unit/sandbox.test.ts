@@ -7,30 +7,35 @@ import { checkResult } from '../../runtime/replica/user-code-process.ts';
 const limits = { memoryBytes: 256 << 20, pids: 128, openFiles: 1024, tmpBytes: 8 << 20 };
 
 describe('sandboxCommand', () => {
-  const spec = { node: ['/usr/bin/node', '/opt/main.mjs'], readOnly: ['/srv/node_modules'], mounts: [{ from: '/data/staging/r1', to: '/opt/embers/fn' }], devices: [], limits, uid: 2_000_123, cgroupProcs: ['/sys/fs/cgroup/memory/embers/r1/cgroup.procs'], isolate: true };
+  const spec = { node: ['/usr/bin/node', '/opt/main.mjs'], mounts: [{ from: '/srv/node_modules', to: '/opt/embers/app/node_modules' }, { from: '/data/staging/r1', to: '/opt/embers/fn' }], devices: [], limits, uid: 2_000_123, cgroupProcs: ['/sys/fs/cgroup/memory/embers/r1/cgroup.procs'], isolate: true };
 
   it('joins the cgroups, sets rlimits, drops to its uid, then isolates every namespace', () => {
-    const { command, args } = sandboxCommand(spec);
+    const { command, args, input } = sandboxCommand(spec);
     assert.equal(command, 'sh');
     const rest = args.slice(args.indexOf('--') + 1);
     assert.deepEqual(args.slice(3, args.indexOf('--')), spec.cgroupProcs);
     assert.equal(rest[0], 'prlimit');
     assert.ok(rest.includes('--nofile=1024') && rest.includes('--nproc=128') && rest.includes('--core=0'));
     assert.ok(rest.includes('--reuid=2000123') && rest.includes('--clear-groups'));
-    const bwrap = rest.slice(rest.indexOf('bwrap'));
+    // bwrap reads its options from stdin: the command line, which the sandbox sees as /proc/1/cmdline, names no host path.
+    assert.deepEqual(rest.slice(rest.indexOf('bwrap')), ['bwrap', '--args', '0', '--', '/usr/bin/node', '/opt/main.mjs']);
+    assert.ok(!args.some((a) => a.startsWith('/data') || a.startsWith('/srv')), args.join(' '));
+    const bwrap = input.toString().split('\0');
+    assert.equal(bwrap.pop(), '', 'each option ends with a NUL');
     for (const flag of ['--unshare-all', '--die-with-parent', '--new-session']) assert.ok(bwrap.includes(flag), flag);
     // A private /tmp of the given size, and only what is bound read-only.
     const tmp = bwrap.indexOf('--tmpfs');
     assert.deepEqual(bwrap.slice(tmp - 2, tmp + 2), ['--size', String(8 << 20), '--tmpfs', '/tmp']);
     assert.ok(!bwrap.includes('--bind'), 'nothing is bound writable');
-    assert.deepEqual(bwrap.slice(-3), ['--', '/usr/bin/node', '/opt/main.mjs']);
+    assert.deepEqual(bwrap.slice(-2), ['--chdir', '/tmp']);
     const fn = bwrap.indexOf('/data/staging/r1');
     assert.deepEqual(bwrap.slice(fn - 1, fn + 2), ['--ro-bind', '/data/staging/r1', '/opt/embers/fn']);
   });
 
   it('without isolation (a host that cannot), keeps the limits and runs node directly', () => {
-    const { args } = sandboxCommand({ ...spec, isolate: false, uid: undefined, cgroupProcs: [] });
+    const { args, input } = sandboxCommand({ ...spec, isolate: false, uid: undefined, cgroupProcs: [] });
     assert.ok(!args.includes('bwrap') && !args.includes('setpriv'));
+    assert.equal(input.length, 0);
     assert.deepEqual(args.slice(-2), ['/usr/bin/node', '/opt/main.mjs']);
   });
 });

@@ -11,6 +11,11 @@
 // their window closes. A peer that stops announcing counts as idle after 3 × refreshMs. A peer
 // going idle opens the gate only yieldMs later: when live traffic moves from one replica to
 // another, the new one's "busy" can reach Redis after the old one's "idle".
+//
+// Both sides of a replica run one: the replica announces from the live requests it hands its
+// user code and gets back, and hears its peers (onPeers); the user-code process gates its batch
+// lines on its own live requests and on what its replica says of the peers (setPeersBusy). The
+// user code announces nothing: what it could say would decide for other tenants.
 import { systemClock, type Clock } from '../../core/clock.ts';
 
 export interface LiveFirstOptions {
@@ -20,6 +25,8 @@ export interface LiveFirstOptions {
   announce?: (busy: boolean) => void;
   /** @default 1000 */
   refreshMs?: number;
+  /** Called when whether peers hold the node (busy, or settling after going idle) changes. */
+  onPeers?: (busy: boolean) => void;
 }
 
 export class LiveFirst {
@@ -34,6 +41,9 @@ export class LiveFirst {
   /** The gate stays shut until then after a peer went idle. */
   private settleUntil = Number.NEGATIVE_INFINITY;
   private readonly listeners = new Set<() => void>();
+  /** Peers' load as told from outside (setPeersBusy), and what onPeers last said. */
+  private toldBusy = false;
+  private saidPeers = false;
   private readonly clock: Clock;
   private readonly refreshMs: number;
   /** Times this replica's live requests held batch work back, and the ms they did in all. */
@@ -46,7 +56,18 @@ export class LiveFirst {
 
   /** Whether batch work may start a model inference now. */
   get open(): boolean {
-    return this.busySince === null && this.peersBusy() === 0 && this.clock.now() >= this.settleUntil;
+    return this.busySince === null && !this.peersHold();
+  }
+
+  /** Whether peers hold batch work back: one busy, one settling after going idle, or as told. */
+  private peersHold(): boolean {
+    return this.toldBusy || this.peersBusy() > 0 || this.clock.now() < this.settleUntil;
+  }
+
+  /** What the replica says of its peers (the user-code side hears no peer itself). */
+  setPeersBusy(busy: boolean): void {
+    this.toldBusy = busy;
+    if (!busy) this.notify();
   }
 
   liveStarted(): void {
@@ -86,6 +107,14 @@ export class LiveFirst {
     if (busy) this.peers.set(id, this.clock.now() + 3 * this.refreshMs);
     else if (this.peers.delete(id)) this.settleUntil = this.clock.now() + this.o.yieldMs;
     this.armPeerExpiry();
+    this.tellPeers();
+  }
+
+  private tellPeers(): void {
+    const hold = this.peersHold();
+    if (hold === this.saidPeers) return;
+    this.saidPeers = hold;
+    this.o.onPeers?.(hold);
   }
 
   /** Calls `fn` each time the gate may have opened. */
@@ -101,7 +130,7 @@ export class LiveFirst {
 
   /** Whether another replica on this node is serving live requests (its cores are in use). */
   get peersLive(): boolean {
-    return this.peersBusy() > 0;
+    return this.toldBusy || this.peersBusy() > 0;
   }
 
   private peersBusy(): number {
@@ -125,6 +154,7 @@ export class LiveFirst {
     this.peerTimer = this.clock.setTimeout(() => {
       this.peerTimer = null;
       this.armPeerExpiry();
+      this.tellPeers();
       this.notify();
     }, next - this.clock.now());
   }
