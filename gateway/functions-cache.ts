@@ -88,11 +88,13 @@ export class FunctionsCache {
 
   /**
    * Why the function's last replica could not start, if that was within `withinMs` and none has
-   * started since. Older failures let requests through again, so their work triggers a new try.
+   * started since, and in how many seconds requests go through again (their work triggers a new
+   * try). Failures of a run are not announced as start failures: they refuse no one.
    */
-  startFailure(name: string, withinMs = FAILURE_FRESH_MS): { phase: string; message: string } | undefined {
+  startFailure(name: string, withinMs = FAILURE_FRESH_MS): { phase: string; message: string; retryInS: number } | undefined {
     const f = this.failing.get(name);
-    return f && performance.now() - f.at < withinMs ? f : undefined;
+    const age = f ? performance.now() - f.at : Infinity;
+    return f && age < withinMs ? { phase: f.phase, message: f.message, retryInS: Math.max(1, Math.ceil((withinMs - age) / 1000)) } : undefined;
   }
 
   invalidate(name?: string): void {

@@ -9,6 +9,7 @@ import { FUNCTION_NAME } from '../../core/contracts.ts';
 import { InferenceRequestError, readInferenceRequest, TENSOR_BYTES_FIELD } from '../../core/oip/request.ts';
 import type { Datatype, TensorSignature, TensorSpec } from '../../core/oip/datatypes.ts';
 import type { GatewayDeps, GatewayEnv } from '../deps.ts';
+import { refusal } from '../quotas.ts';
 import { ApiError, functionNotFound, onError } from '../errors.ts';
 import { VERSION_KEY_HEADER, type ActiveFunction } from '../functions-cache.ts';
 import { authenticate, actingTenant, requireScope } from '../middleware/auth.ts';
@@ -88,7 +89,7 @@ export function inferenceRoutes(deps: GatewayDeps) {
       const { name, key, fn, tensors } = await model(c, true);
       requireScope(c, 'run');
       const failure = deps.functions.startFailure(key);
-      if (failure) throw new ApiError(503, 'replica_start_failed', `${name} cannot start right now: ${failure.phase} failed: ${failure.message}`);
+      if (failure) throw refusal(503, 'replica_start_failed', `${name} cannot start right now: ${failure.phase} failed: ${failure.message}; requests go through again in ${failure.retryInS} s`, failure.retryInS);
       const raw = await readBytes(c);
       const { header, tail } = splitBody(raw, c.req.header('inference-header-content-length'));
       let request;

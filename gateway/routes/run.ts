@@ -4,6 +4,7 @@ import { Hono, type Context } from 'hono';
 import { limitBody } from '../middleware/body-limit.ts';
 import { FUNCTION_NAME, isJsonType } from '../../core/contracts.ts';
 import { checkInput, describeErrors } from '../../core/validate.ts';
+import { refusal } from '../quotas.ts';
 import { ApiError, functionNotFound } from '../errors.ts';
 import { readBytes, readJsonText } from '../request-body.ts';
 import type { GatewayEnv, GatewayDeps } from '../deps.ts';
@@ -34,7 +35,7 @@ export function runRoutes(deps: GatewayDeps) {
       const { key, fn } = served instanceof Promise ? await served : served;
       requireScope(c, 'run');
       const failure = functions.startFailure(key);
-      if (failure) throw new ApiError(503, 'replica_start_failed', `${name} cannot start right now: ${failure.phase} failed: ${failure.message}`);
+      if (failure) throw refusal(503, 'replica_start_failed', `${name} cannot start right now: ${failure.phase} failed: ${failure.message}; requests go through again in ${failure.retryInS} s`, failure.retryInS);
       const { input, inputJson, body: bytes, raw } = await readInput(c, name, fn.manifest.binaryInput, deps.maxJsonDepth);
       const verdict = raw === undefined ? checkInput(fn.validate, input) : 'valid';
       if (verdict === 'too_deep') throw new ApiError(400, 'too_deep', `input nests too deeply for the recursive schema of ${name} to be checked; send flatter JSON`);

@@ -1,5 +1,5 @@
 // The user code's half of the tail: a request its replica marks tailed gets a `ctx.log` that also
-// hands each line to the replica (over IPC), as pino would write it: level, message and fields,
+// hands each line to the replica (over its channel), as pino would write it: level, message and fields,
 // whatever the process's own log level. Lines are cut to their bounds here, before they cross,
 // and a handler logging faster than LOG_LINES_PER_S has the rest dropped and counted.
 import { format } from 'node:util';
