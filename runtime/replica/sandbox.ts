@@ -219,14 +219,17 @@ export class SandboxCgroup {
     }
   }
 
-  remove(): void {
+  /** Removes the group's folders; false while one still holds a process (it is being killed). */
+  remove(): boolean {
+    let all = true;
     for (const d of this.dirs) {
       try {
         rmdirSync(d);
-      } catch {
-        // Still has a process (it is being killed) or gone already.
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') all = false;
       }
     }
+    return all;
   }
 }
 

@@ -117,6 +117,8 @@ export class UserCodeProcess {
   /** When the process last sent anything (it answers stats requests unless its thread is held). */
   private heardAt = Date.now();
   private overdueTimer?: NodeJS.Timeout;
+  /** The process's cgroup is gone (set once it has exited). */
+  private removed?: Promise<void>;
   /** Why the replica is ending the process, once it is. */
   private ending?: { violation?: string; stopped?: boolean };
   private exitInfo?: UserCodeExit;
@@ -340,7 +342,10 @@ export class UserCodeProcess {
       this.ending ??= { stopped: true };
       this.child.kill('SIGKILL');
     }
-    return this.exited;
+    const e = await this.exited;
+    // Its cgroup goes with it, before the replica exits.
+    await this.removed;
+    return e;
   }
 
   private send(m: ToUserCode): void {
@@ -409,21 +414,26 @@ export class UserCodeProcess {
     return e.oom ? `the user-code process went over its memory limit (${Math.round(this.o.limits.memoryBytes / 2 ** 20)} MiB) and was killed` : `the user-code process exited (${describeExit(e)})`;
   }
 
-  private exitResult(e: UserCodeExit | undefined, queueMs: number): CheckedResult {
+  /** `alone`: the exit came while running only this request, which is not run again. */
+  private exitResult(e: UserCodeExit | undefined, queueMs: number, alone = false): CheckedResult {
     if (!e) return { status: 503, body: JSON.stringify(errorBody('replica_stopping', 'the replica is replacing its user-code process; send the request again')), timing: unrunTiming(queueMs) };
     const [status, code] = e.violation ? [500, 'user_code_violation'] : e.oom ? [503, 'replica_oom'] : [500, 'replica_crashed'];
-    return { status, body: JSON.stringify(errorBody(code, this.exitMessage(e))), timing: unrunTiming(queueMs) };
+    const message = `${this.exitMessage(e)}${alone ? ' while running this request alone, so it is not run again' : ''}`;
+    return { status, body: JSON.stringify(errorBody(code, message)), timing: unrunTiming(queueMs) };
   }
 
   /** What it held: answered when the exit is theirs to know (a violation, a lone run); else left for the hand-over. */
   private cleanUp(): void {
     const e = this.exitInfo!;
-    if (e.lost === 0) for (const run of this.runs.values()) run.resolve(this.exitResult(e, 0));
+    if (e.lost === 0) for (const run of this.runs.values()) run.resolve(this.exitResult(e, 0, !e.violation));
     this.runs.clear();
-    this.cgroup?.remove();
-    // The sandbox's processes die just after bwrap (--die-with-parent): try again once they have.
-    if (this.cgroup) setTimeout(() => this.cgroup!.remove(), 2_000).unref();
+    this.removed = this.removeCgroup();
     void rm(this.staging, { recursive: true, force: true }).catch(() => {});
+  }
+
+  /** The sandbox's processes die just after bwrap (--die-with-parent): tries until they have, 3 s at most. */
+  private async removeCgroup(): Promise<void> {
+    for (let i = 0; this.cgroup && !this.cgroup.remove() && i < 30; i++) await new Promise((r) => setTimeout(r, 100));
   }
 }
 

@@ -21,6 +21,8 @@ const ATTACKS = ['announce', 'log-flood', 'stats-flood', 'unknown-type', 'huge-f
 /** How long each attack floods at most, and the window echo is measured over from its start. */
 const FLOOD_S = 3;
 const ECHO_CONCURRENCY = 8;
+/** How long echo is measured alone, before each attack. */
+const ALONE_MS = 2_000;
 
 let p: TestPlatform;
 /** The attacking tenant's key. */
@@ -121,39 +123,50 @@ const mib = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
 
 describe('hostile user code', { skip }, () => {
   describe('a tenant flooding its replica with what the channel does not allow', () => {
-    let echoAlone: number;
-
     before(async () => {
       if (skip) return;
       assert.equal((await call('echo', { warm: true })).status, 200);
-      assert.equal((await call('flooder', { attack: 'none' }, hostile)).status, 200);
-      echoAlone = (await echoRate(FLOOD_S * 1000)).perS;
     });
+
+    /** One flood: what it broke of the contract, and the echo bound on its own (a sanity bound a busy shared machine can miss once). */
+    async function attackOnce(attack: (typeof ATTACKS)[number], t: { diagnostic(m: string): void }): Promise<{ broken: string[]; echoShort?: string }> {
+      // A ready flooder replica: the last attack may have ended one.
+      await eventually(async () => (await call('flooder', { attack: 'none' }, hostile)).status === 200, 'a ready flooder replica', 60_000);
+      const pids = (await view('flooder', hostile)).replicas.filter((r) => r.state === 'ready' && r.pid).map((r) => r.pid!);
+      assert.ok(pids.length > 0, 'the flooder lists its replica and its pid');
+      // Echo alone just before: other work on the machine moves both alike.
+      const alone = (await echoRate(ALONE_MS)).perS;
+      const memory = watchRss(pids);
+      const began = Date.now();
+      const [flood, echo] = await Promise.all([call('flooder', { attack, seconds: FLOOD_S }, hostile), echoRate(FLOOD_S * 1000)]);
+      const growth = await memory.stop();
+      t.diagnostic(`answered ${flood.status} after ${(flood.ms / 1000).toFixed(2)} s; echo ${echo.perS.toFixed(0)}/s (alone ${alone.toFixed(0)}/s, ${((100 * echo.perS) / alone).toFixed(0)} %); replica RSS +${mib(growth)}`);
+      const broken: string[] = [];
+      if (flood.status !== 500 || flood.body.error?.code !== 'user_code_violation') broken.push(`the flood was answered ${said(flood)} after ${(flood.ms / 1000).toFixed(1)} s, not 500 user_code_violation`);
+      else {
+        const recorded = await eventually(async () => (await view('flooder', hostile)).coldStarts.find((c) => c.error?.phase === 'run' && Date.parse(c.at) >= began - 1000), 'the violation in the function record', 10_000).catch(() => undefined);
+        if (!recorded?.error?.message) broken.push('no failure with phase "run" and a message in the function record');
+        else t.diagnostic(`recorded: ${recorded.error.message}`);
+      }
+      if (growth >= 256 * 2 ** 20) broken.push(`the replica's RSS grew ${mib(growth)}`);
+      if (echo.failed.length) broken.push(`echo failed ${echo.failed.length} times during the flood: ${echo.failed[0]}`);
+      // A sanity bound, not a measurement: `BENCH_ONLY=hostile` reports the ratio.
+      const echoShort = echo.perS < 0.5 * alone ? `echo served ${echo.perS.toFixed(0)}/s during the flood, ${alone.toFixed(0)}/s alone` : undefined;
+      return { broken, echoShort };
+    }
 
     for (const attack of ATTACKS) {
       it(`${attack}: ends the flooding process (500 user_code_violation, recorded), not the replica's memory nor the neighbour's echo`, async (t) => {
-        // A ready flooder replica: the last attack may have ended one.
-        await eventually(async () => (await call('flooder', { attack: 'none' }, hostile)).status === 200, 'a ready flooder replica', 60_000);
-        const pids = (await view('flooder', hostile)).replicas.filter((r) => r.state === 'ready' && r.pid).map((r) => r.pid!);
-        assert.ok(pids.length > 0, 'the flooder lists its replica and its pid');
-        const memory = watchRss(pids);
-        const began = Date.now();
-        const [flood, echo] = await Promise.all([call('flooder', { attack, seconds: FLOOD_S }, hostile), echoRate(FLOOD_S * 1000)]);
-        const growth = await memory.stop();
-        t.diagnostic(`answered ${flood.status} after ${(flood.ms / 1000).toFixed(2)} s; echo ${echo.perS.toFixed(0)}/s (alone ${echoAlone.toFixed(0)}/s, ${((100 * echo.perS) / echoAlone).toFixed(0)} %); replica RSS +${mib(growth)}`);
+        const first = await attackOnce(attack, t);
         // Everything wrong at once, so one run shows the whole picture.
-        const broken: string[] = [];
-        if (flood.status !== 500 || flood.body.error?.code !== 'user_code_violation') broken.push(`the flood was answered ${said(flood)} after ${(flood.ms / 1000).toFixed(1)} s, not 500 user_code_violation`);
-        else {
-          const recorded = await eventually(async () => (await view('flooder', hostile)).coldStarts.find((c) => c.error?.phase === 'run' && Date.parse(c.at) >= began - 1000), 'the violation in the function record', 10_000).catch(() => undefined);
-          if (!recorded) broken.push('no failure with phase "run" in the function record');
-          else assert.ok(recorded.error!.message.length > 0);
+        const broken = [...first.broken];
+        if (first.echoShort) {
+          // The machine may be shared (its load moves between two windows): the echo bound must hold in one of two tries.
+          const again = await attackOnce(attack, t);
+          broken.push(...again.broken.map((b) => `again: ${b}`));
+          if (again.echoShort) broken.push(first.echoShort, `again: ${again.echoShort}`);
         }
-        if (growth >= 256 * 2 ** 20) broken.push(`the replica's RSS grew ${mib(growth)}`);
-        // A sanity bound, not a measurement (a small shared machine is noisy): `BENCH_ONLY=hostile` reports the ratio.
-        if (echo.perS < 0.5 * echoAlone) broken.push(`echo served ${echo.perS.toFixed(0)}/s during the flood, ${echoAlone.toFixed(0)}/s alone`);
-        if (echo.failed.length) broken.push(`echo failed ${echo.failed.length} times during the flood: ${echo.failed[0]}`);
-        assert.deepEqual(broken, [], `${attack}: echo ${echo.perS.toFixed(0)}/s (alone ${echoAlone.toFixed(0)}/s), replica RSS +${mib(growth)}`);
+        assert.deepEqual(broken, []);
       });
     }
   });
@@ -197,34 +210,37 @@ describe('hostile user code', { skip }, () => {
     const ok = (i: number) => call('poison', { mode: 'ok', ms: 50 + ((i * 37) % 150) });
     /** `before` innocents, the poison, then `afterIt` more innocents, each sent a few ms apart so they share the process. */
     const beside = async (mode: 'oom' | 'hang', before: number, afterIt: number) => {
-      const innocents: Promise<Answer>[] = [];
-      for (let i = 0; i < before; i++) innocents.push(ok(i));
+      const innocents: Promise<Answer & { sent: string }>[] = [];
+      const send = (i: number, sent: string) => innocents.push(ok(i).then((a) => ({ ...a, sent })));
+      for (let i = 0; i < before; i++) send(i, `before #${i + 1}`);
       await new Promise((r) => setTimeout(r, 20));
       const poison = call('poison', { mode });
       await new Promise((r) => setTimeout(r, 20));
-      for (let i = before; i < before + afterIt; i++) innocents.push(ok(i));
-      return { poison: await poison, innocents: await Promise.all(innocents) };
+      for (let i = 0; i < afterIt; i++) send(before + i, `after #${i + 1}`);
+      const answered = await Promise.all(innocents);
+      return { poison: await poison, failed: answered.filter((a) => a.status !== 200).map((a) => `${a.sent}: ${said(a)} after ${(a.ms / 1000).toFixed(1)} s`) };
     };
 
-    it('out of memory: only the poison request fails (503 replica_oom or 500 replica_crashed); its 15 neighbours and the next caller are served', { skip: noCgroup }, async () => {
-      assert.equal((await ok(0)).status, 200, 'a warm replica');
-      const { poison, innocents } = await beside('oom', 8, 7);
-      assert.ok((poison.status === 503 && poison.body.error?.code === 'replica_oom') || (poison.status === 500 && poison.body.error?.code === 'replica_crashed'), `the poison was answered ${said(poison)}`);
-      const failed = innocents.filter((a) => a.status !== 200).map(said);
-      assert.deepEqual(failed, [], `${failed.length} of ${innocents.length} innocent requests failed`);
+    it('out of memory: only the poison request fails (503 replica_oom or 500 replica_crashed); its 15 neighbours and the next caller are served', { skip: noCgroup }, async (t) => {
+      await eventually(async () => (await ok(0)).status === 200, 'a ready poison replica', 60_000);
+      const { poison, failed } = await beside('oom', 8, 7);
+      t.diagnostic(`the poison: ${said(poison)} after ${(poison.ms / 1000).toFixed(2)} s`);
+      const broken = [...failed];
+      if (!((poison.status === 503 && poison.body.error?.code === 'replica_oom') || (poison.status === 500 && poison.body.error?.code === 'replica_crashed'))) broken.push(`the poison: ${said(poison)}`);
+      // The function still takes requests: no 503 replica_start_failed for the next caller.
       const next = await ok(99);
-      assert.equal(next.status, 200, `the next caller was answered ${said(next)}`);
+      if (next.status !== 200) broken.push(`the next caller: ${said(next)}`);
+      assert.deepEqual(broken, []);
     });
 
     it('a handler spinning past timeoutMs (3 s): answered 504 handler_timeout within 5 s; its 10 neighbours are served', async (t) => {
       await eventually(async () => (await ok(0)).status === 200, 'a ready poison replica', 60_000);
-      const { poison, innocents } = await beside('hang', 5, 5);
-      t.diagnostic(`the hung request: ${poison.status} after ${(poison.ms / 1000).toFixed(2)} s`);
+      const { poison, failed } = await beside('hang', 5, 5);
+      t.diagnostic(`the hung request: ${said(poison)} after ${(poison.ms / 1000).toFixed(2)} s`);
+      const broken = [...failed];
       // The contract is timeoutMs + ~1 s; 2 s of slack for a small shared machine.
-      assert.deepEqual([poison.status, poison.body.error?.code], [504, 'handler_timeout'], `the hung request was answered ${said(poison)} after ${(poison.ms / 1000).toFixed(1)} s`);
-      assert.ok(poison.ms < 5_000, `the hung request was answered after ${(poison.ms / 1000).toFixed(1)} s`);
-      const failed = innocents.filter((a) => a.status !== 200).map(said);
-      assert.deepEqual(failed, [], `${failed.length} of ${innocents.length} innocent requests failed`);
+      if (poison.status !== 504 || poison.body.error?.code !== 'handler_timeout' || poison.ms >= 5_000) broken.push(`the hung request: ${said(poison)} after ${(poison.ms / 1000).toFixed(1)} s`);
+      assert.deepEqual(broken, []);
     });
   });
 });
