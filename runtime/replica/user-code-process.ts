@@ -23,6 +23,7 @@ import { StartFailure, type AssignMessage, type FromUserCode, type RunMessage, t
 import { START_PHASES, type StartPhase } from '../../core/log-lines.ts';
 import { SEND_WINDOW } from '../../core/chunk-limits.ts';
 import { checkResult, UserCodeReader, type CheckedResult } from './user-code-channel.ts';
+import { RunsInFlight } from './runs-in-flight.ts';
 
 export { checkResult, type CheckedResult } from './user-code-channel.ts';
 
@@ -72,37 +73,17 @@ export interface UserCodeExit {
   lost: number;
 }
 
-/** A run in the process, as the replica knows it. */
-interface RunSlot {
-  resolve: (r: CheckedResult) => void;
-  /** Where its chunks go (runtime/replica/chunk-sink.ts checks them), and how many more it may send. */
-  onChunk?: (data: unknown) => void;
-  chunksLeft: number;
-  /** Where its `ctx.log` lines go (runtime/replica/tail.ts checks them). */
-  onLog?: (call: unknown) => void;
-  /** Its bytes frame, come ahead of its result. */
-  bytes?: Buffer;
-  /** A live run: by when (Date.now()) the replica answers it itself, and its budget for the message. */
-  answerBy?: number;
-  timeoutMs?: number;
-  rid: string;
-}
-
 /** How long past a live run's timeout the replica waits for the process before answering 504 itself. */
 export const TIMEOUT_SLACK_MS = 1000;
 /** How often the replica looks for live runs past their time. */
 const OVERDUE_CHECK_MS = 250;
-/** Runs answered 504 by the replica whose `stuck` is still taken (the newest this many). */
-const TIMED_OUT_KEPT = 256;
 
 export class UserCodeProcess {
   private readonly child: ChildProcess;
   private readonly staging: string;
   private readonly cgroup?: SandboxCgroup;
   /** Runs sent and not answered, by their number on the channel. */
-  private readonly runs = new Map<number, RunSlot>();
-  /** Runs the replica answered 504 itself (the process may still say they are stuck). */
-  private readonly timedOut = new Set<number>();
+  private readonly runs = new RunsInFlight();
   private next = 1;
   private readonly outbox = new Outbox<ToUserCode>((messages) => writeMessages(this.toChild, messages));
   private readonly booted: Promise<void>;
@@ -174,7 +155,7 @@ export class UserCodeProcess {
     this.reader = new UserCodeReader((this.child.stdio as unknown as Readable[])[4], {
       // A long JSON body and a binary answer, each within the answer bound.
       maxBytesFrame: o.maxAnswerBytes * 2 + 1024,
-      expectsBytes: (n) => this.runs.has(n) && this.runs.get(n)!.bytes === undefined,
+      expectsBytes: (n) => this.runs.get(n) !== undefined && this.runs.get(n)!.bytes === undefined,
       onBytes: (n, bytes) => (this.runs.get(n)!.bytes = bytes),
       onMessage: (m) => this.receive(m, booted),
       onViolation: (why) => this.violation(why),
@@ -214,12 +195,8 @@ export class UserCodeProcess {
    * thread lets no timer run there. A process silent for the slack too is stuck (onStuck).
    */
   private answerOverdue(): void {
-    const now = Date.now();
-    for (const [n, run] of this.runs) {
-      if (run.answerBy === undefined || now < run.answerBy) continue;
-      this.runs.delete(n);
-      this.rememberTimedOut(n);
-      run.resolve({ status: 504, body: JSON.stringify(errorBody('handler_timeout', `the handler did not finish within ${run.timeoutMs} ms`)), timing: unrunTiming(0) });
+    for (const run of this.runs.overdue(Date.now())) {
+      run.resolve({ status: 504, body: JSON.stringify(errorBody('timeout', `the handler did not finish within ${run.timeoutMs} ms (the replica answered: its process did not)`)), timing: unrunTiming(0) });
       if (this.silentMs() >= TIMEOUT_SLACK_MS) {
         this.onStuck(run.rid);
       } else {
@@ -227,11 +204,6 @@ export class UserCodeProcess {
         this.send({ type: 'stats' });
       }
     }
-  }
-
-  private rememberTimedOut(n: number): void {
-    this.timedOut.add(n);
-    if (this.timedOut.size > TIMED_OUT_KEPT) this.timedOut.delete(this.timedOut.values().next().value!);
   }
 
   /** Resolves once the process has booted (modules loaded) and waits for its assignment. */
@@ -302,7 +274,7 @@ export class UserCodeProcess {
     const result = new Promise<CheckedResult>((resolve) => {
       if (this.exitInfo || this.ending) return resolve(this.exitResult(this.exitInfo, m.queueMs));
       const live = !m.batch && o.timeoutMs !== undefined;
-      this.runs.set(n, { resolve, onChunk: o.onChunk, chunksLeft: SEND_WINDOW, onLog: o.onLog, rid: m.rid, ...(live ? { answerBy: Date.now() + o.timeoutMs! + TIMEOUT_SLACK_MS, timeoutMs: o.timeoutMs } : {}) });
+      this.runs.add(n, { resolve, onChunk: o.onChunk, chunksLeft: SEND_WINDOW, onLog: o.onLog, rid: m.rid, ...(live ? { answerBy: Date.now() + o.timeoutMs! + TIMEOUT_SLACK_MS, timeoutMs: o.timeoutMs } : {}) });
       // The bytes before the message that names them, on the same pipe.
       if (rawBytes !== undefined) writeFrame(this.toChild, BYTES, n, body as Uint8Array);
       this.send({ ...m, type: 'run', n, ...(rawBytes !== undefined ? { rawBytes } : {}) });
@@ -311,7 +283,7 @@ export class UserCodeProcess {
   }
 
   abort(n: number, canceled: boolean): void {
-    if (this.runs.has(n)) this.send({ type: 'abort', n, canceled });
+    if (this.runs.get(n)) this.send({ type: 'abort', n, canceled });
   }
 
   /** Lets run `n` send `k` more chunks. */
@@ -370,10 +342,9 @@ export class UserCodeProcess {
         this.started = undefined;
         break;
       case 'result': {
-        const run = this.runs.get(m.n);
+        const run = this.runs.take(m.n);
         // A run the replica answered at its timeout may still finish in the process.
-        if (!run) return this.timedOut.delete(m.n) ? undefined : this.violation(`answered run ${m.n}, which it was not running`);
-        this.runs.delete(m.n);
+        if (!run) return this.runs.forgetTimedOut(m.n) ? undefined : this.violation(`answered run ${m.n}, which it was not running`);
         const carries = m.bodyBytes !== undefined || m.bytes !== undefined;
         if (carries !== (run.bytes !== undefined)) return this.violation(`answered run ${m.n} ${carries ? 'without' : 'with'} the bytes frame its answer names`);
         run.resolve(checkResult(m, this.o.maxAnswerBytes, run.bytes));
@@ -381,7 +352,7 @@ export class UserCodeProcess {
       }
       case 'chunk': {
         const run = this.runs.get(m.n);
-        if (!run?.onChunk) return this.timedOut.has(m.n) ? undefined : this.violation(`sent a chunk for run ${m.n}, which does not stream`);
+        if (!run?.onChunk) return this.runs.wasTimedOut(m.n) ? undefined : this.violation(`sent a chunk for run ${m.n}, which does not stream`);
         if (run.chunksLeft-- <= 0) return this.violation(`sent more chunks of run ${m.n} than its credit`);
         run.onChunk(m.data);
         break;
@@ -395,7 +366,7 @@ export class UserCodeProcess {
         break;
       case 'stuck': {
         const run = this.runs.get(m.n);
-        if (!run && !this.timedOut.has(m.n)) return this.violation(`said run ${m.n} is stuck, which it was not running`);
+        if (!run && !this.runs.wasTimedOut(m.n)) return this.violation(`said run ${m.n} is stuck, which it was not running`);
         this.onStuck(run?.rid ?? `(run ${m.n}, answered at its timeout)`);
         break;
       }
@@ -425,8 +396,8 @@ export class UserCodeProcess {
   /** What it held: answered when the exit is theirs to know (a violation, a lone run); else left for the hand-over. */
   private cleanUp(): void {
     const e = this.exitInfo!;
-    if (e.lost === 0) for (const run of this.runs.values()) run.resolve(this.exitResult(e, 0, !e.violation));
-    this.runs.clear();
+    const held = this.runs.takeAll();
+    if (e.lost === 0) for (const run of held) run.resolve(this.exitResult(e, 0, !e.violation));
     this.removed = this.removeCgroup();
     void rm(this.staging, { recursive: true, force: true }).catch(() => {});
   }

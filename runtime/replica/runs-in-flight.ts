@@ -1,0 +1,79 @@
+// The runs a replica has sent its user-code process and not had answered, as the replica knows
+// them: what the process may still send for each (its bytes, chunks within credit, log lines),
+// and by when a live one is answered by the replica itself. What the process says is checked
+// against this (user-code-process.ts), never the other way round.
+import type { CheckedResult } from './user-code-channel.ts';
+
+/** A run in the process. */
+export interface RunSlot {
+  resolve: (r: CheckedResult) => void;
+  rid: string;
+  /** Where its chunks go (runtime/replica/chunk-sink.ts checks them), and how many more it may send. */
+  onChunk?: (data: unknown) => void;
+  chunksLeft: number;
+  /** Where its `ctx.log` lines go (runtime/replica/tail.ts checks them). */
+  onLog?: (call: unknown) => void;
+  /** Its bytes frame, come ahead of its result. */
+  bytes?: Buffer;
+  /** A live run: by when (ms on the caller's clock) the replica answers it itself, and its budget. */
+  answerBy?: number;
+  timeoutMs?: number;
+}
+
+/** Runs answered at their timeout whose late messages are still taken: the newest this many. */
+const TIMED_OUT_KEPT = 256;
+
+export class RunsInFlight {
+  private readonly runs = new Map<number, RunSlot>();
+  /** Runs the replica answered at their timeout: the process may still answer or call them stuck. */
+  private readonly timedOut = new Set<number>();
+
+  add(n: number, slot: RunSlot): void {
+    this.runs.set(n, slot);
+  }
+
+  get(n: number): RunSlot | undefined {
+    return this.runs.get(n);
+  }
+
+  /** Removes run n, if in flight, and returns it. */
+  take(n: number): RunSlot | undefined {
+    const run = this.runs.get(n);
+    this.runs.delete(n);
+    return run;
+  }
+
+  get size(): number {
+    return this.runs.size;
+  }
+
+  /** Takes every run (the process is gone). */
+  takeAll(): RunSlot[] {
+    const all = [...this.runs.values()];
+    this.runs.clear();
+    return all;
+  }
+
+  /** Live runs past their time at `now`: taken, and remembered as timed out. */
+  overdue(now: number): RunSlot[] {
+    const due: RunSlot[] = [];
+    for (const [n, run] of this.runs) {
+      if (run.answerBy === undefined || now < run.answerBy) continue;
+      this.runs.delete(n);
+      this.timedOut.add(n);
+      if (this.timedOut.size > TIMED_OUT_KEPT) this.timedOut.delete(this.timedOut.values().next().value!);
+      due.push(run);
+    }
+    return due;
+  }
+
+  /** Whether run n was answered at its timeout. */
+  wasTimedOut(n: number): boolean {
+    return this.timedOut.has(n);
+  }
+
+  /** Its late result came: nothing more of it is taken after this. */
+  forgetTimedOut(n: number): boolean {
+    return this.timedOut.delete(n);
+  }
+}
