@@ -266,6 +266,8 @@ export type PlatformEvent =
 
 /** Exit code of a replica that asks its node agent to replace it (a handler that would not stop). */
 export const EXIT_REPLACE_ME = 75;
+/** Exit code of a replica whose user code broke its channel: replaced after a growing wait (scheduler/restart-penalty.ts). */
+export const EXIT_BROKE_CHANNEL = 76;
 
 /**
  * Where a tenant's objects live in the platform bucket: below `tenants/<id>/`, except the

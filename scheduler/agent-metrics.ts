@@ -4,19 +4,20 @@
 // each report adds only what grew since that replica's last, so an exited replica's work stays
 // counted and the node's counters only grow.
 import { Counter, Gauge, Registry as PromRegistry } from 'prom-client';
-import { EXIT_REPLACE_ME } from '../core/contracts.ts';
+import { EXIT_BROKE_CHANNEL, EXIT_REPLACE_ME } from '../core/contracts.ts';
 import type { ReplicaCounters } from '../runtime/replica/agent-messages.ts';
 
 /** Longest a scrape waits for Redis to answer before it reports embers_redis_up 0. */
 const PING_WITHIN_MS = 1_000;
 
 /** Why a replica process ended: its agent stopped it, it asked to be replaced (a stuck handler, user code out of memory), it died, or it died before it was ever ready. */
-export const EXIT_REASONS = ['stopped', 'replaced', 'crashed', 'start_failed'] as const;
+export const EXIT_REASONS = ['stopped', 'replaced', 'broke_channel', 'crashed', 'start_failed'] as const;
 export type ExitReason = (typeof EXIT_REASONS)[number];
 
 export function exitReason(e: { stopping: boolean; code: number | null; everReady: boolean }): ExitReason {
   if (e.stopping) return 'stopped';
   if (e.code === EXIT_REPLACE_ME) return 'replaced';
+  if (e.code === EXIT_BROKE_CHANNEL) return 'broke_channel';
   return e.everReady ? 'crashed' : 'start_failed';
 }
 

@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
-import { EXIT_REPLACE_ME, type NodeRecord, type PlacementRecord, type PlatformEvent } from '../core/contracts.ts';
+import { EXIT_BROKE_CHANNEL, EXIT_REPLACE_ME, type NodeRecord, type PlacementRecord, type PlatformEvent } from '../core/contracts.ts';
 import type { Logger } from '../core/log.ts';
 import { createRedis } from '../core/redis.ts';
 import type { ObjectStore } from '../core/s3.ts';
@@ -20,6 +20,7 @@ import { Scheduler, type SchedulerOptions } from './scheduler.ts';
 import { waitAtMost } from '../core/settle.ts';
 import { keys } from '../core/keys.ts';
 import { ExitedRequests } from './exited-requests.ts';
+import { RestartPenalty } from './restart-penalty.ts';
 import type { Assignment, ToAgent } from '../runtime/replica/agent-messages.ts';
 import { createAgentMetrics, exitReason } from './agent-metrics.ts';
 import { serveMetrics, type MetricsServer } from './metrics-server.ts';
@@ -91,6 +92,8 @@ export class NodeAgent {
   private readonly sub: Redis;
   private readonly replicas = new Map<string, ReplicaProcess>();
   private readonly backoff = new Map<string, { failures: number; until: number }>();
+  /** Functions whose user code broke its channel wait longer each time to be replaced. */
+  private readonly penalty = new RestartPenalty();
   private gpus: GpuInfo[] = [];
   private sandbox?: SandboxSupport;
   /** Prebuilt replica entry (plain JS), or null to run the TypeScript source through tsx. */
@@ -243,7 +246,7 @@ export class NodeAgent {
         void this.stopReplica(r);
       }
       const b = this.backoff.get(`${fn}@${w.version}`);
-      if (b && Date.now() < b.until) continue;
+      if ((b && Date.now() < b.until) || this.penalty.waiting(`${fn}@${w.version}`)) continue;
       for (let i = live.length; i < w.count; i++) this.spawn(fn, w.version);
     }
   }
@@ -323,6 +326,10 @@ export class NodeAgent {
       if (r.stopping || this.closed) return;
       if (code === EXIT_REPLACE_ME) {
         this.log.warn({ replica: id }, 'replica asked to be replaced');
+      } else if (code === EXIT_BROKE_CHANNEL) {
+        const delay = this.penalty.record(`${fn}@${version}`);
+        this.log.warn({ replica: id, retryInMs: delay }, 'the replica\'s user code broke its channel; replacing it after a wait');
+        setTimeout(() => void this.reconcile(), delay).unref();
       } else {
         const key = `${fn}@${version}`;
         const b = this.backoff.get(key) ?? { failures: 0, until: 0 };

@@ -84,8 +84,8 @@ export class FrameReader {
         const length = this.head.readUInt32LE(5);
         this.head = Buffer.alloc(0);
         const max = this.o.maxBytes[kind];
-        if (max === undefined) return this.corrupt(`a frame of unknown kind ${kind}`);
-        if (length > max) return this.corrupt(`a frame of ${length} bytes, over ${max}`);
+        if (max === undefined) return this.corrupt(`sent a frame of unknown kind ${kind}`);
+        if (length > max) return this.corrupt(`sent a frame of ${length} bytes, over its bound of ${max}`);
         this.frame = { kind, n, bytes: Buffer.allocUnsafeSlow(length), at: 0 };
       }
       const f = this.frame;

@@ -5,7 +5,7 @@
 // from the environment instead.
 import { readdir } from 'node:fs/promises';
 import { loadConfig, ortInstances } from '../../core/config.ts';
-import { EXIT_REPLACE_ME, type Manifest } from '../../core/contracts.ts';
+import { EXIT_BROKE_CHANNEL, EXIT_REPLACE_ME, type Manifest } from '../../core/contracts.ts';
 import { createLogger } from '../../core/log.ts';
 import { createRedis } from '../../core/redis.ts';
 import { BucketRegistry, TenantStores } from '../../core/buckets.ts';
@@ -165,9 +165,9 @@ replica = new Replica({
   },
   // Ended holding requests it could not answer: exit without acknowledging them, so they are
   // handed over. Else what it held was answered: deliver that, then make way for a fresh replica.
-  onUserCodeExit: (_e, answered) => {
+  onUserCodeExit: (e, answered) => {
     if (!answered) process.exit(1);
-    void replica!.drain().finally(() => process.exit(EXIT_REPLACE_ME));
+    void replica!.drain().finally(() => process.exit(e.violation ? EXIT_BROKE_CHANNEL : EXIT_REPLACE_ME));
   },
   onCounters: (counters) => {
     // Sent on every heartbeat, during a drain too: an agent gone meanwhile is no error here.

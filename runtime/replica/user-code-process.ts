@@ -272,7 +272,9 @@ export class UserCodeProcess {
       rawBytes = body.length;
     }
     const result = new Promise<CheckedResult>((resolve) => {
-      if (this.exitInfo || this.ending) return resolve(this.exitResult(this.exitInfo, m.queueMs));
+      // Sent after the process ended (or while it is being ended): never run here, so never
+      // answered here; the replica is going away, and the request is handed over with the rest.
+      if (this.exitInfo || this.ending) return;
       const live = !m.batch && o.timeoutMs !== undefined;
       this.runs.add(n, { resolve, onChunk: o.onChunk, chunksLeft: SEND_WINDOW, onLog: o.onLog, rid: m.rid, ...(live ? { answerBy: Date.now() + o.timeoutMs! + TIMEOUT_SLACK_MS, timeoutMs: o.timeoutMs } : {}) });
       // The bytes before the message that names them, on the same pipe.
@@ -386,8 +388,7 @@ export class UserCodeProcess {
   }
 
   /** `alone`: the exit came while running only this request, which is not run again. */
-  private exitResult(e: UserCodeExit | undefined, queueMs: number, alone = false): CheckedResult {
-    if (!e) return { status: 503, body: JSON.stringify(errorBody('replica_stopping', 'the replica is replacing its user-code process; send the request again')), timing: unrunTiming(queueMs) };
+  private exitResult(e: UserCodeExit, queueMs: number, alone = false): CheckedResult {
     const [status, code] = e.violation ? [500, 'user_code_violation'] : e.oom ? [503, 'replica_oom'] : [500, 'replica_crashed'];
     const message = `${this.exitMessage(e)}${alone ? ' while running this request alone, so it is not run again' : ''}`;
     return { status, body: JSON.stringify(errorBody(code, message)), timing: unrunTiming(queueMs) };

@@ -40,9 +40,9 @@ describe('FrameReader', () => {
 
   it('stops at a frame over its bound and at an unknown kind, before reading its body', async () => {
     for (const [frame, expect] of [
-      [wire((out) => writeFrame(out, BYTES, 1, Buffer.alloc(11))), /11 bytes, over 10/],
+      [wire((out) => writeFrame(out, BYTES, 1, Buffer.alloc(11))), /sent a frame of 11 bytes, over its bound of 10/],
       [Buffer.from([9, 0, 0, 0, 0, 255, 255, 255, 255]), /unknown kind 9/],
-      [Buffer.from([MESSAGES, 0, 0, 0, 0, 255, 255, 255, 255]), /4294967295 bytes, over 10/],
+      [Buffer.from([MESSAGES, 0, 0, 0, 0, 255, 255, 255, 255]), /4294967295 bytes, over its bound of 10/],
     ] as const) {
       const stream = new PassThrough();
       let why = '';
