@@ -68,6 +68,8 @@ export interface AgentOptions {
   jobRetentionS?: number;
   /** EMBERS_ALLOW_UNSANDBOXED: run every tenant's code on a node that cannot sandbox it. @default false */
   allowUnsandboxed?: boolean;
+  /** The first wait before replacing a replica whose user code broke its channel (RestartPenalty). @default 1000 */
+  channelBreakWaitMs?: number;
   /** EMBERS_SANDBOX. @default auto */
   sandbox?: 'auto' | 'off';
   /** Where to serve Prometheus's /metrics (EMBERS_METRICS_HOST, EMBERS_METRICS_PORT; port 0: nowhere). @default nowhere */
@@ -93,7 +95,7 @@ export class NodeAgent {
   private readonly replicas = new Map<string, ReplicaProcess>();
   private readonly backoff = new Map<string, { failures: number; until: number }>();
   /** Functions whose user code broke its channel wait longer each time to be replaced. */
-  private readonly penalty = new RestartPenalty();
+  private readonly penalty: RestartPenalty;
   private gpus: GpuInfo[] = [];
   private sandbox?: SandboxSupport;
   /** Prebuilt replica entry (plain JS), or null to run the TypeScript source through tsx. */
@@ -113,6 +115,7 @@ export class NodeAgent {
 
   constructor(private readonly o: AgentOptions) {
     this.id = `node-${os.hostname()}-${randomUUID().slice(0, 6)}`;
+    this.penalty = new RestartPenalty({ baseMs: o.channelBreakWaitMs });
     this.redis = createRedis(o.redisUrl);
     this.sub = createRedis(o.redisUrl);
     this.slots = o.slots ?? 2 * os.availableParallelism();

@@ -123,6 +123,9 @@ export class LiveFirst {
   }
 
   close(): void {
+    // Its peers hear it is idle now, not after their announcement expires.
+    if (this.busySince !== null) this.o.announce?.(false);
+    this.busySince = null;
     for (const t of [this.yieldTimer, this.refreshTimer, this.peerTimer]) if (t !== null) this.clock.clearTimeout(t);
     this.yieldTimer = this.refreshTimer = this.peerTimer = null;
     this.listeners.clear();

@@ -172,6 +172,12 @@ export class LiveConsumer {
     await waitAtMost(Promise.all(this.flushes), 1000, this.o.log, 'the last answers to be finished');
   }
 
+  /** Reads and claims nothing more (its user code is gone): what it holds waits for abandon. */
+  stop(): void {
+    this.stopped = true;
+    this.wakeReader();
+  }
+
   /** Makes entries this replica still holds claimable at once, and tells the function's replicas (handOverLiveEntries). Gives up after a second. */
   private async handOver(ids: string[]): Promise<void> {
     await waitAtMost(handOverLiveEntries(this.o.redis, this.o.fn, this.o.consumer, ids), 1000, this.o.log, 'the hand-over of held requests');

@@ -164,10 +164,11 @@ replica = new Replica({
     void replica!.abandon().finally(() => process.exit(EXIT_REPLACE_ME));
   },
   // Ended holding requests it could not answer: exit without acknowledging them, so they are
-  // handed over. Else what it held was answered: deliver that, then make way for a fresh replica.
+  // handed over. Else what it held was answered: deliver that, hand over what came after, and
+  // make way for a fresh replica.
   onUserCodeExit: (e, answered) => {
     if (!answered) process.exit(1);
-    void replica!.drain().finally(() => process.exit(e.violation ? EXIT_BROKE_CHANNEL : EXIT_REPLACE_ME));
+    void replica!.abandon().finally(() => process.exit(e.violation ? EXIT_BROKE_CHANNEL : EXIT_REPLACE_ME));
   },
   onCounters: (counters) => {
     // Sent on every heartbeat, during a drain too: an agent gone meanwhile is no error here.

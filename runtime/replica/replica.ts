@@ -286,6 +286,7 @@ export class Replica {
    * batch lines when their locks expire); what it had answered is delivered first.
    */
   async abandon(): Promise<void> {
+    this.live?.stop();
     clearInterval(this.heartbeat);
     this.cancelSub?.disconnect();
     this.liveWindow.close();
@@ -360,6 +361,9 @@ export class Replica {
   private userCodeExited(e: UserCodeExit): void {
     if (this.stopping || this.state === 'starting') return;
     this.stopping = true;
+    // Nothing more is taken: a request taken now would count a crash it never saw.
+    this.live?.stop();
+    void this.batch?.close(true);
     const error = { phase: 'run', message: `${e.oom ? 'out of memory: ' : ''}${this.user.exitMessage(e)}` };
     this.log.error({ ...error, oom: e.oom, handedOver: e.lost }, 'user-code process exited');
     this.error = error;

@@ -54,17 +54,20 @@ export class RunsInFlight {
     return all;
   }
 
-  /** Live runs past their time at `now`: taken, and remembered as timed out. */
-  overdue(now: number): RunSlot[] {
-    const due: RunSlot[] = [];
-    for (const [n, run] of this.runs) {
-      if (run.answerBy === undefined || now < run.answerBy) continue;
-      this.runs.delete(n);
-      this.timedOut.add(n);
-      if (this.timedOut.size > TIMED_OUT_KEPT) this.timedOut.delete(this.timedOut.values().next().value!);
-      due.push(run);
-    }
+  /** The live runs past their time at `now`, oldest first. */
+  due(now: number): number[] {
+    const due: number[] = [];
+    for (const [n, run] of this.runs) if (run.answerBy !== undefined && now >= run.answerBy) due.push(n);
     return due;
+  }
+
+  /** Takes run n, answered at its timeout: its late messages are still taken (wasTimedOut). */
+  timeOut(n: number): RunSlot | undefined {
+    const run = this.take(n);
+    if (!run) return undefined;
+    this.timedOut.add(n);
+    if (this.timedOut.size > TIMED_OUT_KEPT) this.timedOut.delete(this.timedOut.values().next().value!);
+    return run;
   }
 
   /** Whether run n was answered at its timeout. */

@@ -75,6 +75,8 @@ export interface UserCodeExit {
 
 /** How long past a live run's timeout the replica waits for the process before answering 504 itself. */
 export const TIMEOUT_SLACK_MS = 1000;
+/** Most runs the watchdog may name a second (an honest one names at most one per half second). */
+const WATCHDOG_REPORTS_PER_S = 20;
 /** How often the replica looks for live runs past their time. */
 const OVERDUE_CHECK_MS = 250;
 
@@ -100,6 +102,8 @@ export class UserCodeProcess {
   private overdueTimer?: NodeJS.Timeout;
   /** The process's cgroup is gone (set once it has exited). */
   private removed?: Promise<void>;
+  /** The run the process's watchdog last named as holding its thread (cleared when the process speaks). */
+  private blockedBy?: number;
   /** Why the replica is ending the process, once it is. */
   private ending?: { violation?: string; stopped?: boolean };
   private exitInfo?: UserCodeExit;
@@ -144,7 +148,9 @@ export class UserCodeProcess {
     mkdirSync(path.join(this.staging, 'models'), { recursive: true });
     if (sandbox?.ownUid) for (const p of [this.staging, ...mounts.map((m) => m.from)]) letThrough(p);
     // fd 0: bwrap's options, then nothing; fd 3 and 4: the channel's pipes to and from the process (runtime/channel/frames.ts).
-    this.child = spawn(cmd.command, cmd.args, { stdio: ['pipe', 'inherit', 'inherit', 'pipe', 'pipe'], env });
+    // fd 5: the process's watchdog names the run holding its thread (runtime/user-code/watchdog.ts).
+    this.child = spawn(cmd.command, cmd.args, { stdio: ['pipe', 'inherit', 'inherit', 'pipe', 'pipe', 'pipe'], env });
+    this.readWatchdog((this.child.stdio as unknown as Readable[])[5]);
     this.child.stdin!.on('error', () => {});
     this.child.stdin!.end(cmd.input);
     this.toChild = this.child.stdio[3] as Writable;
@@ -195,15 +201,45 @@ export class UserCodeProcess {
    * thread lets no timer run there. A process silent for the slack too is stuck (onStuck).
    */
   private answerOverdue(): void {
-    for (const run of this.runs.overdue(Date.now())) {
-      run.resolve({ status: 504, body: JSON.stringify(errorBody('timeout', `the handler did not finish within ${run.timeoutMs} ms (the replica answered: its process did not)`)), timing: unrunTiming(0) });
-      if (this.silentMs() >= TIMEOUT_SLACK_MS) {
-        this.onStuck(run.rid);
-      } else {
-        this.statsAsked++;
-        this.send({ type: 'stats' });
-      }
+    const due = this.runs.due(Date.now());
+    if (!due.length || this.ending) return;
+    if (this.silentMs() < TIMEOUT_SLACK_MS) {
+      // Alive but late: answered here, and asked for a sign of life.
+      for (const n of due) this.answerTimeout(n);
+      this.statsAsked++;
+      this.send({ type: 'stats' });
+      return;
     }
+    // Its thread is held. By the run its watchdog names: that one is answered at its own time
+    // and the others handed over with the process; by one it cannot tell: all are handed over.
+    const holder = this.blockedBy !== undefined && this.runs.get(this.blockedBy) ? this.blockedBy : undefined;
+    if (holder === undefined) return this.onStuck(`(the user code's thread is held, by a run it could not name)`);
+    if (!due.includes(holder)) return;
+    const rid = this.runs.get(holder)!.rid;
+    this.answerTimeout(holder);
+    this.onStuck(rid);
+  }
+
+  private answerTimeout(n: number): void {
+    const run = this.runs.timeOut(n);
+    run?.resolve({ status: 504, body: JSON.stringify(errorBody('timeout', `the handler did not finish within ${run.timeoutMs} ms`)), timing: unrunTiming(0) });
+  }
+
+  /** Reads the watchdog's pipe: run numbers, 4 bytes each; a flood of them breaks the channel. */
+  private readWatchdog(stream: Readable): void {
+    let rest: Buffer = Buffer.alloc(0);
+    let count = 0;
+    const window = setInterval(() => (count = 0), 1000);
+    window.unref();
+    stream.on('error', () => {});
+    stream.on('close', () => clearInterval(window));
+    stream.on('data', (chunk: Buffer) => {
+      rest = rest.length ? Buffer.concat([rest, chunk]) : chunk;
+      for (; rest.length >= 4; rest = rest.subarray(4)) {
+        if (++count > WATCHDOG_REPORTS_PER_S) return this.violation(`named the run holding its thread more than ${WATCHDOG_REPORTS_PER_S} times a second`);
+        this.blockedBy = rest.readUInt32LE(0);
+      }
+    });
   }
 
   /** Resolves once the process has booted (modules loaded) and waits for its assignment. */
@@ -330,6 +366,7 @@ export class UserCodeProcess {
   private receive(m: FromUserCode, booted: () => void): void {
     if (this.ending) return;
     this.heardAt = Date.now();
+    this.blockedBy = undefined;
     switch (m.type) {
       case 'standby':
         if (this.phase !== 'booting') return this.violation('said it booted twice');

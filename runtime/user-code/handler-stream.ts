@@ -32,7 +32,11 @@ export class HandlerStreams {
   /** Runs sending chunks now, by their number on the channel. */
   private readonly sending = new Map<number, Sending>();
 
-  constructor(private readonly send: (n: number, data: string) => void) {}
+  constructor(
+    private readonly send: (n: number, data: string) => void,
+    /** Run n's generator is about to run (watchdog.ts). */
+    private readonly markRun: (n: number) => void = () => {},
+  ) {}
 
   /** The replica took `k` more of run `n`'s chunks off its hands. */
   credit(n: number, k: number): void {
@@ -58,6 +62,7 @@ export class HandlerStreams {
     const it = source[Symbol.asyncIterator]();
     try {
       for (;;) {
+        this.markRun(m.n);
         const next = await untilAborted(it.next(), signal);
         if (next.done) {
           ended = true;

@@ -13,6 +13,7 @@ import { UserCode, type RunOutcome } from './user-code.ts';
 import net from 'node:net';
 import { LogBudget } from './tail-log.ts';
 import type { LogCall, StartPhase } from '../../core/log-lines.ts';
+import { startWatchdog } from './watchdog.ts';
 import { BYTES, FROM_REPLICA_FD, FrameReader, MESSAGES, TO_REPLICA_FD, writeFrame, writeMessages } from '../channel/frames.ts';
 
 const log = createLogger('user-code');
@@ -85,8 +86,10 @@ function tellDrops(n: number): void {
   logsDropped = 0;
 }
 
+const watchdog = startWatchdog();
 const user = new UserCode({
   log,
+  markRun: watchdog.mark,
   onStuck: (n) => send({ type: 'stuck', n }),
   sendChunk: (n, data) => send({ type: 'chunk', n, data }),
   sendLog,

@@ -48,6 +48,8 @@ export interface UserCodeOptions {
   sendChunk?: (n: number, data: string) => void;
   /** Sends a `ctx.log` line of a tailed run (tail-log.ts), or with `phase` one of setup or warmup (n 0). */
   sendLog?: (n: number, call: LogCall, phase?: StartPhase) => void;
+  /** Run n got control on this thread (watchdog.ts). */
+  markRun?: (n: number) => void;
 }
 
 export class UserCode {
@@ -78,7 +80,7 @@ export class UserCode {
   constructor(private readonly o: UserCodeOptions) {
     observeGcPauses();
     writeTypedArraysAsJson();
-    this.streams = new HandlerStreams(o.sendChunk ?? (() => {}));
+    this.streams = new HandlerStreams(o.sendChunk ?? (() => {}), o.markRun);
   }
 
   /** Loads the bundle and models, runs setup and warmup; a failure says its phase (StartFailure). */
@@ -289,7 +291,7 @@ export class UserCode {
    * request's calls. `signal` (read only once a model is called: an AbortSignal per request
    * costs an echo replica measurable CPU) takes back its calls still waiting for their batch.
    */
-  private handles(times: CallTimes = newCallTimes(), lane: Lane = 'live', signal?: () => AbortSignal): Record<string, ModelHandle> {
+  private handles(times: CallTimes = newCallTimes(), lane: Lane = 'live', signal?: () => AbortSignal, n = 0): Record<string, ModelHandle> {
     const out: Record<string, ModelHandle> = {};
     for (const [name, m] of this.models) {
       out[name] = {
@@ -304,6 +306,8 @@ export class UserCode {
             times.inferMs += r.inferMs;
             times.execMs += r.execMs;
             times.batchMs += r.waitMs;
+            // The handler's code runs on from here.
+            if (n) this.o.markRun?.(n);
             return r.outputs;
           } finally {
             started();
@@ -350,11 +354,16 @@ export class UserCode {
     const budget = fn.timeoutMs;
     const lane: Lane = m.batch ? 'batch' : 'live';
     const ctx: HandlerContext = {
-      models: this.handles(times, lane, () => {
-        // One listener per waiting model call: a pipeline may have dozens waiting at once.
-        setMaxListeners(0, ctl.signal);
-        return ctl.signal;
-      }),
+      models: this.handles(
+        times,
+        lane,
+        () => {
+          // One listener per waiting model call: a pipeline may have dozens waiting at once.
+          setMaxListeners(0, ctl.signal);
+          return ctl.signal;
+        },
+        m.n,
+      ),
       get log() {
         return log();
       },
@@ -369,7 +378,10 @@ export class UserCode {
     let settled = false;
     // A handler that yields is pulled within the same budget (handler-stream.ts).
     const running = Promise.resolve()
-      .then(() => this.def.handler(input, ctx))
+      .then(() => {
+        this.o.markRun?.(m.n);
+        return this.def.handler(input, ctx);
+      })
       .then((r) => (isChunkSource(r) ? this.streams.drain(r, m, ctl.signal, settings.maxAnswerBytes) : r));
     void running.then(
       () => (settled = true),
