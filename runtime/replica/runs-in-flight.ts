@@ -20,13 +20,20 @@ export interface RunSlot {
   timeoutMs?: number;
 }
 
-/** Runs answered at their timeout whose late messages are still taken: the newest this many. */
-const TIMED_OUT_KEPT = 256;
+/** Runs kept in each memory of ended runs: the newest this many. */
+const KEPT = 256;
+
+function remember(set: Set<number>, n: number): void {
+  set.add(n);
+  if (set.size > KEPT) set.delete(set.values().next().value!);
+}
 
 export class RunsInFlight {
   private readonly runs = new Map<number, RunSlot>();
-  /** Runs the replica answered at their timeout: the process may still answer or call them stuck. */
+  /** Runs the replica answered at their timeout: the process may still answer them, once. */
   private readonly timedOut = new Set<number>();
+  /** Runs answered lately, by anyone. */
+  private readonly ended = new Set<number>();
 
   add(n: number, slot: RunSlot): void {
     this.runs.set(n, slot);
@@ -39,8 +46,18 @@ export class RunsInFlight {
   /** Removes run n, if in flight, and returns it. */
   take(n: number): RunSlot | undefined {
     const run = this.runs.get(n);
+    if (!run) return undefined;
     this.runs.delete(n);
+    remember(this.ended, n);
     return run;
+  }
+
+  /**
+   * Whether run n ended lately: its process may still be running its handler (answered at its
+   * timeout, by the process or the replica) and say it is stuck.
+   */
+  endedLately(n: number): boolean {
+    return this.ended.has(n);
   }
 
   get size(): number {
@@ -64,9 +81,7 @@ export class RunsInFlight {
   /** Takes run n, answered at its timeout: its late messages are still taken (wasTimedOut). */
   timeOut(n: number): RunSlot | undefined {
     const run = this.take(n);
-    if (!run) return undefined;
-    this.timedOut.add(n);
-    if (this.timedOut.size > TIMED_OUT_KEPT) this.timedOut.delete(this.timedOut.values().next().value!);
+    if (run) remember(this.timedOut, n);
     return run;
   }
 

@@ -149,7 +149,9 @@ export class UserCodeProcess {
     if (sandbox?.ownUid) for (const p of [this.staging, ...mounts.map((m) => m.from)]) letThrough(p);
     // fd 0: bwrap's options, then nothing; fd 3 and 4: the channel's pipes to and from the process (runtime/channel/frames.ts).
     // fd 5: the process's watchdog names the run holding its thread (runtime/user-code/watchdog.ts).
-    this.child = spawn(cmd.command, cmd.args, { stdio: ['pipe', 'inherit', 'inherit', 'pipe', 'pipe', 'pipe'], env });
+    // A session of its own: a terminal's Ctrl-C or hangup is for the platform, which stops it in
+    // order; the replica alone ends it (and bwrap's --die-with-parent, should the replica die).
+    this.child = spawn(cmd.command, cmd.args, { stdio: ['pipe', 'inherit', 'inherit', 'pipe', 'pipe', 'pipe'], env, detached: true });
     this.readWatchdog((this.child.stdio as unknown as Readable[])[5]);
     this.child.stdin!.on('error', () => {});
     this.child.stdin!.end(cmd.input);
@@ -170,8 +172,10 @@ export class UserCodeProcess {
       this.child.once('exit', (code, signal) => {
         clearInterval(this.overdueTimer);
         const e = this.ending ?? {};
-        // A crash with one run in the process is that run's; with several, none can be told apart.
-        const lost = e.violation !== undefined || (!e.stopped && this.runs.size === 1) ? 0 : this.runs.size;
+        // A crash with one run in the process is that run's; with several, none can be told apart;
+        // a stop from outside (a signal the platform's own stop sends) is none of theirs.
+        const outside = signal === 'SIGINT' || signal === 'SIGTERM' || signal === 'SIGHUP';
+        const lost = e.violation !== undefined || (!e.stopped && !outside && this.runs.size === 1) ? 0 : this.runs.size;
         this.exitInfo = { code, signal, oom: this.cgroup?.oomKilled() ?? false, ...e, lost };
         this.onExit(this.exitInfo);
         resolve(this.exitInfo);
@@ -405,7 +409,7 @@ export class UserCodeProcess {
         break;
       case 'stuck': {
         const run = this.runs.get(m.n);
-        if (!run && !this.runs.wasTimedOut(m.n)) return this.violation(`said run ${m.n} is stuck, which it was not running`);
+        if (!run && !this.runs.endedLately(m.n)) return this.violation(`said run ${m.n} is stuck, which it was not running`);
         this.onStuck(run?.rid ?? `(run ${m.n}, answered at its timeout)`);
         break;
       }
