@@ -119,8 +119,8 @@ export const ConfigSchema = z.object({
   EMBERS_ROLLOUT_MAX_ERROR_RATE_INCREASE: z.coerce.number().min(0).max(1).default(0.01),
   /** Automatic rollouts: the new version's p99 may be up to this multiple of the active one's (plus 50 ms). @default 1.5 */
   EMBERS_ROLLOUT_MAX_P99_RATIO: z.coerce.number().min(1).default(1.5),
-  /** A replica whose user code broke its channel is replaced after this long, doubling with each break up to a minute (forgotten after five quiet minutes). @default 1000 */
-  EMBERS_CHANNEL_BREAK_WAIT_MS: int(0).default(1_000),
+  /** A replica whose user code failed while serving (broke its channel, crashed, ran out of memory, would not stop) is replaced after this long, doubling with each failure of its function up to a minute (forgotten after five quiet minutes). @default 1000 */
+  EMBERS_REPLACE_WAIT_MS: int(0).default(1_000),
   /** A handler still running this long after its timeout gets its replica replaced. @default 5000 */
   EMBERS_HANDLER_GRACE_MS: int(0).default(5_000),
   /** Memory a replica's user-code process may use (cgroup); over it, it is killed and the request answered 503 replica_oom. @default 4 GiB */

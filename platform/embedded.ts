@@ -96,7 +96,7 @@ export function agentOptions(config: Config, o: { redisUrl: string; store: Objec
     lockMs: config.EMBERS_JOB_LOCK_MS,
     jobRetentionS: config.EMBERS_JOB_RETENTION_S,
     allowUnsandboxed: config.EMBERS_ALLOW_UNSANDBOXED,
-    channelBreakWaitMs: config.EMBERS_CHANNEL_BREAK_WAIT_MS,
+    replaceWaitMs: config.EMBERS_REPLACE_WAIT_MS,
     sandbox: config.EMBERS_SANDBOX,
     metrics: metricsPort ? { host: config.EMBERS_METRICS_HOST, port: metricsPort } : undefined,
     scheduler: { ...schedulerOptions(config), secretsKey, bucketAllowPrivate: config.EMBERS_BUCKET_ALLOW_PRIVATE },

@@ -23,7 +23,8 @@ export function exitReason(e: { stopping: boolean; code: number | null; everRead
 
 /** What grew between a replica's two reports; a count lower than before started again from zero (its user-code process did), and all of it is new. */
 export function counterIncrements(prev: ReplicaCounters | undefined, next: ReplicaCounters): ReplicaCounters {
-  const grew = (now: number, before = 0) => (now >= before ? now - before : now);
+  // Counters come from replicas that checked them (runtime/replica/user-code-channel.ts); a value that is not a count still counts nothing.
+  const grew = (now: number, before = 0) => (!Number.isFinite(now) || now < 0 ? 0 : now >= before ? now - before : now);
   const u = next.usage;
   const p = prev?.usage;
   const models: ReplicaCounters['models'] = {};

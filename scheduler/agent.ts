@@ -68,8 +68,8 @@ export interface AgentOptions {
   jobRetentionS?: number;
   /** EMBERS_ALLOW_UNSANDBOXED: run every tenant's code on a node that cannot sandbox it. @default false */
   allowUnsandboxed?: boolean;
-  /** The first wait before replacing a replica whose user code broke its channel (RestartPenalty). @default 1000 */
-  channelBreakWaitMs?: number;
+  /** The first wait before replacing a replica whose user code failed while serving (RestartPenalty). @default 1000 */
+  replaceWaitMs?: number;
   /** EMBERS_SANDBOX. @default auto */
   sandbox?: 'auto' | 'off';
   /** Where to serve Prometheus's /metrics (EMBERS_METRICS_HOST, EMBERS_METRICS_PORT; port 0: nowhere). @default nowhere */
@@ -94,7 +94,7 @@ export class NodeAgent {
   private readonly sub: Redis;
   private readonly replicas = new Map<string, ReplicaProcess>();
   private readonly backoff = new Map<string, { failures: number; until: number }>();
-  /** Functions whose user code broke its channel wait longer each time to be replaced. */
+  /** Functions whose user code fails while serving wait longer each time to be replaced. */
   private readonly penalty: RestartPenalty;
   private gpus: GpuInfo[] = [];
   private sandbox?: SandboxSupport;
@@ -115,7 +115,7 @@ export class NodeAgent {
 
   constructor(private readonly o: AgentOptions) {
     this.id = `node-${os.hostname()}-${randomUUID().slice(0, 6)}`;
-    this.penalty = new RestartPenalty({ baseMs: o.channelBreakWaitMs });
+    this.penalty = new RestartPenalty({ baseMs: o.replaceWaitMs });
     this.redis = createRedis(o.redisUrl);
     this.sub = createRedis(o.redisUrl);
     this.slots = o.slots ?? 2 * os.availableParallelism();
@@ -249,7 +249,7 @@ export class NodeAgent {
         void this.stopReplica(r);
       }
       const b = this.backoff.get(`${fn}@${w.version}`);
-      if ((b && Date.now() < b.until) || this.penalty.waiting(`${fn}@${w.version}`)) continue;
+      if ((b && Date.now() < b.until) || this.penalty.waiting(fn)) continue;
       for (let i = live.length; i < w.count; i++) this.spawn(fn, w.version);
     }
   }
@@ -327,11 +327,10 @@ export class NodeAgent {
       void this.redis.multi().del(keys.replica(id)).srem(keys.replicas(fn), id).hdel(keys.replicaNodes, id).exec().catch(() => {});
       this.handOvers.settle(r.fn, r.id);
       if (r.stopping || this.closed) return;
-      if (code === EXIT_REPLACE_ME) {
-        this.log.warn({ replica: id }, 'replica asked to be replaced');
-      } else if (code === EXIT_BROKE_CHANNEL) {
-        const delay = this.penalty.record(`${fn}@${version}`);
-        this.log.warn({ replica: id, retryInMs: delay }, 'the replica\'s user code broke its channel; replacing it after a wait');
+      if (code === EXIT_REPLACE_ME || code === EXIT_BROKE_CHANNEL) {
+        // Its user code failed while serving: the function, whatever its version, waits longer each time.
+        const delay = this.penalty.record(fn);
+        this.log.warn({ replica: id, retryInMs: delay, brokeChannel: code === EXIT_BROKE_CHANNEL }, 'replica asked to be replaced: its user code failed while serving');
         setTimeout(() => void this.reconcile(), delay).unref();
       } else {
         const key = `${fn}@${version}`;

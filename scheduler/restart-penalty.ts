@@ -1,8 +1,9 @@
-// How long a node waits before replacing a replica whose user code broke its channel (decisions/
-// 020): each break doubles the wait, from 1 s up to a minute, and a function forgets its breaks
-// after five minutes without one. Unlike a crash's backoff, a replica becoming ready does not
-// reset it: a tenant whose code floods its channel as soon as it starts would otherwise make the
-// node pay a cold start every second, at its neighbours' expense.
+// How long a node waits before replacing a replica whose user code failed while serving: broke its
+// channel, crashed, ran out of memory, would not stop (decisions/020, 007). Each failure of the
+// function, whatever its version, doubles the wait, from 1 s up to a minute, and a function
+// forgets its failures after five minutes without one. Unlike a start's backoff, a replica
+// becoming ready does not reset it: a tenant whose code fails as soon as it serves would
+// otherwise make the node pay a cold start every second, at its neighbours' expense.
 import { systemClock, type Clock } from '../core/clock.ts';
 
 export interface RestartPenaltyOptions {
@@ -20,7 +21,7 @@ export class RestartPenalty {
     this.clock = o.clock ?? systemClock;
   }
 
-  /** One more break of `key` (function@version): how long until it may be replaced (ms). */
+  /** One more failure of `key` (a function): how long until it may be replaced (ms). */
   record(key: string): number {
     const now = this.clock.now();
     const last = this.breaks.get(key);

@@ -52,6 +52,8 @@ export function writeMessages(stream: Writable, messages: readonly unknown[]): v
 export interface FrameReaderOptions {
   /** Largest frame of each kind taken; a longer one, or another kind, means the sender is broken or hostile. */
   maxBytes: Record<FrameKind, number>;
+  /** Why a frame is refused at its header (undefined: read it). */
+  accepts?: (kind: FrameKind, n: number, length: number) => string | undefined;
   onFrame: (kind: FrameKind, n: number, bytes: Buffer) => void;
   /** The stream broke a bound: nothing more is read from it. */
   onCorrupt: (why: string) => void;
@@ -86,6 +88,8 @@ export class FrameReader {
         const max = this.o.maxBytes[kind];
         if (max === undefined) return this.corrupt(`sent a frame of unknown kind ${kind}`);
         if (length > max) return this.corrupt(`sent a frame of ${length} bytes, over its bound of ${max}`);
+        const refused = this.o.accepts?.(kind, n, length);
+        if (refused) return this.corrupt(refused);
         this.frame = { kind, n, bytes: Buffer.allocUnsafeSlow(length), at: 0 };
       }
       const f = this.frame;

@@ -106,8 +106,15 @@ export class Delivery {
         const metered = recordUsage(this.o.redis, usage).catch((err: Error) => this.o.log.error({ err: err.message, rid: data.rid }, 'could not record usage'));
         try {
           const { id, line, cid } = destination.line;
-          const ok = header.status < 400;
-          const error = ok ? undefined : { ...((JSON.parse(body) as { error: { code: string; message: string } }).error ?? { code: 'error', message: body }), status: header.status };
+          // The body comes from the user code: an output line holds it only if it is JSON.
+          const parsed = jsonOrUndefined(body);
+          const ok = header.status < 400 && parsed !== undefined;
+          const said = (parsed as { error?: { code?: unknown; message?: unknown } } | null | undefined)?.error;
+          const error = ok
+            ? undefined
+            : header.status < 400
+              ? { code: 'invalid_answer', message: 'the handler answered with something that is not JSON', status: 500 }
+              : { ...(typeof said === 'object' && said !== null ? said : {}), code: typeof said?.code === 'string' ? said.code : 'error', message: typeof said?.message === 'string' ? said.message : body.slice(0, 2000), status: header.status };
           await this.batchStore.lineDone(id, line, ok, ok ? outputLine(cid, body) : errorLine(cid, line, error!));
         } finally {
           await metered;
@@ -179,5 +186,13 @@ export class Delivery {
 
   private webhooks(): Queue {
     return (this.webhookQueue ??= new Queue(WEBHOOK_QUEUE, { connection: this.o.redis, prefix: QUEUE_PREFIX }));
+  }
+}
+
+function jsonOrUndefined(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return undefined;
   }
 }

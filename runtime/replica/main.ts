@@ -159,15 +159,12 @@ replica = new Replica({
   // From the agent's environment, as every setting here: records carry the price in force where they ran.
   platformPricing: { perRequest: config.EMBERS_PRICE_PER_REQUEST, perComputeSecond: config.EMBERS_PRICE_PER_COMPUTE_SECOND },
   maxAnswerBytes: config.EMBERS_MAX_ANSWER_BYTES,
+  // Its user code will not stop, or ended: what it answered is delivered, the rest handed over
+  // (batch lines when their locks expire), and the agent starts a fresh replica after a wait.
   onStuck: () => {
-    // Other jobs it holds come back to the queue when their locks expire; the agent starts a fresh replica.
     void replica!.abandon().finally(() => process.exit(EXIT_REPLACE_ME));
   },
-  // Ended holding requests it could not answer: exit without acknowledging them, so they are
-  // handed over. Else what it held was answered: deliver that, hand over what came after, and
-  // make way for a fresh replica.
-  onUserCodeExit: (e, answered) => {
-    if (!answered) process.exit(1);
+  onUserCodeExit: (e) => {
     void replica!.abandon().finally(() => process.exit(e.violation ? EXIT_BROKE_CHANNEL : EXIT_REPLACE_ME));
   },
   onCounters: (counters) => {

@@ -58,13 +58,15 @@ export interface ReplicaOptions extends LoadOptions {
   refuse?: string;
   /** The user-code process's memory limit (bytes), reported with the replica. */
   memoryLimitBytes: number;
-  /** Called when the user-code process exits on its own (crash or memory): this process should exit so the agent replaces it; `answered`: what it held was answered. */
-  onUserCodeExit?: (e: UserCodeExit, answered: boolean) => void;
+  /** Called when the user-code process ended while serving (crash, memory, a broken channel): this process should abandon what is left and exit, so the agent replaces it. */
+  onUserCodeExit?: (e: UserCodeExit) => void;
   /** Called with every heartbeat, and once more when it has drained: what it has done so far (for the agent's /metrics). */
   onCounters?: (c: ReplicaCounters) => void;
 }
 
 const RAISE_FOOTPRINT = lua('footprint-raise');
+/** Longest a replica that abandons what it holds waits for its user-code process to end (one stuck in the kernel). */
+const KILL_WAIT_MS = 5_000;
 /** A draining replica waits this long, at most, for its last tail lines to be written (Redis may be away). */
 const TAIL_FLUSH_WAIT_MS = 2_000;
 
@@ -291,7 +293,7 @@ export class Replica {
     this.cancelSub?.disconnect();
     this.liveWindow.close();
     this.stopping = true;
-    await this.user.kill();
+    await waitAtMost(this.user.kill(), KILL_WAIT_MS, this.log, 'the user-code process to end');
     await waitAtMost(Promise.all(this.delivering), TAIL_FLUSH_WAIT_MS, this.log, 'the answers being delivered');
     await this.live?.abandon();
     await this.batch?.close(true);
@@ -353,8 +355,8 @@ export class Replica {
   /**
    * The user-code process ended while serving (while starting, start() reports it). A run's
    * failure stays with that run: broke its channel, or died holding one run, and what it held was
-   * answered (UserCodeProcess); died holding several, and none was, so this replica exits without
-   * acknowledging them and the agent hands them over, each to run alone (decisions/007). Either
+   * answered (UserCodeProcess); died holding several, and none was, so this replica hands them
+   * over unacknowledged, each to run alone on the next (decisions/007). Either
    * way the failure is kept with the function's starts for `functions show`, told to its tail,
    * and the replica replaced; gateways keep taking requests (no start failure is announced).
    */
@@ -372,7 +374,7 @@ export class Replica {
     const record = { replica: this.o.id, version: this.o.manifest.version, at: new Date().toISOString(), error };
     const list = keys.coldStarts(this.o.manifest.name);
     const recorded = this.o.redis.multi().lpush(list, JSON.stringify(record)).ltrim(list, 0, 19).exec();
-    void waitAtMost(Promise.all([recorded, this.tail.writer.flush()]), TAIL_FLUSH_WAIT_MS, this.log, 'the failure\'s record').finally(() => this.o.onUserCodeExit?.(e, e.lost === 0));
+    void waitAtMost(Promise.all([recorded, this.tail.writer.flush()]), TAIL_FLUSH_WAIT_MS, this.log, 'the failure\'s record').finally(() => this.o.onUserCodeExit?.(e));
   }
 
   /**

@@ -20,7 +20,7 @@ export interface RunSlot {
   timeoutMs?: number;
 }
 
-/** Runs kept in each memory of ended runs: the newest this many. */
+/** Runs answered at their timeout that are remembered: the newest this many. */
 const KEPT = 256;
 
 function remember(set: Set<number>, n: number): void {
@@ -32,8 +32,6 @@ export class RunsInFlight {
   private readonly runs = new Map<number, RunSlot>();
   /** Runs the replica answered at their timeout: the process may still answer them, once. */
   private readonly timedOut = new Set<number>();
-  /** Runs answered lately, by anyone. */
-  private readonly ended = new Set<number>();
 
   add(n: number, slot: RunSlot): void {
     this.runs.set(n, slot);
@@ -48,16 +46,7 @@ export class RunsInFlight {
     const run = this.runs.get(n);
     if (!run) return undefined;
     this.runs.delete(n);
-    remember(this.ended, n);
     return run;
-  }
-
-  /**
-   * Whether run n ended lately: its process may still be running its handler (answered at its
-   * timeout, by the process or the replica) and say it is stuck.
-   */
-  endedLately(n: number): boolean {
-    return this.ended.has(n);
   }
 
   get size(): number {

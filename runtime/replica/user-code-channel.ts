@@ -8,7 +8,7 @@
 import type { Readable } from 'node:stream';
 import { errorBody, type ReplyHeader } from '../../core/contracts.ts';
 import { BYTES, FrameReader, MAX_MESSAGES_FRAME, MESSAGES } from '../channel/frames.ts';
-import type { FromUserCode } from '../channel/messages.ts';
+import type { FromUserCode, UserStats } from '../channel/messages.ts';
 import { unrunTiming } from '../channel/timing.ts';
 
 /** The types a user-code process may send; anything else is a violation. */
@@ -16,9 +16,10 @@ const TYPES = new Set<FromUserCode['type']>(['standby', 'started', 'start_failed
 
 /** Log messages a second (and burst): twice what an honest process sends (runtime/user-code/tail-log.ts). */
 export const LOG_MESSAGES_PER_S = 4000;
-/** What the reader takes a second before it pauses the pipe: frames, and bytes of messages frames. */
+/** What the reader takes a second before it pauses the pipe: frames, bytes of messages frames, and ms of its own time reading them. */
 export const FRAMES_PER_S = 20_000;
 export const MESSAGE_BYTES_PER_S = 64 * 1024 * 1024;
+export const READ_MS_PER_S = 250;
 
 /** A token bucket on an injected clock (ms). */
 export class Bucket {
@@ -66,6 +67,8 @@ export class UserCodeReader {
   private readonly frameBudget: Bucket;
   private readonly byteBudget: Bucket;
   private readonly logBudget: Bucket;
+  private readonly timeBudget: Bucket;
+  private readonly now: () => number;
   private resumeTimer?: NodeJS.Timeout;
   private broken = false;
 
@@ -73,13 +76,16 @@ export class UserCodeReader {
     private readonly stream: Readable,
     private readonly o: UserCodeReaderOptions,
   ) {
-    const now = o.now ?? (() => performance.now());
+    const now = (this.now = o.now ?? (() => performance.now()));
+    this.timeBudget = new Bucket(READ_MS_PER_S, now);
     this.frameBudget = new Bucket(FRAMES_PER_S, now);
     this.byteBudget = new Bucket(MESSAGE_BYTES_PER_S, now);
     this.logBudget = new Bucket(LOG_MESSAGES_PER_S, now);
     this.frames = new FrameReader(stream, {
       maxBytes: { [MESSAGES]: MAX_MESSAGES_FRAME, [BYTES]: o.maxBytesFrame },
-      onFrame: (kind, n, bytes) => this.frame(kind, n, bytes),
+      // Refused at its header, before its bytes are read.
+      accepts: (kind, n) => (kind === BYTES && !o.expectsBytes(n) ? `sent bytes for run ${n}, which is not running or has its bytes already` : undefined),
+      onFrame: (kind, n, bytes) => this.timed(kind, n, bytes),
       onCorrupt: (why) => this.violation(why),
     });
   }
@@ -91,15 +97,26 @@ export class UserCodeReader {
     this.stream.pause();
   }
 
+  /**
+   * One frame, its reading charged to the time budget; whatever reading it throws (a field the
+   * checks did not foresee) is the sender's violation, never the replica's crash.
+   */
+  private timed(kind: number, n: number, bytes: Buffer): void {
+    const t0 = this.now();
+    try {
+      this.frame(kind, n, bytes);
+    } catch (err) {
+      this.violation(`sent a message the replica could not read (${String((err as Error)?.message).slice(0, 120)})`);
+    }
+    if (!this.timeBudget.take(this.now() - t0)) this.pause(this.timeBudget.waitMs());
+  }
+
   private frame(kind: number, n: number, bytes: Buffer): void {
     if (this.broken) return;
     const frames = this.frameBudget.take();
     const within = kind !== MESSAGES || this.byteBudget.take(bytes.length);
     if (!frames || !within) this.pause(Math.max(this.frameBudget.waitMs(), this.byteBudget.waitMs()));
-    if (kind === BYTES) {
-      if (!this.o.expectsBytes(n)) return this.violation(`sent bytes for run ${n}, which is not running or has its bytes already`);
-      return this.o.onBytes(n, bytes);
-    }
+    if (kind === BYTES) return this.o.onBytes(n, bytes);
     if (n !== 0) return this.violation('sent a messages frame with a run number');
     let messages: unknown;
     try {
@@ -112,19 +129,25 @@ export class UserCodeReader {
       if (this.broken) return;
       const why = shapeProblem(m);
       if (why) return this.violation(why);
-      if ((m as FromUserCode).type === 'log' && !this.logBudget.take()) return this.violation(`sent log lines faster than ${LOG_MESSAGES_PER_S} a second`);
+      // Lines only: a count of dropped lines may come with every answer.
+      if ((m as FromUserCode).type === 'log' && (m as { call?: unknown }).call !== undefined && !this.logBudget.take()) return this.violation(`sent log lines faster than ${LOG_MESSAGES_PER_S} a second`);
       this.o.onMessage(m as FromUserCode);
     }
   }
 
   /** Over its budget: the pipe waits (in the process's own buffers) until the budget refills. */
   private pause(ms: number): void {
-    if (this.resumeTimer || ms <= 0) return;
+    if (this.resumeTimer || ms <= 0 || this.broken) return;
     this.stream.pause();
     this.resumeTimer = setTimeout(() => {
       this.resumeTimer = undefined;
-      if (!this.broken) this.stream.resume();
+      if (this.broken) return;
+      // What was read after it paused (the rest of a chunk) is paid for before reading on.
+      const debt = Math.max(this.frameBudget.waitMs(), this.byteBudget.waitMs(), this.timeBudget.waitMs());
+      if (debt > 0) this.pause(debt);
+      else this.stream.resume();
     }, ms);
+    this.resumeTimer.unref();
   }
 
   private violation(why: string): void {
@@ -141,7 +164,7 @@ const isRun = (v: unknown) => Number.isSafeInteger(v) && (v as number) > 0;
 export function shapeProblem(m: unknown): string | undefined {
   if (typeof m !== 'object' || m === null || Array.isArray(m)) return 'sent a message that is not an object';
   const { type, n } = m as { type?: unknown; n?: unknown };
-  if (typeof type !== 'string' || !TYPES.has(type as FromUserCode['type'])) return `sent a message of unknown type ${JSON.stringify(String(type).slice(0, 40))}`;
+  if (typeof type !== 'string' || !TYPES.has(type as FromUserCode['type'])) return `sent a message of unknown type ${typeof type === 'string' ? JSON.stringify(type.slice(0, 40)) : `(a ${typeof type})`}`;
   if ((type === 'result' || type === 'chunk' || type === 'stuck') && !isRun(n)) return `sent a ${type} message without a run number`;
   if (type === 'chunk' && typeof (m as { data?: unknown }).data !== 'string') return 'sent a chunk that is not JSON text';
   if (type === 'log' && !(n === 0 || isRun(n))) return 'sent a log message without a run number';
@@ -190,4 +213,69 @@ export function checkResult(m: Result, maxAnswerBytes: number, data?: Buffer): C
   const checked: CheckedResult = { status: m.status, body, bytes, timing, canceled: m.canceled === true || undefined };
   if (m.streamed === true) checked.streamed = true;
   return checked;
+}
+
+/** A counter as the replica keeps it: a finite number, not below zero; anything else counts 0. */
+const count = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : 0);
+
+/** A small map of counters ({ "1": 40, "4": 3 }): at most 64 keys of at most 16 characters. */
+function counters(v: unknown): Record<string, number> {
+  const out: Record<string, number> = {};
+  if (typeof v !== 'object' || v === null) return out;
+  for (const [k, n] of Object.entries(v).slice(0, 64)) if (k.length <= 16) out[k] = count(n);
+  return out;
+}
+
+const median = (v: unknown): number | null => (v === null ? null : count(v));
+const checkLone = (l: Record<string, unknown>) => ({ choice: l.choice === 'narrow' ? ('narrow' as const) : ('wide' as const), wide: median(l.wide) as number, narrow: median(l.narrow) as number });
+
+/** The batch tuner's costs by batch size: at most 64, each { msPerRow, samples }. */
+function costs(v: unknown): Record<string, { msPerRow: number; samples: number }> {
+  const out: Record<string, { msPerRow: number; samples: number }> = {};
+  if (typeof v !== 'object' || v === null) return out;
+  for (const [k, c] of Object.entries(v).slice(0, 64)) {
+    const o = (typeof c === 'object' && c !== null ? c : {}) as Record<string, unknown>;
+    if (k.length <= 16) out[k] = { msPerRow: count(o.msPerRow), samples: count(o.samples) };
+  }
+  return out;
+}
+
+const text = (v: unknown, max: number): string | undefined => (typeof v === 'string' ? v.slice(0, max) : undefined);
+
+/**
+ * The stats a process sent, rebuilt from what the replica knows: only the models it was given,
+ * counters that are finite and not negative, bounded text. They go into the replica's record and
+ * the agent's metrics, which must not take a value from the user code as it came.
+ */
+export function checkStats(raw: unknown, modelNames: readonly string[]): UserStats {
+  const r = (typeof raw === 'object' && raw !== null ? raw : {}) as Record<string, Record<string, unknown> | undefined>;
+  const models: UserStats['models'] = {};
+  for (const name of modelNames) {
+    const m = r.models?.[name];
+    if (typeof m !== 'object' || m === null) continue;
+    const s = m as Record<string, unknown>;
+    const lone = s.lone;
+    const fallback = text(s.fallback, 500);
+    models[name] = {
+      provider: text(s.provider, 32) ?? 'unknown',
+      ...(fallback !== undefined ? { fallback } : {}),
+      instances: count(s.instances),
+      ...(typeof lone === 'object' && lone !== null ? { lone: checkLone(lone as Record<string, unknown>) } : {}),
+      requests: count(s.requests),
+      inferences: count(s.inferences),
+      executions: count(s.executions),
+      maxCallsPerBatch: count(s.maxCallsPerBatch),
+      callsPerBatch: counters(s.callsPerBatch),
+      inferMsTotal: count(s.inferMsTotal),
+      wide: count(s.wide),
+      failures: count(s.failures),
+      cap: count(s.cap),
+      costPerRow: costs(s.costPerRow),
+    };
+  }
+  return {
+    liveFirst: { yields: count(r.liveFirst?.yields), heldMs: count(r.liveFirst?.heldMs) },
+    gc: { count: count(r.gc?.count), ms: count(r.gc?.ms) },
+    models,
+  };
 }

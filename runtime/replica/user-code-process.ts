@@ -22,7 +22,7 @@ import type { Readable, Writable } from 'node:stream';
 import { StartFailure, type AssignMessage, type FromUserCode, type RunMessage, type ToUserCode, type UserStats } from '../channel/messages.ts';
 import { START_PHASES, type StartPhase } from '../../core/log-lines.ts';
 import { SEND_WINDOW } from '../../core/chunk-limits.ts';
-import { checkResult, UserCodeReader, type CheckedResult } from './user-code-channel.ts';
+import { checkResult, checkStats, UserCodeReader, type CheckedResult } from './user-code-channel.ts';
 import { RunsInFlight } from './runs-in-flight.ts';
 
 export { checkResult, type CheckedResult } from './user-code-channel.ts';
@@ -77,6 +77,13 @@ export interface UserCodeExit {
 export const TIMEOUT_SLACK_MS = 1000;
 /** Most runs the watchdog may name a second (an honest one names at most one per half second). */
 const WATCHDOG_REPORTS_PER_S = 20;
+/** Longest the replica reads what an ended process left in its pipe. */
+const EXIT_READ_MS = 500;
+/** A process whose thread is free but that leaves this much of its channel unread for BACKLOG_MS is not reading it. */
+const BACKLOG_BYTES = 1024 * 1024;
+const BACKLOG_MS = 5_000;
+/** Unread past this while it answers, it is not reading it, whatever the time. */
+const MAX_BACKLOG_BYTES = 256 * 1024 * 1024;
 /** How often the replica looks for live runs past their time. */
 const OVERDUE_CHECK_MS = 250;
 
@@ -95,6 +102,8 @@ export class UserCodeProcess {
   private phase: 'booting' | 'standby' | 'assigned' | 'started' = 'booting';
   private started?: { resolve: (m: FromUserCode) => void };
   private lastStats?: UserStats;
+  /** The models it was given: the only ones its stats may name. */
+  private modelNames: string[] = [];
   /** Stats requests sent and not answered: the process may send as many. */
   private statsAsked = 0;
   /** When the process last sent anything (it answers stats requests unless its thread is held). */
@@ -102,6 +111,10 @@ export class UserCodeProcess {
   private overdueTimer?: NodeJS.Timeout;
   /** The process's cgroup is gone (set once it has exited). */
   private removed?: Promise<void>;
+  /** The watchdog's pipe (runtime/user-code/watchdog.ts). */
+  private readonly watchdog?: Readable;
+  /** Since when the channel to the process has had more than BACKLOG_BYTES unread. */
+  private backlogSince?: number;
   /** The run the process's watchdog last named as holding its thread (cleared when the process speaks). */
   private blockedBy?: number;
   /** Why the replica is ending the process, once it is. */
@@ -152,7 +165,8 @@ export class UserCodeProcess {
     // A session of its own: a terminal's Ctrl-C or hangup is for the platform, which stops it in
     // order; the replica alone ends it (and bwrap's --die-with-parent, should the replica die).
     this.child = spawn(cmd.command, cmd.args, { stdio: ['pipe', 'inherit', 'inherit', 'pipe', 'pipe', 'pipe'], env, detached: true });
-    this.readWatchdog((this.child.stdio as unknown as Readable[])[5]);
+    this.watchdog = (this.child.stdio as unknown as Readable[])[5];
+    this.readWatchdog(this.watchdog);
     this.child.stdin!.on('error', () => {});
     this.child.stdin!.end(cmd.input);
     this.toChild = this.child.stdio[3] as Writable;
@@ -163,14 +177,24 @@ export class UserCodeProcess {
     this.reader = new UserCodeReader((this.child.stdio as unknown as Readable[])[4], {
       // A long JSON body and a binary answer, each within the answer bound.
       maxBytesFrame: o.maxAnswerBytes * 2 + 1024,
-      expectsBytes: (n) => this.runs.get(n) !== undefined && this.runs.get(n)!.bytes === undefined,
-      onBytes: (n, bytes) => (this.runs.get(n)!.bytes = bytes),
+      // A run answered at its timeout may still send its answer: taken, and dropped.
+      expectsBytes: (n) => (this.runs.get(n) !== undefined && this.runs.get(n)!.bytes === undefined) || this.runs.wasTimedOut(n),
+      onBytes: (n, bytes) => {
+        const run = this.runs.get(n);
+        if (run) run.bytes = bytes;
+      },
       onMessage: (m) => this.receive(m, booted),
       onViolation: (why) => this.violation(why),
     });
+    const fromChild = (this.child.stdio as unknown as Readable[])[4];
+    const drained = new Promise<void>((resolve) => fromChild.once('close', resolve));
     this.exited = new Promise((resolve) =>
-      this.child.once('exit', (code, signal) => {
+      this.child.once('exit', async (code, signal) => {
         clearInterval(this.overdueTimer);
+        // Answers it sent just before it ended are still in the pipe: read them first (a child
+        // of its own holding the pipe open gets EXIT_READ_MS).
+        if (!this.ending) await Promise.race([drained, new Promise((r) => setTimeout(r, EXIT_READ_MS))]);
+        this.watchdog?.destroy();
         const e = this.ending ?? {};
         // A crash with one run in the process is that run's; with several, none can be told apart;
         // a stop from outside (a signal the platform's own stop sends) is none of theirs.
@@ -196,6 +220,7 @@ export class UserCodeProcess {
     if (this.ending || this.exitInfo) return;
     this.ending = { violation: why };
     this.reader.stop();
+    this.watchdog?.destroy();
     this.o.log.error({ why, pid: this.child.pid }, 'the user-code process broke its channel: ending it');
     this.child.kill('SIGKILL');
   }
@@ -205,6 +230,7 @@ export class UserCodeProcess {
    * thread lets no timer run there. A process silent for the slack too is stuck (onStuck).
    */
   private answerOverdue(): void {
+    this.checkBacklog();
     const due = this.runs.due(Date.now());
     if (!due.length || this.ending) return;
     if (this.silentMs() < TIMEOUT_SLACK_MS) {
@@ -218,10 +244,26 @@ export class UserCodeProcess {
     // and the others handed over with the process; by one it cannot tell: all are handed over.
     const holder = this.blockedBy !== undefined && this.runs.get(this.blockedBy) ? this.blockedBy : undefined;
     if (holder === undefined) return this.onStuck(`(the user code's thread is held, by a run it could not name)`);
+    // A batch line has no time of its own here: the live runs due behind it are handed over now.
+    if (this.runs.get(holder)!.answerBy === undefined) return this.onStuck(this.runs.get(holder)!.rid);
+    // The runs due behind a live one wait for its time (at most its timeout), then are handed over.
     if (!due.includes(holder)) return;
     const rid = this.runs.get(holder)!.rid;
     this.answerTimeout(holder);
     this.onStuck(rid);
+  }
+
+  /**
+   * A process whose thread is free (it speaks) but that leaves its channel unread is answering
+   * runs it never read: what the replica writes to it would grow without bound.
+   */
+  private checkBacklog(): void {
+    const unread = this.toChild.writableLength;
+    if (unread <= BACKLOG_BYTES) return void (this.backlogSince = undefined);
+    this.backlogSince ??= Date.now();
+    // Silent, its thread is held (timeouts deal with that), and no answer frees a slot for more.
+    if (this.silentMs() >= TIMEOUT_SLACK_MS) return;
+    if (unread > MAX_BACKLOG_BYTES || Date.now() - this.backlogSince >= BACKLOG_MS) this.violation(`left ${Math.round(unread / 2 ** 20)} MiB of its channel from the replica unread while answering`);
   }
 
   private answerTimeout(n: number): void {
@@ -276,6 +318,7 @@ export class UserCodeProcess {
     await place(bundleFile, bundle);
     await symlink(this.o.sandbox?.isolates ? INSIDE_NODE_MODULES : PLATFORM_NODE_MODULES, path.join(this.staging, 'node_modules'), 'dir').catch(() => {});
     const staged: AssignMessage['models'] = {};
+    this.modelNames = Object.keys(models);
     for (const [name, m] of Object.entries(models)) {
       const file = path.join(this.staging, 'models', `${name}.onnx`);
       await place(m.path, file);
@@ -385,11 +428,14 @@ export class UserCodeProcess {
         this.started = undefined;
         break;
       case 'result': {
-        const run = this.runs.take(m.n);
+        const run = this.runs.get(m.n);
         // A run the replica answered at its timeout may still finish in the process.
         if (!run) return this.runs.forgetTimedOut(m.n) ? undefined : this.violation(`answered run ${m.n}, which it was not running`);
+        if (m.bytes !== undefined && (typeof m.bytes !== 'object' || m.bytes === null)) return this.violation(`answered run ${m.n} with bytes that are not described`);
         const carries = m.bodyBytes !== undefined || m.bytes !== undefined;
+        // (Still in flight: the violation answers it with the others.)
         if (carries !== (run.bytes !== undefined)) return this.violation(`answered run ${m.n} ${carries ? 'without' : 'with'} the bytes frame its answer names`);
+        this.runs.take(m.n);
         run.resolve(checkResult(m, this.o.maxAnswerBytes, run.bytes));
         break;
       }
@@ -408,16 +454,16 @@ export class UserCodeProcess {
         if (typeof m.dropped === 'number' && m.dropped > 0) this.onLogsDropped(Math.min(m.dropped, 1e9));
         break;
       case 'stuck': {
-        const run = this.runs.get(m.n);
-        if (!run && !this.runs.endedLately(m.n)) return this.violation(`said run ${m.n} is stuck, which it was not running`);
-        this.onStuck(run?.rid ?? `(run ${m.n}, answered at its timeout)`);
+        // Its handler may run on long after its answer (at its timeout): any run it was sent.
+        if (m.n >= this.next) return this.violation(`said run ${m.n} is stuck, which it was never sent`);
+        this.onStuck(this.runs.get(m.n)?.rid ?? `(run ${m.n}, answered at its timeout)`);
         break;
       }
       case 'stats':
         if (this.statsAsked <= 0) return this.violation('sent stats nobody asked for');
         this.statsAsked--;
         // Written into the replica's record in Redis on every heartbeat: bounded.
-        if (JSON.stringify(m.stats ?? null).length <= MAX_STATS_CHARS) this.lastStats = m.stats;
+        this.lastStats = checkStats(m.stats, this.modelNames);
         break;
     }
   }
@@ -459,5 +505,3 @@ function describeExit(e: UserCodeExit): string {
   return e.signal ? `signal ${e.signal}` : `code ${e.code}`;
 }
 
-/** Largest stats message kept (a few models' counters take a few hundred characters). */
-const MAX_STATS_CHARS = 64 * 1024;

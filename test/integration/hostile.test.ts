@@ -33,7 +33,7 @@ before(async () => {
   // Slots for five functions and their replacements on a small machine.
   // Replaced at once after each break: each attack here starts on a fresh replica (the growing
   // wait is test/unit/restart-penalty.test.ts's, and the bench's).
-  p = await startTestPlatform({ EMBERS_REPLICA_MEMORY_BYTES: String(MEMORY), EMBERS_NODE_SLOTS: '16', EMBERS_SCHEDULER_TICK_MS: '100', EMBERS_CHANNEL_BREAK_WAIT_MS: '0' });
+  p = await startTestPlatform({ EMBERS_REPLICA_MEMORY_BYTES: String(MEMORY), EMBERS_NODE_SLOTS: '16', EMBERS_SCHEDULER_TICK_MS: '100', EMBERS_REPLACE_WAIT_MS: '0' });
   hostile = (await tenantWithKey(p, 'hostile')).key;
   for (const f of [shipped('echo.ts'), path.join(ROOT, 'bench/functions/cls-batched.ts'), fixture('poison.ts')]) await p.deploy(f);
   const asHostile = new EmbersClient({ url: p.url, apiKey: hostile });

@@ -103,7 +103,7 @@ describe('UserCodeReader', () => {
   it('bounds log lines a second on its own clock', async () => {
     let now = 0;
     const r = reader({ now: () => now });
-    const lines = (k: number) => Array.from({ length: k }, () => ({ type: 'log', n: 0, dropped: 1 }));
+    const lines = (k: number) => Array.from({ length: k }, () => ({ type: 'log', n: 0, call: { level: 'info', msg: 'a line', time: 0 } }));
     await r.send((out) => writeMessages(out, lines(LOG_MESSAGES_PER_S)));
     assert.deepEqual(r.seen.violations, []);
     now += 500;
@@ -113,14 +113,26 @@ describe('UserCodeReader', () => {
     assert.match(r.seen.violations[0], /log lines faster than/);
   });
 
+  it('does not count a count of dropped lines as a line (one may come with every answer)', async () => {
+    const r = reader({ now: () => 0 });
+    await r.send((out) => writeMessages(out, Array.from({ length: 2 * LOG_MESSAGES_PER_S }, () => ({ type: 'log', n: 0, dropped: 1 }))));
+    assert.deepEqual(r.seen.violations, []);
+  });
+
+  it('ends a process whose message throws while it is read, instead of throwing itself', async () => {
+    const r = reader();
+    await r.send((out) => writeFrame(out, MESSAGES, 0, Buffer.from('[{"type":{"toString":1}}]')));
+    assert.match(r.seen.violations[0], /unknown type \(a object\)/);
+  });
+
   it('pauses the pipe past its frame budget instead of reading on', async () => {
-    let now = 0;
-    const r = reader({ now: () => now });
+    const r = reader({ now: () => 0 });
     await r.send((out) => {
-      for (let i = 0; i < 20_001; i++) writeMessages(out, [{ type: 'log', n: 0, dropped: 1 }]);
+      // Half a second of frames over the budget: the pipe waits that long.
+      for (let i = 0; i < 30_000; i++) writeMessages(out, [{ type: 'standby' }]);
     });
     assert.equal(r.stream.isPaused(), true);
-    now += 1000;
+    assert.deepEqual(r.seen.violations, []);
   });
 
   it('knows the shape of each message it takes', () => {

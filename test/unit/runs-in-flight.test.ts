@@ -34,15 +34,6 @@ describe('RunsInFlight', () => {
     assert.equal(runs.wasTimedOut(8), false);
   });
 
-  it('remembers every run answered lately, which its process may still call stuck', () => {
-    const runs = new RunsInFlight();
-    runs.add(3, slot('answered by the process'));
-    runs.take(3);
-    assert.equal(runs.endedLately(3), true);
-    assert.equal(runs.wasTimedOut(3), false, 'a second result for it is a violation');
-    assert.equal(runs.endedLately(4), false, 'a run never sent');
-  });
-
   it('keeps a bounded memory of timed-out runs', () => {
     const runs = new RunsInFlight();
     for (let n = 1; n <= 1000; n++) runs.add(n, slot(`r${n}`, 0));
