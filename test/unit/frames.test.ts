@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { PassThrough } from 'node:stream';
 import { describe, it } from 'node:test';
 import { BYTES, FrameReader, MESSAGES, writeFrame, writeMessages, type FrameKind } from '../../runtime/channel/frames.ts';
-import { Bucket, LOG_MESSAGES_PER_S, shapeProblem, UserCodeReader } from '../../runtime/replica/user-code-channel.ts';
+import { Bucket, checkStats, LOG_MESSAGES_PER_S, shapeProblem, UserCodeReader } from '../../runtime/replica/user-code-channel.ts';
 import type { FromUserCode } from '../../runtime/channel/messages.ts';
 
 const wire = (write: (out: PassThrough) => void) => {
@@ -152,5 +152,29 @@ describe('Bucket', () => {
     assert.equal(b.waitMs(), 100);
     now += 1100;
     assert.equal(b.take(10), true);
+  });
+});
+
+describe('checkStats', () => {
+  it('keeps only the models the process was given, and counts that are finite and not negative', () => {
+    const raw = {
+      liveFirst: { yields: 2, heldMs: -5 },
+      gc: { count: 'many', ms: 1e400 },
+      models: {
+        cls: { provider: 'cpu', instances: 2, requests: -1, inferences: 'x', executions: 3, callsPerBatch: { '1': 4, '2': null }, costPerRow: { '8': { msPerRow: 0.5, samples: 3 } }, lone: { choice: 'narrow', wide: null, narrow: 1.2 }, extra: { deep: [[[1]]] } },
+        invented: { requests: 1 },
+      },
+    };
+    const s = checkStats(raw, ['cls', 'det']);
+    assert.deepEqual(Object.keys(s.models), ['cls']);
+    assert.deepEqual(s.liveFirst, { yields: 2, heldMs: 0 });
+    assert.deepEqual(s.gc, { count: 0, ms: 0 });
+    const m = s.models.cls;
+    assert.deepEqual([m.requests, m.inferences, m.executions, m.instances, m.provider], [0, 0, 3, 2, 'cpu']);
+    assert.deepEqual(m.callsPerBatch, { '1': 4, '2': 0 });
+    assert.deepEqual(m.costPerRow, { '8': { msPerRow: 0.5, samples: 3 } });
+    assert.deepEqual(m.lone, { choice: 'narrow', wide: null, narrow: 1.2 });
+    assert.equal('extra' in m, false);
+    assert.deepEqual(checkStats(null, ['cls']).models, {});
   });
 });
