@@ -10,8 +10,6 @@ import { mkdirSync } from 'node:fs';
 import { copyFile, link, rm, symlink } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { errorBody } from '../../core/contracts.ts';
-import { unrunTiming } from '../channel/timing.ts';
 import { PLATFORM_NODE_MODULES } from '../../core/bundle-dir.ts';
 import type { Logger } from '../../core/log.ts';
 import { letThrough, SANDBOX_UID_BASE, SandboxCgroup, sandboxCommand, type SandboxLimits, type SandboxSupport } from './sandbox.ts';
@@ -24,6 +22,10 @@ import { START_PHASES, type StartPhase } from '../../core/log-lines.ts';
 import { SEND_WINDOW } from '../../core/chunk-limits.ts';
 import { checkResult, checkStats, UserCodeReader, type CheckedResult } from './user-code-channel.ts';
 import { RunsInFlight } from './runs-in-flight.ts';
+import { RunWatch, TIMEOUT_SLACK_MS } from './run-watch.ts';
+import { describeExit, exitMessage, exitResult, type UserCodeExit } from './user-code-exit.ts';
+
+export type { UserCodeExit } from './user-code-exit.ts';
 
 export { checkResult, type CheckedResult } from './user-code-channel.ts';
 
@@ -60,32 +62,9 @@ export interface UserCodeProcessOptions {
   maxAnswerBytes: number;
 }
 
-export interface UserCodeExit {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  /** Killed by the kernel for going over its memory limit. */
-  oom: boolean;
-  /** Ended by the replica for breaking its channel's bounds: what it broke. */
-  violation?: string;
-  /** Ended by the replica (stopped, or replaced as stuck): what it held was not answered. */
-  stopped?: boolean;
-  /** Runs it held that were not answered: the replica hands them over. */
-  lost: number;
-}
 
-/** How long past a live run's timeout the replica waits for the process before answering 504 itself. */
-export const TIMEOUT_SLACK_MS = 1000;
-/** Most runs the watchdog may name a second (an honest one names at most one per half second). */
-const WATCHDOG_REPORTS_PER_S = 20;
 /** Longest the replica reads what an ended process left in its pipe. */
 const EXIT_READ_MS = 500;
-/** A process whose thread is free but that leaves this much of its channel unread for BACKLOG_MS is not reading it. */
-const BACKLOG_BYTES = 1024 * 1024;
-const BACKLOG_MS = 5_000;
-/** Unread past this while it answers, it is not reading it, whatever the time. */
-const MAX_BACKLOG_BYTES = 256 * 1024 * 1024;
-/** How often the replica looks for live runs past their time. */
-const OVERDUE_CHECK_MS = 250;
 
 export class UserCodeProcess {
   private readonly child: ChildProcess;
@@ -108,15 +87,10 @@ export class UserCodeProcess {
   private statsAsked = 0;
   /** When the process last sent anything (it answers stats requests unless its thread is held). */
   private heardAt = Date.now();
-  private overdueTimer?: NodeJS.Timeout;
+  /** The watch over its runs' time, its thread and its reading. */
+  private readonly watch: RunWatch;
   /** The process's cgroup is gone (set once it has exited). */
   private removed?: Promise<void>;
-  /** The watchdog's pipe (runtime/user-code/watchdog.ts). */
-  private readonly watchdog?: Readable;
-  /** Since when the channel to the process has had more than BACKLOG_BYTES unread. */
-  private backlogSince?: number;
-  /** The run the process's watchdog last named as holding its thread (cleared when the process speaks). */
-  private blockedBy?: number;
   /** Why the replica is ending the process, once it is. */
   private ending?: { violation?: string; stopped?: boolean };
   private exitInfo?: UserCodeExit;
@@ -165,8 +139,6 @@ export class UserCodeProcess {
     // A session of its own: a terminal's Ctrl-C or hangup is for the platform, which stops it in
     // order; the replica alone ends it (and bwrap's --die-with-parent, should the replica die).
     this.child = spawn(cmd.command, cmd.args, { stdio: ['pipe', 'inherit', 'inherit', 'pipe', 'pipe', 'pipe'], env, detached: true });
-    this.watchdog = (this.child.stdio as unknown as Readable[])[5];
-    this.readWatchdog(this.watchdog);
     this.child.stdin!.on('error', () => {});
     this.child.stdin!.end(cmd.input);
     this.toChild = this.child.stdio[3] as Writable;
@@ -190,11 +162,10 @@ export class UserCodeProcess {
     const drained = new Promise<void>((resolve) => fromChild.once('close', resolve));
     this.exited = new Promise((resolve) =>
       this.child.once('exit', async (code, signal) => {
-        clearInterval(this.overdueTimer);
+        this.watch.stop();
         // Answers it sent just before it ended are still in the pipe: read them first (a child
         // of its own holding the pipe open gets EXIT_READ_MS).
         if (!this.ending) await Promise.race([drained, new Promise((r) => setTimeout(r, EXIT_READ_MS))]);
-        this.watchdog?.destroy();
         const e = this.ending ?? {};
         // A crash with one run in the process is that run's; with several, none can be told apart;
         // a stop from outside (a signal the platform's own stop sends) is none of theirs.
@@ -211,8 +182,20 @@ export class UserCodeProcess {
       void this.exited.then((e) => reject(new Error(`the user-code process exited before it booted (${describeExit(e)})`)));
     });
     this.booted.catch(() => {});
-    this.overdueTimer = setInterval(() => this.answerOverdue(), OVERDUE_CHECK_MS);
-    this.overdueTimer.unref();
+    this.watch = new RunWatch(
+      {
+        runs: this.runs,
+        silentMs: () => this.silentMs(),
+        unread: () => this.toChild.writableLength,
+        probe: () => {
+          this.statsAsked++;
+          this.send({ type: 'stats' });
+        },
+        stuck: (rid) => this.onStuck(rid),
+        violation: (why) => this.violation(why),
+      },
+      (this.child.stdio as unknown as Readable[])[5],
+    );
   }
 
   /** Ends the process for breaking its channel's bounds; what it held is answered with `why`. */
@@ -220,72 +203,9 @@ export class UserCodeProcess {
     if (this.ending || this.exitInfo) return;
     this.ending = { violation: why };
     this.reader.stop();
-    this.watchdog?.destroy();
+    this.watch.stop();
     this.o.log.error({ why, pid: this.child.pid }, 'the user-code process broke its channel: ending it');
     this.child.kill('SIGKILL');
-  }
-
-  /**
-   * Live runs past their timeout and slack are answered 504 here: a handler holding the process's
-   * thread lets no timer run there. A process silent for the slack too is stuck (onStuck).
-   */
-  private answerOverdue(): void {
-    this.checkBacklog();
-    const due = this.runs.due(Date.now());
-    if (!due.length || this.ending) return;
-    if (this.silentMs() < TIMEOUT_SLACK_MS) {
-      // Alive but late: answered here, and asked for a sign of life.
-      for (const n of due) this.answerTimeout(n);
-      this.statsAsked++;
-      this.send({ type: 'stats' });
-      return;
-    }
-    // Its thread is held. By the run its watchdog names: that one is answered at its own time
-    // and the others handed over with the process; by one it cannot tell: all are handed over.
-    const holder = this.blockedBy !== undefined && this.runs.get(this.blockedBy) ? this.blockedBy : undefined;
-    if (holder === undefined) return this.onStuck(`(the user code's thread is held, by a run it could not name)`);
-    // A batch line has no time of its own here: the live runs due behind it are handed over now.
-    if (this.runs.get(holder)!.answerBy === undefined) return this.onStuck(this.runs.get(holder)!.rid);
-    // The runs due behind a live one wait for its time (at most its timeout), then are handed over.
-    if (!due.includes(holder)) return;
-    const rid = this.runs.get(holder)!.rid;
-    this.answerTimeout(holder);
-    this.onStuck(rid);
-  }
-
-  /**
-   * A process whose thread is free (it speaks) but that leaves its channel unread is answering
-   * runs it never read: what the replica writes to it would grow without bound.
-   */
-  private checkBacklog(): void {
-    const unread = this.toChild.writableLength;
-    if (unread <= BACKLOG_BYTES) return void (this.backlogSince = undefined);
-    this.backlogSince ??= Date.now();
-    // Silent, its thread is held (timeouts deal with that), and no answer frees a slot for more.
-    if (this.silentMs() >= TIMEOUT_SLACK_MS) return;
-    if (unread > MAX_BACKLOG_BYTES || Date.now() - this.backlogSince >= BACKLOG_MS) this.violation(`left ${Math.round(unread / 2 ** 20)} MiB of its channel from the replica unread while answering`);
-  }
-
-  private answerTimeout(n: number): void {
-    const run = this.runs.timeOut(n);
-    run?.resolve({ status: 504, body: JSON.stringify(errorBody('timeout', `the handler did not finish within ${run.timeoutMs} ms`)), timing: unrunTiming(0) });
-  }
-
-  /** Reads the watchdog's pipe: run numbers, 4 bytes each; a flood of them breaks the channel. */
-  private readWatchdog(stream: Readable): void {
-    let rest: Buffer = Buffer.alloc(0);
-    let count = 0;
-    const window = setInterval(() => (count = 0), 1000);
-    window.unref();
-    stream.on('error', () => {});
-    stream.on('close', () => clearInterval(window));
-    stream.on('data', (chunk: Buffer) => {
-      rest = rest.length ? Buffer.concat([rest, chunk]) : chunk;
-      for (; rest.length >= 4; rest = rest.subarray(4)) {
-        if (++count > WATCHDOG_REPORTS_PER_S) return this.violation(`named the run holding its thread more than ${WATCHDOG_REPORTS_PER_S} times a second`);
-        this.blockedBy = rest.readUInt32LE(0);
-      }
-    });
   }
 
   /** Resolves once the process has booted (modules loaded) and waits for its assignment. */
@@ -397,6 +317,7 @@ export class UserCodeProcess {
   async kill(): Promise<UserCodeExit> {
     if (!this.exitInfo) {
       this.ending ??= { stopped: true };
+      this.watch.stop();
       this.child.kill('SIGKILL');
     }
     const e = await this.exited;
@@ -413,7 +334,7 @@ export class UserCodeProcess {
   private receive(m: FromUserCode, booted: () => void): void {
     if (this.ending) return;
     this.heardAt = Date.now();
-    this.blockedBy = undefined;
+    this.watch.heard();
     switch (m.type) {
       case 'standby':
         if (this.phase !== 'booting') return this.violation('said it booted twice');
@@ -468,24 +389,16 @@ export class UserCodeProcess {
     }
   }
 
-  /** What an exit means, for a person: broke its channel, out of memory (with the limit), or its code or signal. */
+  /** What an exit means, for a person. */
   exitMessage(e: UserCodeExit): string {
-    if (e.violation) return `the function's process broke its channel to the replica (it ${e.violation}) and was ended`;
-    return e.oom ? `the user-code process went over its memory limit (${Math.round(this.o.limits.memoryBytes / 2 ** 20)} MiB) and was killed` : `the user-code process exited (${describeExit(e)})`;
-  }
-
-  /** `alone`: the exit came while running only this request, which is not run again. */
-  private exitResult(e: UserCodeExit, queueMs: number, alone = false): CheckedResult {
-    const [status, code] = e.violation ? [500, 'user_code_violation'] : e.oom ? [503, 'replica_oom'] : [500, 'replica_crashed'];
-    const message = `${this.exitMessage(e)}${alone ? ' while running this request alone, so it is not run again' : ''}`;
-    return { status, body: JSON.stringify(errorBody(code, message)), timing: unrunTiming(queueMs) };
+    return exitMessage(e, this.o.limits.memoryBytes);
   }
 
   /** What it held: answered when the exit is theirs to know (a violation, a lone run); else left for the hand-over. */
   private cleanUp(): void {
     const e = this.exitInfo!;
     const held = this.runs.takeAll();
-    if (e.lost === 0) for (const run of held) run.resolve(this.exitResult(e, 0, !e.violation));
+    if (e.lost === 0) for (const run of held) run.resolve(exitResult(e, this.o.limits.memoryBytes, !e.violation));
     this.removed = this.removeCgroup();
     void rm(this.staging, { recursive: true, force: true }).catch(() => {});
   }
@@ -501,7 +414,4 @@ async function place(from: string, to: string): Promise<void> {
   await link(from, to).catch(() => copyFile(from, to));
 }
 
-function describeExit(e: UserCodeExit): string {
-  return e.signal ? `signal ${e.signal}` : `code ${e.code}`;
-}
 
