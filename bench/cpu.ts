@@ -12,6 +12,8 @@ function role(pid: number, cmdline: string): string {
   if (cmdline.includes('redis-server')) return 'redis';
   // From TypeScript source, or the prebuilt runtime the agent writes to <data dir>/cache/runtime/<hash>/main.mjs.
   if (cmdline.includes('runtime/replica/main.ts') || /cache\/runtime\/[^/ ]+\/main\.mjs/.test(cmdline)) return 'replicas';
+  // The sandboxed user-code process: from source, or the prebuilt runtime bound inside the sandbox.
+  if (cmdline.includes('runtime/user-code/main.ts') || cmdline.includes('user-main.mjs')) return 'user code';
   if (cmdline.includes('cli/bin.mjs')) return 'gateway+agent';
   if (cmdline.includes('naive-server')) return 'naive';
   return 'other';
@@ -40,11 +42,13 @@ export function sampleCpu(groups: number[]): CpuSample {
       // The process ended while we looked.
     }
   }
-  // Groups of the members' children that run in groups of their own: the
-  // embedded redis-server's watchdog with redis-server under it.
-  const members = new Set(procs.filter((p) => groups.includes(p.pgrp)).map((p) => p.pid));
-  const all = new Set([...groups, ...procs.filter((p) => members.has(p.ppid)).map((p) => p.pgrp)]);
-  const taken = new Set([process.pid, ...procs.filter((p) => all.has(p.pgrp)).map((p) => p.pid)]);
+  // The members' descendants, whatever group or session they run in: the embedded
+  // redis-server's watchdog with redis-server under it, a replica's sandboxed user-code process.
+  const taken = new Set([process.pid, ...procs.filter((p) => groups.includes(p.pgrp)).map((p) => p.pid)]);
+  for (let grew = true; grew; ) {
+    grew = false;
+    for (const p of procs) if (!taken.has(p.pid) && taken.has(p.ppid) && p.ppid !== process.pid) grew = taken.add(p.pid) !== undefined;
+  }
   for (const p of procs) {
     if (!taken.has(p.pid)) continue;
     try {
