@@ -7,6 +7,7 @@ import type { Readable } from 'node:stream';
 import { errorBody } from '../../core/contracts.ts';
 import { unrunTiming } from '../channel/timing.ts';
 import type { RunsInFlight } from './runs-in-flight.ts';
+import { Bucket } from './user-code-channel.ts';
 
 /** How long past a live run's timeout the replica waits for the process before answering 504 itself. */
 export const TIMEOUT_SLACK_MS = 1000;
@@ -108,15 +109,12 @@ export class RunWatch {
   /** Reads the watchdog's pipe: run numbers, 4 bytes each; a flood of them breaks the channel. */
   private readWatchdog(stream: Readable): void {
     let rest: Buffer = Buffer.alloc(0);
-    let count = 0;
-    const window = setInterval(() => (count = 0), 1000);
-    window.unref();
+    const reports = new Bucket(WATCHDOG_REPORTS_PER_S, () => performance.now());
     stream.on('error', () => {});
-    stream.on('close', () => clearInterval(window));
     stream.on('data', (chunk: Buffer) => {
       rest = rest.length ? Buffer.concat([rest, chunk]) : chunk;
       for (; rest.length >= 4; rest = rest.subarray(4)) {
-        if (++count > WATCHDOG_REPORTS_PER_S) return this.p.violation(`named the run holding its thread more than ${WATCHDOG_REPORTS_PER_S} times a second`);
+        if (!reports.take()) return this.p.violation(`named the run holding its thread more than ${WATCHDOG_REPORTS_PER_S} times a second`);
         this.blockedBy = rest.readUInt32LE(0);
       }
     });

@@ -187,10 +187,7 @@ export class UserCodeProcess {
         runs: this.runs,
         silentMs: () => this.silentMs(),
         unread: () => this.toChild.writableLength,
-        probe: () => {
-          this.statsAsked++;
-          this.send({ type: 'stats' });
-        },
+        probe: () => this.askForStats(),
         stuck: (rid) => this.onStuck(rid),
         violation: (why) => this.violation(why),
       },
@@ -306,11 +303,15 @@ export class UserCodeProcess {
 
   /** The latest stats the process sent, and asks for fresh ones (one at a time, unless its thread is held). */
   stats(): UserStats | undefined {
-    if (this.statsAsked < 4) {
-      this.statsAsked++;
-      this.send({ type: 'stats' });
-    }
+    this.askForStats();
     return this.lastStats;
+  }
+
+  /** One more stats request, unless several wait for an answer already (its thread is held). */
+  private askForStats(): void {
+    if (this.statsAsked >= 4) return;
+    this.statsAsked++;
+    this.send({ type: 'stats' });
   }
 
   /** Stops the process (SIGKILL: it holds nothing the platform needs) and waits for it; what it held is not answered. */
