@@ -6,7 +6,8 @@
 // threads its sessions started and reports the figure.
 // NAIVE_ORT_THREADS=N sets N threads with the platform's options, spinning off or with NAIVE_ORT_SPIN=1
 // spinning while running (the bench's plain-HTTP floor at c = 1 runs one with raw's settings). /ocr answers carry `server-timing: handler;dur=<ms>`.
-//   POST /ocr  { image }  → the handler's output
+//   POST /ocr  { image }  → the ocr handler's output
+//   POST /cls  { seed }   → the classifier handler's output (bench/functions/cls.ts, the light model)
 //   GET  /ping            → { ok: true }
 // Prints `listening <port> intra-op <n>` once it serves (port 0 = any free port: NAIVE_PORT); n
 // is "?" where the threads cannot be counted.
@@ -15,6 +16,7 @@ import type http from 'node:http';
 import { serve } from '@hono/node-server';
 import { Hono } from 'hono';
 import { HandlerError, type HandlerContext } from 'embers';
+import clsBatched from './functions/cls-batched.ts';
 import { loadOcrFunction } from './ocr-fn.ts';
 import { BENCH_PROVIDERS, MODELS, createSession, modelHandle, ort, providersFailed } from './ort.ts';
 
@@ -34,6 +36,7 @@ const before = threadCount();
 const [det, rec] = await Promise.all([open(MODELS.det), open(MODELS.rec)]);
 const intraOp = intraOpThreads(before, threadCount());
 const models = { det: modelHandle(det), rec: modelHandle(rec) };
+const clsModels = { cls: modelHandle(await open(MODELS.cls)) };
 const log: HandlerContext['log'] = { info() {}, warn() {}, error() {}, debug() {} };
 let nextId = 1;
 
@@ -62,6 +65,14 @@ app.post('/ocr', async (c) => {
     if (err instanceof HandlerError) return c.json({ error: { code: err.code, message: err.message } }, err.status);
     return c.json({ error: { code: 'handler_error', message: (err as Error).message } }, 500);
   }
+});
+
+// The light model as a user would serve it: the same handler, one request at a time.
+app.post('/cls', async (c) => {
+  const parsed = clsBatched.input.safeParse(await c.req.json().catch(() => undefined));
+  if (!parsed.success) return c.json({ error: { code: 'invalid_input', message: parsed.error.message } }, 400);
+  const ctx: HandlerContext<'cls'> = { models: clsModels, log, requestId: String(nextId++), signal: new AbortController().signal, fn: { name: clsBatched.name, version: 'naive' }, env: {} };
+  return c.json(await clsBatched.handler(parsed.data, ctx));
 });
 
 const server = serve({ fetch: app.fetch, port: Number(process.env.NAIVE_PORT ?? 0), hostname: '127.0.0.1' }, (info) => {

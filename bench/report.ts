@@ -154,6 +154,7 @@ export function formatReport(r: BenchResult): string {
     );
   }
   out.push(`  echo_vs_ping         ${num(ratios.echo_vs_ping, 3).padStart(7)}  ${target('echo_vs_ping')}  ${verdict(pass.echo_vs_ping)}${turns(echo, ping)}`);
+  if (ratios.cpu_us_per_echo !== undefined) out.push(`  cpu_us_per_echo      ${num(ratios.cpu_us_per_echo, 0).padStart(7)}  ${target('cpu_us_per_echo')}  ${verdict(pass.cpu_us_per_echo)}   (every process, load generator included)`);
   if (ratios.echo_vs_ping_by_cpu !== undefined) out.push(`  echo_vs_ping_by_cpu  ${num(ratios.echo_vs_ping_by_cpu, 3).padStart(7)}  (no target: ping's CPU per request ÷ echo's, every process counted)`);
   if (r.batching) out.push(batchingSummaryLine(r.batching));
   if (r.batchingError) out.push(`  dynamic batching section failed: ${r.batchingError}`);

@@ -8,6 +8,7 @@ import type { LoadResult } from './load.ts';
 import type { ThreadSetting } from './ort.ts';
 import type { ClsPoint, RawPipeline } from './raw.ts';
 import type { BatchDelta } from './servers.ts';
+import type { LightSection } from './light.ts';
 
 /** A load point with the CPU each part used meanwhile (cores busy, warm-up and drain included). */
 export interface Measured extends LoadResult {
@@ -116,6 +117,11 @@ export interface Ratios {
   echo_vs_ping_by_cpu?: number;
   /** The cls model served with dynamic batching ÷ served one request per inference, req/s at the same concurrency (bench/batching.ts); its target is for a GPU. */
   dynamic_batching_gain?: number;
+  /** CPU µs per `echo` at the overhead point, every process counted (load generator included). */
+  cpu_us_per_echo?: number;
+  /** The light model (bench/light.ts): Embers req/s ÷ raw's at c = 32, and the lowest over its concurrencies (≥ 0.70). */
+  light_vs_raw?: number;
+  light_vs_raw_lowest?: number;
 }
 
 export const TARGETS = {
@@ -123,6 +129,9 @@ export const TARGETS = {
   embers_vs_naive: { op: '>=', value: 1.0 },
   added_p50_ms_at_c1: { op: '<=', value: 1.0 },
   echo_vs_ping: { op: '>=', value: 0.3 },
+  cpu_us_per_echo: { op: '<=', value: 200 },
+  light_vs_raw: { op: '>=', value: 0.8 },
+  light_vs_raw_lowest: { op: '>=', value: 0.7 },
   /** On a GPU (CUDA execution provider); on CPU the gain is printed, not judged. */
   dynamic_batching_gain: { op: '>=', value: 4 },
 } as const;
@@ -177,6 +186,9 @@ export interface BenchResult {
   /** Dynamic batching on and off, the same model (bench/batching.ts). */
   batching?: BatchingSection;
   batchingError?: string;
+  /** The light model against raw and a plain server (bench/light.ts). */
+  light?: LightSection;
+  lightError?: string;
 }
 
 /** What `BENCH_ONLY=cold` writes (bench/results/latest-cold.json). */
@@ -188,7 +200,7 @@ export interface ColdOnlyResult {
   coldStart: ColdStartResult;
 }
 
-export function computeRatios(ocr: OcrPoint[], raw: Pick<RawPipeline, 'reqPerSec'>, saturation: Pick<SaturationTurns, 'ratio'>, paired: PairedC1, echo: Measured, ping: Measured, batching?: BatchingSection): { ratios: Ratios; pass: Record<string, boolean> } {
+export function computeRatios(ocr: OcrPoint[], raw: Pick<RawPipeline, 'reqPerSec'>, saturation: Pick<SaturationTurns, 'ratio'>, paired: PairedC1, echo: Measured, ping: Measured, batching?: BatchingSection, light?: Pick<LightSection, 'embersVsRaw' | 'lowestEmbersVsRaw'>): { ratios: Ratios; pass: Record<string, boolean> } {
   const best = Math.max(...ocr.map((p) => p.embers.reqPerSec));
   const ratios: Ratios = {
     embers_vs_raw: saturation.ratio,
@@ -205,11 +217,15 @@ export function computeRatios(ocr: OcrPoint[], raw: Pick<RawPipeline, 'reqPerSec
     echo_vs_ping: echo.reqPerSec / ping.reqPerSec,
     ...echoVsPingByCpu(echo, ping),
     ...(batching ? { dynamic_batching_gain: batching.gain } : {}),
+    cpu_us_per_echo: cpuPerRequestUs(echo),
+    ...(light ? { light_vs_raw: light.embersVsRaw, light_vs_raw_lowest: light.lowestEmbersVsRaw } : {}),
   };
   const pass: Record<string, boolean> = {
     embers_vs_raw: meets('embers_vs_raw', ratios.embers_vs_raw),
     added_p50_ms_at_c1: meets('added_p50_ms_at_c1', ratios.added_p50_ms_at_c1),
     echo_vs_ping: meets('echo_vs_ping', ratios.echo_vs_ping),
+    cpu_us_per_echo: meets('cpu_us_per_echo', ratios.cpu_us_per_echo!),
+    ...(light ? { light_vs_raw: meets('light_vs_raw', light.embersVsRaw), light_vs_raw_lowest: meets('light_vs_raw_lowest', light.lowestEmbersVsRaw) } : {}),
   };
   for (const [c, r] of Object.entries(ratios.embers_vs_naive)) pass[`embers_vs_naive.${c}`] = meets('embers_vs_naive', r);
   const verdict = batching && batchingVerdict(batching);

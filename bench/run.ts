@@ -9,6 +9,7 @@
 // section alone (latest-oip.json). `BENCH_ONLY=soak`: a few minutes of sustained load, sampling
 // Redis memory, RSS and the usage export's lag (latest-soak.json; BENCH_SOAK_SECONDS, 180).
 // `BENCH_ONLY=hostile`: a hostile second tenant's cost to its neighbours (latest-hostile.json).
+// `BENCH_ONLY=light`: a light model against raw and a plain server (latest-light.json).
 import { execFileSync } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -21,6 +22,7 @@ import { stopAllChildren } from './child.ts';
 import { fleetSection } from './fleet-section.ts';
 import { soakOnly } from './soak.ts';
 import { hostileOnly } from './hostile.ts';
+import { formatLight, lightOnFreshEmbers, lightOnly, lightSummaryLine } from './light.ts';
 import { coldStartSection, coldSummaryLine, formatCold, type ColdStartResult } from './cold.ts';
 import { IMAGE_TEXT, testImage } from './image.ts';
 import { bodySection, formatBodies } from './body.ts';
@@ -29,7 +31,7 @@ import { takeTurns } from './turns.ts';
 import { ORT_VERSION, settingLabel, type ThreadSetting } from './ort.ts';
 import { bestCls, machine, RAW_SETTINGS, rawCls, rawPipelineSide, rawPipelines, type ClsPoint } from './raw.ts';
 import { formatOverhead, formatReport } from './report.ts';
-import { batchingVerdict, computeRatios, type BatchingSection, echoVsPingByCpu, type BenchResult, type ColdOnlyResult, type OcrPoint, type OverheadPoint, type SaturationTurns } from './result.ts';
+import { batchingVerdict, computeRatios, cpuPerRequestUs, type BatchingSection, echoVsPingByCpu, type BenchResult, type ColdOnlyResult, type OcrPoint, type OverheadPoint, type SaturationTurns } from './result.ts';
 import { ROOT, batchDelta, postJson, settledCounters, startEmbers, startNaive } from './servers.ts';
 import { BLOCK, pairedC1 } from './paired.ts';
 import { windowFromEnv, type Window } from './stats.ts';
@@ -196,7 +198,7 @@ async function mainOverheadOnly(): Promise<void> {
   try {
     const overhead = await overheadSection(embers, naive.port, [naive.child.pid, embers.child.pid], window);
     const { echo, ping } = overhead;
-    const ratios = { echo_vs_ping: echo.reqPerSec / ping.reqPerSec, ...echoVsPingByCpu(echo, ping) };
+    const ratios = { echo_vs_ping: echo.reqPerSec / ping.reqPerSec, cpu_us_per_echo: cpuPerRequestUs(echo), ...echoVsPingByCpu(echo, ping) };
     const result = { date: new Date().toISOString(), durationSeconds: (performance.now() - began) / 1000, machine: { ...machine(), ortVersion: ORT_VERSION }, git: gitInfo(), window, overhead, ratios };
     await mkdir(RESULTS, { recursive: true });
     await writeFile(path.join(RESULTS, 'latest-overhead.json'), `${JSON.stringify(result, null, 2)}\n`);
@@ -287,7 +289,8 @@ async function main(): Promise<void> {
   if (only === 'fleet') return void (await fleetSection(RESULTS, log, { date: new Date().toISOString(), machine: machine(), git: gitInfo() }));
   if (only === 'soak') return void (await soakOnly(RESULTS, log, { date: new Date().toISOString(), machine: machine(), git: gitInfo() }));
   if (only === 'hostile') return void (await hostileOnly(RESULTS, log, { date: new Date().toISOString(), machine: machine(), git: gitInfo() }));
-  if (only !== '') throw new Error(`BENCH_ONLY must be "cold", "batch", "body", "overhead", "batching", "oip", "fleet", "soak", "hostile" or unset, got "${only}"`);
+  if (only === 'light') return void (await lightOnly(RESULTS, log, { date: new Date().toISOString(), machine: machine(), git: gitInfo() }));
+  if (only !== '') throw new Error(`BENCH_ONLY must be "cold", "batch", "body", "overhead", "batching", "light", "oip", "fleet", "soak", "hostile" or unset, got "${only}"`);
   const began = performance.now();
   const host = machine();
   const window = windowFromEnv();
@@ -354,9 +357,10 @@ async function main(): Promise<void> {
   const cold = await coldStart(ocrBody);
 
   const [batching, batchingError] = await attempt('dynamic batching', () => batchingOnFreshEmbers(window));
+  const [light, lightError] = await attempt('light model', () => lightOnFreshEmbers(window, log));
   const [oip, oipError] = await attempt('open inference protocol', () => oipOnFreshEmbers(window, cls));
 
-  const { ratios, pass } = computeRatios(ocr, pipeline, saturation, paired, echo, ping, batching);
+  const { ratios, pass } = computeRatios(ocr, pipeline, saturation, paired, echo, ping, batching, light);
   const result: BenchResult = {
     date: new Date().toISOString(),
     durationSeconds: (performance.now() - began) / 1000,
@@ -378,13 +382,14 @@ async function main(): Promise<void> {
     ...(bodies ? { bodies } : { bodiesError }),
     ...(batches ? { batches } : { batchesError }),
     ...(batching ? { batching } : { batchingError }),
+    ...(light ? { light } : { lightError }),
     ...(oip ? { oip } : { oipError }),
   };
   await mkdir(RESULTS, { recursive: true });
   await writeFile(path.join(RESULTS, 'latest.json'), `${JSON.stringify(result, null, 2)}\n`);
   await writeFile(path.join(RESULTS, 'latest.svg'), chartSvg(result));
   process.stdout.write(
-    `\n${formatReport(result)}\n${batching ? `\n${formatBatching(batching).join('\n')}\n` : ''}${bodies ? `\n${formatBodies(bodies)}\n` : ''}${batches ? `\n${formatBatch(batches)}\n` : ''}${oip ? `\n${formatInferenceProtocol(oip).join('\n')}\n${inferenceProtocolSummaryLines(oip).join('\n')}\n` : ''}`,
+    `\n${formatReport(result)}\n${batching ? `\n${formatBatching(batching).join('\n')}\n` : ''}${light ? `\n${formatLight(light).join('\n')}\n${lightSummaryLine(light)}\n` : ''}${bodies ? `\n${formatBodies(bodies)}\n` : ''}${batches ? `\n${formatBatch(batches)}\n` : ''}${oip ? `\n${formatInferenceProtocol(oip).join('\n')}\n${inferenceProtocolSummaryLines(oip).join('\n')}\n` : ''}`,
   );
   log(`wrote ${path.relative(process.cwd(), path.join(RESULTS, 'latest.json'))} and latest.svg`);
   try {

@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import type { PairedC1 } from '../../bench/paired.ts';
 import { computeRatios, cpuPerRequestByRole, cpuPerRequestUs, echoVsPingByCpu, type Measured, type OcrPoint } from '../../bench/result.ts';
 import { latency, type Window } from '../../bench/stats.ts';
-import { takeTurns } from '../../bench/turns.ts';
+import { takeTurns, takeTurnsOf } from '../../bench/turns.ts';
 
 describe('bench: CPU per request', () => {
   it('divides each role’s busy cores by the answered rate, leaving out roles under 0.01 cores', () => {
@@ -40,6 +40,30 @@ describe('bench: saturation against raw, taking turns', () => {
     assert.deepEqual(raw.runsReqPerSec, [20, 20]);
     assert.equal(raw.requests, 20);
     assert.equal(Math.round(embers.reqPerSec), 30);
+  });
+
+  it('runs three sides in order and back (a, b, c, c, b, a), as the light-model section takes them', async () => {
+    const order: string[] = [];
+    const side = (name: string) => async (w: Window) => {
+      order.push(name);
+      const result = { concurrency: 1, requests: 10, errors: 0, seconds: w.measureMs / 1000, reqPerSec: 20, latencyMs: latency([1]), statuses: {}, warmupSeconds: 0, abandoned: 0 };
+      return { result, samples: [1], timings: new Map() };
+    };
+    const measured = await takeTurnsOf([], { warmupMs: 0, measureMs: 1000 }, [side('raw'), side('embers'), side('plain')], 32);
+    assert.deepEqual(order, ['raw', 'embers', 'plain', 'plain', 'embers', 'raw']);
+    assert.equal(measured.length, 3);
+    assert.deepEqual(measured[2].runsReqPerSec, [20, 20]);
+  });
+
+  it('judges the light model at c = 32 and at its lowest point, and CPU per echo, when given', () => {
+    const paired = { addedP50Ms: 5, blockDiffQuartilesMs: [0, 1] } as unknown as PairedC1;
+    const echo = { reqPerSec: 4000, cores: { gateway: 0.4, redis: 0.2 } } as unknown as Measured;
+    const { ratios, pass } = computeRatios([], { reqPerSec: 1 }, { ratio: 1 }, paired, echo, echo, undefined, { embersVsRaw: 0.82, lowestEmbersVsRaw: 0.31 });
+    assert.equal(ratios.light_vs_raw, 0.82);
+    assert.equal(pass.light_vs_raw, true);
+    assert.equal(pass.light_vs_raw_lowest, false);
+    assert.equal(Math.round(ratios.cpu_us_per_echo!), 150);
+    assert.equal(pass.cpu_us_per_echo, true);
   });
 
   it('judges embers_vs_raw on the turns and keeps the sweep’s best against the first raw run beside it', () => {
