@@ -1,7 +1,7 @@
-// Where a lone inference runs, learned from its own times. A model's inline session runs a
-// request that has the replica to itself on every core (wideThreads intra-op threads); a narrow
-// session runs it on EMBERS_ORT_THREADS threads (1 by default) on a worker thread (two thread
-// hops). Which is faster depends on the model and on the machine at the time: on these 2-core
+// Where a lone inference runs, learned from its own times. A model's wide inline session runs a
+// request that has the replica to itself on every core (wideThreads intra-op threads); its narrow
+// inline session runs it on EMBERS_ORT_THREADS threads (1 by default), both on the replica's own
+// thread. Which is faster depends on the model and on the machine at the time: on these 2-core
 // VMs the `ocr` pipeline took 45 ms with 2 threads against 68 ms with 1 on one day, and 46
 // against 42 on another (raw, in-process), when the second vCPU was slow to keep up; and within
 // a minute, the recogniser on two spinning threads ran 13 ms a call for some seconds and 26 for

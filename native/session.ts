@@ -166,27 +166,28 @@ class InlineSession {
 }
 
 /**
- * A model's sessions: Triton's instance group on worker threads, plus on CPU an inline one.
+ * A model's sessions: Triton's instance group on worker threads, plus on CPU two inline ones.
  * - `instances` narrow sessions, each on a worker thread with `threads` intra-op threads, let
  *   inferences of concurrent requests run side by side (a single session runs one inference at
  *   a time: with two models of unequal cost in a pipeline, the costlier one alone would hold the
  *   replica to one core).
- * - The inline session has `wideThreads` intra-op threads and runs on the caller's thread (the
- *   replica's): it serves the replica's only live inference (the caller says so; a batch line's
- *   inference already under way may finish beside it), so a
- *   lone request runs on every core and skips the two thread hops of a worker (~0.3–0.4 ms each
- *   on these VMs when the other thread sleeps), where the chooser (LoneChooser) measured that
- *   cheaper than a narrow session. It holds the replica's thread while it runs, which is why
- *   only a lone request may use it.
+ * - The inline sessions run on the caller's thread (the replica's), one with `wideThreads`
+ *   intra-op threads (wide) and one with `threads` (narrow): they serve the replica's only live
+ *   inference (the caller says so; a batch line's inference already under way may finish beside
+ *   it), so a lone request skips the two thread hops of a worker (~0.3 ms together on these VMs
+ *   when the other thread sleeps: a quarter of a light model's inference) and runs on every core
+ *   or on one, as the chooser (LoneChooser) measured cheaper. They hold the replica's thread
+ *   while they run, which is why only a lone request may use them.
  * Only the first narrow session is loaded before the replica is ready; the other instances load
- * once it is (grow()). The inline session is only marked wanted when a lone inference first asks
- * for it; the caller loads it (loadWide()) at a moment its thread is free, since loading holds
- * that thread too. Until loaded, their work runs on the first narrow session. An inline session
- * that fails to load is not tried again (the model is likely too big for another copy).
+ * once it is (grow()). The inline sessions are only marked wanted when a lone inference first
+ * asks for them; the caller loads them (loadWide()) at a moment its thread is free, since loading
+ * holds that thread too. Until loaded, their work runs on the first narrow session. Inline
+ * sessions that fail to load are not tried again (the model is likely too big for more copies).
  */
 export class ModelSession {
   private readonly narrow: SessionWorker[];
-  private inline?: InlineSession;
+  /** The inline sessions: every core, and `threads` (a lone run's narrow side, without the worker's hops). */
+  private inline?: { wide: InlineSession; narrow: InlineSession };
   /** 'wanted' once a lone inference asked for it; 'done' once loadWide() ran (a failed load is not tried again: likely short of memory). */
   private wideState: 'idle' | 'wanted' | 'done' = 'idle';
   private grown = false;
@@ -243,36 +244,39 @@ export class ModelSession {
     return this.provider === 'cpu' && (this.init.wideThreads ?? 0) > this.init.threads && (this.init.bytes ?? 0) <= INLINE_MAX_BYTES;
   }
 
-  /** Whether the inline session is loaded. */
+  /** Whether the inline sessions are loaded. */
   get hasWide(): boolean {
     return this.inline !== undefined;
   }
 
-  /** Whether a lone inference asked for the inline session and it is not loaded yet: call loadWide() when the thread is free. */
+  /** Whether a lone inference asked for the inline sessions and they are not loaded yet: call loadWide() when the thread is free. */
   get wantsWide(): boolean {
     return this.wideState === 'wanted';
   }
 
   /**
-   * Loads the inline session. It holds the calling thread for the load (about 10 ms per MB):
-   * call it when nothing else needs that thread.
+   * Loads the inline sessions. It holds the calling thread for the load (about 10 ms per MB and
+   * session): call it when nothing else needs that thread.
    */
   async loadWide(): Promise<void> {
     if (this.wideState !== 'wanted' || this.closed) return;
     this.wideState = 'done';
+    const loaded: InlineSession[] = [];
     try {
-      const inline = await InlineSession.create(this.init.path, this.init.wideThreads!);
-      if (this.closed) return void (await inline.close());
-      this.inline = inline;
+      loaded.push(await InlineSession.create(this.init.path, this.init.wideThreads!));
+      loaded.push(await InlineSession.create(this.init.path, this.init.threads));
+      if (this.closed) return void (await Promise.all(loaded.map((s) => s.close())));
+      this.inline = { wide: loaded[0], narrow: loaded[1] };
     } catch (err) {
+      await Promise.all(loaded.map((s) => s.close()));
       this.init.onBackgroundError?.(err as Error);
     }
   }
 
   /**
    * Runs one (already batched) inference; `lone` says it is the replica's only live one and may run
-   * on the inline session when that is loaded and free (the first such ask marks it wanted).
-   * Once it is loaded, a lone run goes wide or narrow as the chooser has measured to be faster
+   * on an inline session when those are loaded and free (the first such ask marks them wanted).
+   * Once they are loaded, a lone run goes wide or narrow as the chooser has measured to be faster
    * (LoneChooser), and comes back `timed`: pass that to noteLone() if nothing else ran beside it.
    * `pinWide`: run it wide without asking the chooser (the caller has other work for its thread
    * that a wide run holds off, as it should).
@@ -282,10 +286,11 @@ export class ModelSession {
    */
   async run(feeds: Feeds, lone = false, pinWide = false): Promise<{ outputs: Feeds; inferMs: number; wide: boolean; lone: boolean; timed?: LoneTiming }> {
     if (lone && this.inlineAllowed) {
-      if (this.inline && !this.inline.busy) {
-        if (pinWide) return { ...(await this.inline.run(feeds)), wide: true, lone: true };
+      const inline = this.inline;
+      if (inline && !inline.wide.busy && !inline.narrow.busy) {
+        if (pinWide) return { ...(await inline.wide.run(feeds)), wide: true, lone: true };
         const side = this.chooser.choose();
-        const session = side === 'wide' ? this.inline : this.leastBusy();
+        const session = inline[side];
         // A session's first runs are not timed: they would teach the chooser that a side just
         // loaded is slow (see SESSION_WARM_RUNS), and it would keep lone runs off it for ~100 more.
         const warm = session.runs >= SESSION_WARM_RUNS;
@@ -313,14 +318,14 @@ export class ModelSession {
     return pick ?? this.narrow[0];
   }
 
-  /** Where lone runs go and what each side costs (medians, ms per million input values), once the inline session is loaded. */
+  /** Where lone runs go and what each side costs (medians, ms per million input values), once the inline sessions are loaded. */
   get lone(): LoneChooser['stats'] | undefined {
     return this.inline ? this.chooser.stats : undefined;
   }
 
   async close(): Promise<void> {
     this.closed = true;
-    await Promise.all([...this.narrow.map((w) => w.close()), this.inline?.close()]);
+    await Promise.all([...this.narrow.map((w) => w.close()), this.inline?.wide.close(), this.inline?.narrow.close()]);
   }
 }
 

@@ -71,7 +71,7 @@ export class UserCode {
   private inferStarts = 0;
   /** Whether the models' other instances were asked to load. */
   private grown = false;
-  /** An inline session is loading (see maybeLoadWide). */
+  /** A model's inline sessions are loading (see maybeLoadWide). */
   private loadingWide = false;
   /** Running requests' abort controllers, by their number on the channel. */
   private readonly running = new Map<number, AbortController>();
@@ -267,7 +267,7 @@ export class UserCode {
   }
 
   /**
-   * Loads a model's inline session (ModelSession.loadWide) once a lone request asked for it. The
+   * Loads a model's inline sessions (ModelSession.loadWide) once a lone request asked for them. The
    * load holds this process's thread, so it starts only when the process has just gone idle, one
    * model at a time; a request arriving meanwhile waits for it, once per model.
    */
@@ -321,7 +321,7 @@ export class UserCode {
   }
 
   /**
-   * One inference. It may run wide (every core, on this thread: ModelSession's inline session)
+   * One inference. It may run inline (on this thread, wide or narrow: ModelSession's inline sessions)
    * when no other live inference runs, it serves the only live request here, and no other
    * replica on the node announced live requests (live-first.ts). Batch lines never run inline:
    * a live request arriving meanwhile would wait for the whole inference. With batch lines
