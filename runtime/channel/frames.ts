@@ -19,13 +19,31 @@ export const MAX_MESSAGES_FRAME = 1024 * 1024;
 
 const HEADER = 9;
 
+function writeHeader(into: Buffer, kind: FrameKind, n: number, length: number): void {
+  into.writeUInt8(kind, 0);
+  into.writeUInt32LE(n >>> 0, 1);
+  into.writeUInt32LE(length, 5);
+}
+
+/** One frame in one write: a header and its bytes apart would cost two system calls, and the reader two wake-ups. */
 export function writeFrame(stream: Writable, kind: FrameKind, n: number, bytes: Uint8Array): void {
   const head = Buffer.allocUnsafe(HEADER);
-  head.writeUInt8(kind, 0);
-  head.writeUInt32LE(n >>> 0, 1);
-  head.writeUInt32LE(bytes.length, 5);
+  writeHeader(head, kind, n, bytes.length);
+  if (!bytes.length) return void stream.write(head);
+  // Gathered into one writev, not copied: a bytes frame may be a tensor of megabytes.
+  stream.cork();
   stream.write(head);
-  if (bytes.length) stream.write(bytes);
+  stream.write(bytes);
+  stream.uncork();
+}
+
+/** A messages frame: the JSON text written behind its header, in one buffer. */
+function writeText(stream: Writable, text: string): void {
+  const length = Buffer.byteLength(text);
+  const frame = Buffer.allocUnsafe(HEADER + length);
+  writeHeader(frame, MESSAGES, 0, length);
+  frame.write(text, HEADER);
+  stream.write(frame);
 }
 
 /**
@@ -36,7 +54,7 @@ export function writeMessages(stream: Writable, messages: readonly unknown[]): v
   let parts: string[] = [];
   let size = 2;
   const flush = () => {
-    if (parts.length) writeFrame(stream, MESSAGES, 0, Buffer.from(`[${parts.join(',')}]`));
+    if (parts.length) writeText(stream, `[${parts.join(',')}]`);
     parts = [];
     size = 2;
   };
@@ -59,7 +77,7 @@ export interface FrameReaderOptions {
   onCorrupt: (why: string) => void;
 }
 
-/** Reads frames, each into a buffer of its own, and hands them on as they complete. */
+/** Reads frames and hands them on as they complete: a bytes frame in a buffer of its own, a messages frame in place where one chunk holds it whole. */
 export class FrameReader {
   private head = Buffer.alloc(0);
   private frame?: { kind: FrameKind; n: number; bytes: Buffer; at: number };
@@ -77,19 +95,33 @@ export class FrameReader {
     let at = 0;
     while (!this.broken && at < chunk.length) {
       if (!this.frame) {
-        const need = HEADER - this.head.length;
-        this.head = Buffer.concat([this.head, chunk.subarray(at, at + need)]);
-        at += Math.min(need, chunk.length - at);
-        if (this.head.length < HEADER) return;
-        const kind = this.head.readUInt8(0) as FrameKind;
-        const n = this.head.readUInt32LE(1);
-        const length = this.head.readUInt32LE(5);
-        this.head = Buffer.alloc(0);
+        let head: Buffer;
+        if (!this.head.length && chunk.length - at >= HEADER) {
+          head = chunk;
+        } else {
+          const need = HEADER - this.head.length;
+          this.head = Buffer.concat([this.head, chunk.subarray(at, at + need)]);
+          at += Math.min(need, chunk.length - at);
+          if (this.head.length < HEADER) return;
+          [head, this.head] = [this.head, Buffer.alloc(0)];
+        }
+        const h = head === chunk ? at : 0;
+        const kind = head.readUInt8(h) as FrameKind;
+        const n = head.readUInt32LE(h + 1);
+        const length = head.readUInt32LE(h + 5);
+        if (head === chunk) at += HEADER;
         const max = this.o.maxBytes[kind];
         if (max === undefined) return this.corrupt(`sent a frame of unknown kind ${kind}`);
         if (length > max) return this.corrupt(`sent a frame of ${length} bytes, over its bound of ${max}`);
         const refused = this.o.accepts?.(kind, n, length);
         if (refused) return this.corrupt(refused);
+        // A messages frame read whole from this chunk is handed on in place: it is parsed at
+        // once. A bytes frame gets a buffer of its own (aligned for a tensor view).
+        if (kind === MESSAGES && chunk.length - at >= length) {
+          at += length;
+          this.o.onFrame(kind, n, chunk.subarray(at - length, at));
+          continue;
+        }
         this.frame = { kind, n, bytes: Buffer.allocUnsafeSlow(length), at: 0 };
       }
       const f = this.frame;

@@ -1,7 +1,7 @@
-// The channel's frames: split anywhere across chunks, each into a buffer of its own; a stream that
+// The channel's frames: split anywhere across chunks, a bytes frame into a buffer of its own; a stream that
 // breaks its bounds stops. And the replica's reader of the user-code side, which takes nothing on trust.
 import assert from 'node:assert/strict';
-import { PassThrough } from 'node:stream';
+import { PassThrough, Writable } from 'node:stream';
 import { describe, it } from 'node:test';
 import { BYTES, FrameReader, MESSAGES, writeFrame, writeMessages, type FrameKind } from '../../runtime/channel/frames.ts';
 import { Bucket, checkStats, LOG_MESSAGES_PER_S, shapeProblem, UserCodeReader } from '../../runtime/replica/user-code-channel.ts';
@@ -17,7 +17,21 @@ const wire = (write: (out: PassThrough) => void) => {
 const tick = () => new Promise((r) => setImmediate(r));
 
 describe('FrameReader', () => {
-  it('hands on each frame, split across chunks at every point, in a buffer of its own', async () => {
+  it('writes a messages frame in one write, and a bytes frame in one gathered write on a socket', async () => {
+    const writes: number[] = [];
+    const out = new PassThrough();
+    out.on('data', (c: Buffer) => writes.push(c.length));
+    writeMessages(out, [{ type: 'standby' }]);
+    await tick();
+    assert.deepEqual(writes, [9 + JSON.stringify([{ type: 'standby' }]).length]);
+    const gathered: number[] = [];
+    const socket = new Writable({ writev: (chunks, done) => (gathered.push(chunks.length), done()), write: (_c, _e, done) => (gathered.push(1), done()) });
+    writeFrame(socket, BYTES, 1, Buffer.alloc(1000));
+    await tick();
+    assert.deepEqual(gathered, [2], 'header and bytes in one writev, not copied together');
+  });
+
+  it('hands on each frame, split across chunks at every point, a bytes frame in a buffer of its own', async () => {
     const a = Buffer.from('first frame');
     const b = Buffer.alloc(100_000, 7);
     const bytes = wire((out) => {
