@@ -16,6 +16,8 @@ function role(pid: number, cmdline: string): string {
   if (cmdline.includes('runtime/user-code/main.ts') || cmdline.includes('user-main.mjs')) return 'user code';
   if (cmdline.includes('cli/bin.mjs')) return 'gateway+agent';
   if (cmdline.includes('naive-server')) return 'naive';
+  const bare = /bare-path\.ts (gateway|worker|handler)/.exec(cmdline);
+  if (bare) return `bare ${bare[1]}`;
   return 'other';
 }
 

@@ -16,6 +16,8 @@ import { takeTurns } from './turns.ts';
 const SHAPE = [1, 3, 48, 192];
 const ROWS = 3 * 48 * 192;
 export const OIP_CONCURRENCY = 64;
+/** Binary infer ÷ raw rows/s to reach (the ceiling, 1 ÷ (1/echo + 1/raw), is printed beside it). */
+export const OIP_TARGET = 0.45;
 const MAX_BATCH = 32;
 
 export interface InferenceProtocolSection {
@@ -123,7 +125,7 @@ export function formatInferenceProtocol(s: InferenceProtocolSection): string[] {
 
 export function inferenceProtocolSummaryLines(s: InferenceProtocolSection): string[] {
   return [
-    `  oip_binary_vs_raw     ${num(s.ratio, 3).padStart(6)}  target ≥ 0.90  ${s.ratio >= 0.9 ? 'PASS' : 'MISS'}   (cls bare at c=${s.concurrency}: ${num(s.binary.reqPerSec, 0)} ÷ ${num(s.raw.reqPerSec, 0)} rows/s; ceiling ${num(s.ceiling.ratio, 2)}, reached ${num(s.binary.reqPerSec / s.ceiling.rowsPerSec, 2)})`,
+    `  oip_binary_vs_raw     ${num(s.ratio, 3).padStart(6)}  target ≥ 0.45  ${s.ratio >= OIP_TARGET ? 'PASS' : 'MISS'}   (cls bare at c=${s.concurrency}: ${num(s.binary.reqPerSec, 0)} ÷ ${num(s.raw.reqPerSec, 0)} rows/s; ceiling ${num(s.ceiling.ratio, 2)}, reached ${num(s.binary.reqPerSec / s.ceiling.rowsPerSec, 2)})`,
     `  oip_json_vs_binary    ${num(s.jsonVsBinary, 3).padStart(6)}  (informative: JSON tensors ÷ binary, req/s)`,
   ];
 }

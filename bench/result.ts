@@ -9,6 +9,7 @@ import type { ThreadSetting } from './ort.ts';
 import type { ClsPoint, RawPipeline } from './raw.ts';
 import type { BatchDelta } from './servers.ts';
 import type { LightSection } from './light.ts';
+import type { FloorSection } from './floor.ts';
 
 /** A load point with the CPU each part used meanwhile (cores busy, warm-up and drain included). */
 export interface Measured extends LoadResult {
@@ -189,6 +190,9 @@ export interface BenchResult {
   /** The light model against raw and a plain server (bench/light.ts). */
   light?: LightSection;
   lightError?: string;
+  /** The design's bare path against `echo` and ping (bench/floor.ts). */
+  floor?: FloorSection;
+  floorError?: string;
 }
 
 /** What `BENCH_ONLY=cold` writes (bench/results/latest-cold.json). */

@@ -10,6 +10,7 @@
 // Redis memory, RSS and the usage export's lag (latest-soak.json; BENCH_SOAK_SECONDS, 180).
 // `BENCH_ONLY=hostile`: a hostile second tenant's cost to its neighbours (latest-hostile.json).
 // `BENCH_ONLY=light`: a light model against raw and a plain server (latest-light.json).
+// `BENCH_ONLY=floor`: the design's bare path against `echo` and ping (latest-floor.json).
 import { execFileSync } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -23,6 +24,7 @@ import { fleetSection } from './fleet-section.ts';
 import { soakOnly } from './soak.ts';
 import { hostileOnly } from './hostile.ts';
 import { formatLight, lightOnFreshEmbers, lightOnly, lightSummaryLine } from './light.ts';
+import { floorOnly, floorSection, formatFloor } from './floor.ts';
 import { coldStartSection, coldSummaryLine, formatCold, type ColdStartResult } from './cold.ts';
 import { IMAGE_TEXT, testImage } from './image.ts';
 import { bodySection, formatBodies } from './body.ts';
@@ -290,7 +292,8 @@ async function main(): Promise<void> {
   if (only === 'soak') return void (await soakOnly(RESULTS, log, { date: new Date().toISOString(), machine: machine(), git: gitInfo() }));
   if (only === 'hostile') return void (await hostileOnly(RESULTS, log, { date: new Date().toISOString(), machine: machine(), git: gitInfo() }));
   if (only === 'light') return void (await lightOnly(RESULTS, log, { date: new Date().toISOString(), machine: machine(), git: gitInfo() }));
-  if (only !== '') throw new Error(`BENCH_ONLY must be "cold", "batch", "body", "overhead", "batching", "light", "oip", "fleet", "soak", "hostile" or unset, got "${only}"`);
+  if (only === 'floor') return void (await floorOnly(RESULTS, log, { date: new Date().toISOString(), machine: machine(), git: gitInfo() }));
+  if (only !== '') throw new Error(`BENCH_ONLY must be "cold", "batch", "body", "overhead", "batching", "light", "floor", "oip", "fleet", "soak", "hostile" or unset, got "${only}"`);
   const began = performance.now();
   const host = machine();
   const window = windowFromEnv();
@@ -358,6 +361,7 @@ async function main(): Promise<void> {
 
   const [batching, batchingError] = await attempt('dynamic batching', () => batchingOnFreshEmbers(window));
   const [light, lightError] = await attempt('light model', () => lightOnFreshEmbers(window, log));
+  const [floor, floorError] = await attempt('floor', () => floorSection(window, log));
   const [oip, oipError] = await attempt('open inference protocol', () => oipOnFreshEmbers(window, cls));
 
   const { ratios, pass } = computeRatios(ocr, pipeline, saturation, paired, echo, ping, batching, light);
@@ -383,13 +387,14 @@ async function main(): Promise<void> {
     ...(batches ? { batches } : { batchesError }),
     ...(batching ? { batching } : { batchingError }),
     ...(light ? { light } : { lightError }),
+    ...(floor ? { floor } : { floorError }),
     ...(oip ? { oip } : { oipError }),
   };
   await mkdir(RESULTS, { recursive: true });
   await writeFile(path.join(RESULTS, 'latest.json'), `${JSON.stringify(result, null, 2)}\n`);
   await writeFile(path.join(RESULTS, 'latest.svg'), chartSvg(result));
   process.stdout.write(
-    `\n${formatReport(result)}\n${batching ? `\n${formatBatching(batching).join('\n')}\n` : ''}${light ? `\n${formatLight(light).join('\n')}\n${lightSummaryLine(light)}\n` : ''}${bodies ? `\n${formatBodies(bodies)}\n` : ''}${batches ? `\n${formatBatch(batches)}\n` : ''}${oip ? `\n${formatInferenceProtocol(oip).join('\n')}\n${inferenceProtocolSummaryLines(oip).join('\n')}\n` : ''}`,
+    `\n${formatReport(result)}\n${batching ? `\n${formatBatching(batching).join('\n')}\n` : ''}${light ? `\n${formatLight(light).join('\n')}\n${lightSummaryLine(light)}\n` : ''}${floor ? `\n${formatFloor(floor).join('\n')}\n` : ''}${bodies ? `\n${formatBodies(bodies)}\n` : ''}${batches ? `\n${formatBatch(batches)}\n` : ''}${oip ? `\n${formatInferenceProtocol(oip).join('\n')}\n${inferenceProtocolSummaryLines(oip).join('\n')}\n` : ''}`,
   );
   log(`wrote ${path.relative(process.cwd(), path.join(RESULTS, 'latest.json'))} and latest.svg`);
   try {
