@@ -72,9 +72,10 @@ export const ConfigSchema = z.object({
   /** ORT intra-op threads per model session; 1 avoids oversubscribing small machines. @default 1 */
   EMBERS_ORT_THREADS: int(1, 256).default(1),
   /**
-   * On CPU, intra-op threads of a model's second session, used by an inference that has its
-   * replica to itself (one request in flight): it runs on every core instead of one. Costs a
-   * second copy of each model in memory, loaded after the replica is ready. 0 turns it off.
+   * On CPU, intra-op threads of a model's wide inline session, used by an inference that has its
+   * replica to itself (one request in flight), beside a narrow inline one (EMBERS_ORT_THREADS):
+   * both run on the process's own thread, and each lone inference takes the one measured faster.
+   * Costs two more copies of each model in memory, loaded once a lone request asks. 0 turns them off.
    * @default the machine's cores
    */
   EMBERS_ORT_WIDE_THREADS: int(0, 256).default(os.availableParallelism()),
