@@ -77,7 +77,7 @@ function rawSide(setting: ThreadSetting, concurrency: number): (w: Window) => Pr
 const RAW_MAX_BATCH = 32;
 
 /** The classifier's handle for raw: single-row calls made in one turn are stacked into one run, and each caller gets its row back. */
-function turnBatched(session: ort.InferenceSession): ModelHandle {
+export function turnBatched(session: ort.InferenceSession): ModelHandle {
   const [input, output] = [session.inputNames[0], session.outputNames[0]];
   let waiting: { data: Float32Array; resolve: (out: Record<string, Tensor>) => void; reject: (err: unknown) => void }[] = [];
   const flush = async () => {

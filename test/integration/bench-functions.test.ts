@@ -1,9 +1,15 @@
-// The functions `npm run bench` deploys for its dynamic batching section (bench/functions): they
-// deploy, answer, and give the same answer for the same input whether requests are batched or
-// not. The bench is not part of the tests; this keeps its functions from rotting unseen.
+// The functions `npm run bench` deploys for its dynamic batching and light-model sections
+// (bench/functions): they deploy, answer, and give the same answer for the same input whether
+// requests are batched or not, served by Embers, by the plain server or run raw. The bench is not
+// part of the tests; this keeps its functions and sides from rotting unseen.
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import type { HandlerContext } from 'embers';
+import clsBatched from '../../bench/functions/cls-batched.ts';
+import { turnBatched } from '../../bench/light.ts';
+import { createSession, MODELS } from '../../bench/ort.ts';
+import { startNaive } from '../../bench/servers.ts';
 import { ROOT, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
 
 let p: TestPlatform;
@@ -37,6 +43,34 @@ describe('bench functions (the classifier, batched and batch-1)', () => {
       const b = answers['cls-single'][i];
       assert.equal(b.angle, a.angle, `seed ${seeds[i]}`);
       assert.ok(Math.abs(b.score - a.score) < 1e-4, `seed ${seeds[i]}: ${a.score} batched, ${b.score} alone`);
+    }
+  });
+
+  it('the light section\'s raw side and plain server answer as Embers does', async () => {
+    const seeds = Array.from({ length: 8 }, (_, i) => i * 104729);
+    const served = await Promise.all(seeds.map(async (seed) => (await (await run('cls-batched', { seed })).json()) as { angle: string; score: number }));
+    const session = await createSession(MODELS.cls, 1);
+    const plain = await startNaive();
+    try {
+      const log: HandlerContext['log'] = { info() {}, warn() {}, error() {}, debug() {} };
+      const ctx: HandlerContext<'cls'> = { models: { cls: turnBatched(session) }, log, requestId: 'raw', signal: new AbortController().signal, fn: { name: 'cls-batched', version: 'raw' }, env: {} };
+      // Asked in one turn: their inferences run as one batch.
+      const raw = await Promise.all(seeds.map((seed) => Promise.resolve(clsBatched.handler({ seed }, ctx))));
+      const viaPlain = await Promise.all(
+        seeds.map(async (seed) => {
+          const res = await fetch(`http://127.0.0.1:${plain.port}/cls`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ seed }) });
+          assert.equal(res.status, 200);
+          return (await res.json()) as { angle: string; score: number };
+        }),
+      );
+      for (const [i, a] of served.entries()) {
+        for (const [side, b] of [['raw', raw[i]], ['plain', viaPlain[i]]] as const) {
+          assert.equal(b.angle, a.angle, `${side}, seed ${seeds[i]}`);
+          assert.ok(Math.abs(b.score - a.score) < 1e-4, `${side}, seed ${seeds[i]}: ${b.score} against Embers' ${a.score}`);
+        }
+      }
+    } finally {
+      await Promise.all([session.release(), plain.stop()]);
     }
   });
 
