@@ -3,22 +3,19 @@
 // append-only file on as `embers dev` runs it) against Embers' `echo` and a Hono ping, taking turns
 // at c = 1 and 32. The bare path's CPU per request is a floor for `echo`'s, and bare ÷ ping a
 // ceiling for echo ÷ ping, on the machine the bench runs on.
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { Redis } from 'ioredis';
 import { startChild } from './child.ts';
-import { errorsNote, num, table } from './format.ts';
+import { cpuByRole, errorsNote, num, table } from './format.ts';
 import type { Target } from './load.ts';
-import { cpuPerRequestByRole, cpuPerRequestUs, type Measured } from './result.ts';
-import { cleanEnv, ROOT, startEmbers, startNaive } from './servers.ts';
+import { cpuPerRequestUs, type Measured } from './result.ts';
+import { cleanEnv, ECHO_BODY, echoTarget, ROOT, startEmbers, startNaive } from './servers.ts';
 import { windowFromEnv, type Window } from './stats.ts';
 import { takeTurnsOf } from './turns.ts';
-import { freePort } from '../platform/ports.ts';
+import { startLocalRedis } from '../platform/local-redis.ts';
 
 export const FLOOR_CONCURRENCIES = [1, 32];
-const BODY = '{"hello":"embers"}';
 
 export interface FloorPoint {
   concurrency: number;
@@ -38,31 +35,11 @@ export interface FloorSection {
   seconds: number;
 }
 
-/** redis-server with the append-only file on, in a process group of its own (its CPU is sampled by group). */
-async function startRedis(dir: string): Promise<{ url: string; proc: ChildProcess; stop: () => Promise<void> }> {
-  const port = await freePort();
-  const proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes'], { detached: true, stdio: 'ignore' });
-  const url = `redis://127.0.0.1:${port}`;
-  const probe = new Redis(url, { lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 });
-  for (let i = 0; ; i++) {
-    try {
-      await probe.connect();
-      await probe.ping();
-      break;
-    } catch (err) {
-      if (i >= 100) throw new Error(`redis-server did not answer on ${url}: ${(err as Error).message}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
-  probe.disconnect();
-  const exited = new Promise((r) => proc.once('exit', r));
-  return { url, proc, stop: async () => void (proc.kill('SIGTERM'), await exited) };
-}
-
 export async function floorSection(window: Window, log: (line: string) => void): Promise<FloorSection> {
   const t0 = performance.now();
   const dir = await mkdtemp(path.join(os.tmpdir(), 'embers-floor-'));
-  const redis = await startRedis(dir);
+  // As `embers dev` runs it: append-only file on.
+  const redis = await startLocalRedis(dir, { persist: true });
   const env = cleanEnv({});
   const worker = startChild('bare worker', ['--import', 'tsx', 'bench/bare-path.ts', 'worker', redis.url], { cwd: ROOT, env });
   const gateway = startChild('bare gateway', ['--import', 'tsx', 'bench/bare-path.ts', 'gateway', redis.url], { cwd: ROOT, env });
@@ -70,12 +47,12 @@ export async function floorSection(window: Window, log: (line: string) => void):
     log('floor: starting the bare path, the naive server and embers dev');
     await worker.waitFor(/ready/, 30_000);
     const port = Number((await gateway.waitFor(/listening (\d+)/, 30_000))[1]);
-    const [naive, embers] = await Promise.all([startNaive(), startEmbers({ echo: BODY })]);
+    const [naive, embers] = await Promise.all([startNaive(), startEmbers({ echo: ECHO_BODY })]);
     try {
-      const bare: Target = { port, method: 'POST', path: '/run', headers: { 'content-type': 'application/json' }, body: Buffer.from(BODY) };
-      const echo: Target = { port: embers.port, method: 'POST', path: '/v1/run/echo', headers: { authorization: `Bearer ${embers.apiKey}`, 'content-type': 'application/json' }, body: Buffer.from(BODY) };
+      const bare: Target = { port, method: 'POST', path: '/run', headers: { 'content-type': 'application/json' }, body: Buffer.from(ECHO_BODY) };
+      const echo = echoTarget(embers);
       const ping: Target = { port: naive.port, method: 'GET', path: '/ping' };
-      const groups = [redis.proc.pid!, worker.pid, gateway.pid, naive.child.pid, embers.child.pid];
+      const groups = [redis.pid, worker.pid, gateway.pid, naive.child.pid, embers.child.pid];
       const points: FloorPoint[] = [];
       for (const concurrency of FLOOR_CONCURRENCIES) {
         log(`floor c=${concurrency}: bare, echo, ping, ping, echo, bare`);
@@ -102,12 +79,6 @@ export async function floorSection(window: Window, log: (line: string) => void):
   }
 }
 
-const byRole = (m: Measured): string =>
-  Object.entries(cpuPerRequestByRole(m))
-    .sort((a, b) => b[1] - a[1])
-    .map(([role, us]) => `${role} ${num(us, 0)}`)
-    .join(' + ');
-
 export function formatFloor(s: FloorSection): string[] {
   return [
     'The design\'s floor: the bare path (HTTP, a Redis stream, a worker, a child process over a pipe, the reply by pub/sub; nothing else) against `echo` and a Hono ping, taking turns bare, echo, ping, ping, echo, bare',
@@ -117,7 +88,7 @@ export function formatFloor(s: FloorSection): string[] {
         (['bare', 'echo', 'ping'] as const).map((side) => [String(p.concurrency), side, num(p[side].reqPerSec, 0), num(p[side].latencyMs.p50, 2), num(p[side].latencyMs.p99, 2), num(cpuPerRequestUs(p[side]), 0)]),
       ),
     ),
-    ...s.points.flatMap((p) => (['bare', 'echo', 'ping'] as const).map((side) => `  c=${p.concurrency} ${side}: ${byRole(p[side])}`)),
+    ...s.points.flatMap((p) => (['bare', 'echo', 'ping'] as const).map((side) => `  c=${p.concurrency} ${side}: ${cpuByRole(p[side])}`)),
     ...s.points.flatMap((p) => [...errorsNote('bare', p.bare), ...errorsNote('echo', p.echo)]),
     `  at c = 32: the bare path costs ${num(s.bareCpuUs, 0)} µs of CPU a request (every process, load generator included), echo ${num(s.echoCpuUs, 0)}, ping ${num(s.pingCpuUs, 0)}; bare ÷ ping = ${num(s.bareVsPing, 3)} bounds echo ÷ ping for this design here`,
   ];

@@ -7,9 +7,9 @@
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { BatchView } from '../core/batches.ts';
-import { closedLoop, closedLoopRun, type LoadResult, type Target } from './load.ts';
+import { closedLoop, closedLoopRun, type LoadResult } from './load.ts';
 import { errorsNote, num, table } from './format.ts';
-import { deployFunctions, startEmbers, type EmbersServer } from './servers.ts';
+import { deployFunctions, ECHO_BODY, echoTarget, startEmbers, type EmbersServer } from './servers.ts';
 import { sleep } from './stats.ts';
 
 const FLOOD_S = 10;
@@ -20,7 +20,6 @@ const ATTACKS = ['announce', 'log-flood', 'junk'] as const;
 const BATCH_LINES = Number(process.env.BENCH_HOSTILE_BATCH_LINES ?? 3000);
 /** The batch beside the forger is given up on (and cancelled) after this many times its time alone. */
 const BATCH_GIVE_UP_RATIO = 10;
-const ECHO_BODY = Buffer.from('{"hello":"embers"}');
 
 export interface HostileSection {
   floodSeconds: number;
@@ -134,7 +133,7 @@ export async function hostileSection(o: { embers: EmbersServer; log: (line: stri
   await json(attacker('POST', '/v1/run/forger', '{"arm":false}', 180_000), 'warming the forger');
   await json(own('POST', '/v1/run/cls-batched', '{"seed":1}', 180_000), 'warming the classifier');
 
-  const echo: Target = { port: embers.port, method: 'POST', path: '/v1/run/echo', headers: { authorization: `Bearer ${embers.apiKey}`, 'content-type': 'application/json' }, body: ECHO_BODY };
+  const echo = echoTarget(embers);
   const window = { warmupMs: WARMUP_MS, measureMs: FLOOD_S * 1000 };
   log(`hostile: echo c=${CONCURRENCY} alone, ${FLOOD_S} s`);
   const alone = await closedLoop(echo, { concurrency: CONCURRENCY, window });
@@ -202,7 +201,7 @@ const mib = (b: number) => (b / 2 ** 20).toFixed(0);
 /** The section alone, on an `embers dev` of its own; writes latest-hostile.json under `results`. */
 export async function hostileOnly(results: string, log: (line: string) => void, meta: Record<string, unknown>): Promise<HostileSection> {
   log('hostile: starting embers dev');
-  const embers = await startEmbers({ echo: ECHO_BODY.toString() });
+  const embers = await startEmbers({ echo: ECHO_BODY });
   try {
     const hostile = await hostileSection({ embers, log });
     await mkdir(results, { recursive: true });

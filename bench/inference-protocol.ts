@@ -9,7 +9,7 @@ import { bestCls, CLS_BATCHES, RAW_SETTINGS, type ClsPoint } from './raw.ts';
 import { errorsNote, num, table } from './format.ts';
 import type { LoadRun, Target } from './load.ts';
 import type { Measured } from './result.ts';
-import { deployFunctions, postJson, type EmbersServer } from './servers.ts';
+import { deployFunctions, ECHO_BODY, echoTarget, postJson, type EmbersServer } from './servers.ts';
 import { latency, timedLoop, type Window } from './stats.ts';
 import { takeTurns } from './turns.ts';
 
@@ -71,9 +71,8 @@ export async function inferenceProtocolSection(o: { embers: EmbersServer; rawCls
   const json: Target = { port: embers.port, method: 'POST', path: '/v2/models/cls/infer', headers: { ...auth, 'content-type': 'application/json' }, body: jsonBody };
   // The first call waits for the cold start.
   await postJson(embers.port, '/v2/models/cls/infer', jsonBody.toString(), auth, 180_000);
-  const echoBody = '{"hello":"embers"}';
-  await postJson(embers.port, '/v1/run/echo', echoBody, auth, 180_000);
-  const echo: Target = { port: embers.port, method: 'POST', path: '/v1/run/echo', headers: { ...auth, 'content-type': 'application/json' }, body: Buffer.from(echoBody) };
+  await postJson(embers.port, '/v1/run/echo', ECHO_BODY, auth, 180_000);
+  const echo = echoTarget(embers);
   const best = bestCls(o.rawCls);
   const setting = { threads: best.threads, ...(best.spin ? { spin: true } : {}) };
   const groups = [embers.child.pid!];

@@ -4,20 +4,19 @@
 // handler in this process, calling onnxruntime-node directly), Embers (`cls-batched`, deployed
 // with `embers deploy`, dynamic batching on) and the plain server (Hono + onnxruntime running the
 // same handler, one request at a time, as a user would write it).
-import type { HandlerContext } from 'embers';
-import clsBatched from './functions/cls-batched.ts';
-import { cpuPerRequestByRole } from './result.ts';
-import { errorsNote, num, table } from './format.ts';
-import type { LoadRun, Target } from './load.ts';
-import type { ModelHandle, Tensor } from 'embers';
-import { createSession, MODELS, ort, settingLabel, threadSettings, type ThreadSetting } from './ort.ts';
-import type { Measured } from './result.ts';
-import { batchDelta, deployFunctions, postJson, settledCounters, startEmbers, startNaive, type EmbersServer } from './servers.ts';
-import { latency, timedLoop, windowFromEnv, type Window } from './stats.ts';
-import { takeTurnsOf } from './turns.ts';
 import { mkdir, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import type { ModelHandle, Tensor } from 'embers';
+import clsBatched from './functions/cls-batched.ts';
+import { BATCHED_MAX_BATCH } from './functions/cls.ts';
+import { errorsNote, num, table } from './format.ts';
+import type { LoadRun, Target } from './load.ts';
+import { createSession, handlerContext, MODELS, ort, settingLabel, threadSettings, type ThreadSetting } from './ort.ts';
+import { cpuPerRequestUs, meets, TARGETS, type Measured } from './result.ts';
+import { batchDelta, deployFunctions, postJson, settledCounters, startEmbers, startNaive, type EmbersServer } from './servers.ts';
+import { latency, timedLoop, windowFromEnv, type Window } from './stats.ts';
+import { takeTurnsOf } from './turns.ts';
 
 export const LIGHT_CONCURRENCIES = [1, 8, 32, 128];
 /** Where the headline ratio is taken. */
@@ -48,8 +47,6 @@ export interface LightSection {
   seconds: number;
 }
 
-const silentLog: HandlerContext['log'] = { info() {}, warn() {}, error() {}, debug() {} };
-
 /**
  * The handler on a direct session: `concurrency` callers in this process, each calling again when
  * answered. Their inferences asked in the same turn of the event loop run as one (up to 32 rows):
@@ -59,7 +56,7 @@ function rawSide(setting: ThreadSetting, concurrency: number): (w: Window) => Pr
   return async (w) => {
     const session = await createSession(MODELS.cls, setting.threads, setting.spin);
     try {
-      const ctx: HandlerContext<'cls'> = { models: { cls: turnBatched(session) }, log: silentLog, requestId: 'raw', signal: new AbortController().signal, fn: { name: clsBatched.name, version: 'raw' }, env: {} };
+      const ctx = handlerContext({ cls: turnBatched(session) }, { name: clsBatched.name, version: 'raw' }, 'raw');
       let seed = 0;
       const call = () => Promise.resolve(clsBatched.handler({ seed: seed++ }, ctx));
       // Every caller's loop measures its own requests; the window is shared.
@@ -74,20 +71,18 @@ function rawSide(setting: ThreadSetting, concurrency: number): (w: Window) => Pr
   };
 }
 
-const RAW_MAX_BATCH = 32;
-
-/** The classifier's handle for raw: single-row calls made in one turn are stacked into one run, and each caller gets its row back. */
+/** The classifier's handle for raw: single-row calls made in one turn are stacked into one run (at most as many rows as Embers' batches), and each caller gets its row back. */
 export function turnBatched(session: ort.InferenceSession): ModelHandle {
   const [input, output] = [session.inputNames[0], session.outputNames[0]];
-  let waiting: { data: Float32Array; resolve: (out: Record<string, Tensor>) => void; reject: (err: unknown) => void }[] = [];
+  const waiting: { data: Float32Array; dims: readonly number[]; resolve: (out: Record<string, Tensor>) => void; reject: (err: unknown) => void }[] = [];
   const flush = async () => {
-    const calls = waiting.splice(0, RAW_MAX_BATCH);
+    const calls = waiting.splice(0, BATCHED_MAX_BATCH);
     if (waiting.length) setImmediate(flush);
     const row = calls[0].data.length;
     const data = new Float32Array(row * calls.length);
     calls.forEach((c, i) => data.set(c.data, i * row));
     try {
-      const res = await session.run({ [input]: new ort.Tensor('float32', data, [calls.length, 3, 48, 192]) });
+      const res = await session.run({ [input]: new ort.Tensor('float32', data, [calls.length, ...calls[0].dims.slice(1)]) });
       const out = res[output].data as Float32Array;
       const width = out.length / calls.length;
       calls.forEach((c, i) => c.resolve({ [output]: { type: 'float32', data: out.slice(i * width, (i + 1) * width), dims: [1, width] } }));
@@ -101,7 +96,7 @@ export function turnBatched(session: ort.InferenceSession): ModelHandle {
     run: (feeds) =>
       new Promise((resolve, reject) => {
         if (!waiting.length) setImmediate(flush);
-        waiting.push({ data: feeds[input].data as Float32Array, resolve, reject });
+        waiting.push({ data: feeds[input].data as Float32Array, dims: feeds[input].dims, resolve, reject });
       }),
   };
 }
@@ -149,24 +144,21 @@ export async function lightSection(o: { embers: EmbersServer; plainPort: number;
   };
 }
 
-/** CPU µs per request summed over every process of a side. */
-const cpuUs = (m: Measured): number => Object.values(cpuPerRequestByRole(m)).reduce((a, b) => a + b, 0);
-
 export function formatLight(s: LightSection): string[] {
   return [
-    `Light model: ${s.model}; raw (the handler in one process, the inferences of one turn run as one, the fastest thread setting), Embers (maxBatchSize 32), the plain server (Hono + onnxruntime, one request at a time), taking turns raw, Embers, plain, plain, Embers, raw`,
+    `Light model: ${s.model}; raw (the handler in one process, the inferences of one turn run as one, the fastest thread setting), Embers (maxBatchSize ${BATCHED_MAX_BATCH}), the plain server (Hono + onnxruntime, one request at a time), taking turns raw, Embers, plain, plain, Embers, raw`,
     table(
       ['conc', 'raw setting', 'raw req/s', 'p50', 'Embers req/s', 'p50', 'p99', 'rows/exec', 'CPU µs/req', 'plain req/s', 'p50', '÷ raw', '÷ plain'],
       s.points.map((p) => [
         String(p.concurrency),
-        settingLabel(p.rawSetting).replace('intraOp=', '').replace(' spinning while running', ' spin'),
+        `${p.rawSetting.threads}${p.rawSetting.spin ? ' spin' : ''}`,
         num(p.raw.reqPerSec, 0),
         num(p.raw.latencyMs.p50, 2),
         num(p.embers.reqPerSec, 0),
         num(p.embers.latencyMs.p50, 2),
         num(p.embers.latencyMs.p99, 2),
         num(p.embers.meanBatch, 2),
-        num(cpuUs(p.embers), 0),
+        num(cpuPerRequestUs(p.embers), 0),
         num(p.plain.reqPerSec, 0),
         num(p.plain.latencyMs.p50, 2),
         num(p.embersVsRaw, 2),
@@ -197,8 +189,8 @@ export async function lightOnly(results: string, log: (line: string) => void, me
   return light;
 }
 
-/** The summary line: Embers ÷ raw at the headline point (target ≥ 0.80) and the lowest (≥ 0.70). */
+/** The summary line: Embers ÷ raw at the headline point and the lowest, against TARGETS. */
 export function lightSummaryLine(s: LightSection): string {
-  const verdict = s.embersVsRaw >= 0.8 && s.lowestEmbersVsRaw >= 0.7 ? 'PASS' : 'MISS';
-  return `  light_vs_raw       ${num(s.embersVsRaw, 3).padStart(6)}  target ≥ 0.80 at c=${s.headlineConcurrency}, ≥ 0.70 at every concurrency (lowest ${num(s.lowestEmbersVsRaw, 2)})  ${verdict}`;
+  const verdict = meets('light_vs_raw', s.embersVsRaw) && meets('light_vs_raw_lowest', s.lowestEmbersVsRaw) ? 'PASS' : 'MISS';
+  return `  light_vs_raw       ${num(s.embersVsRaw, 3).padStart(6)}  target ≥ ${TARGETS.light_vs_raw.value.toFixed(2)} at c=${s.headlineConcurrency}, ≥ ${TARGETS.light_vs_raw_lowest.value.toFixed(2)} at every concurrency (lowest ${num(s.lowestEmbersVsRaw, 2)})  ${verdict}`;
 }

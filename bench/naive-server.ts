@@ -15,10 +15,10 @@ import { readdirSync } from 'node:fs';
 import type http from 'node:http';
 import { serve } from '@hono/node-server';
 import { Hono } from 'hono';
-import { HandlerError, type HandlerContext } from 'embers';
+import { HandlerError } from 'embers';
 import clsBatched from './functions/cls-batched.ts';
 import { loadOcrFunction } from './ocr-fn.ts';
-import { BENCH_PROVIDERS, MODELS, createSession, modelHandle, ort, providersFailed } from './ort.ts';
+import { BENCH_PROVIDERS, MODELS, createSession, handlerContext, modelHandle, ort, providersFailed } from './ort.ts';
 
 const threads = process.env.NAIVE_ORT_THREADS ? Number(process.env.NAIVE_ORT_THREADS) : undefined;
 const fn = await loadOcrFunction();
@@ -37,7 +37,6 @@ const [det, rec] = await Promise.all([open(MODELS.det), open(MODELS.rec)]);
 const intraOp = intraOpThreads(before, threadCount());
 const models = { det: modelHandle(det), rec: modelHandle(rec) };
 const clsModels = { cls: modelHandle(await open(MODELS.cls)) };
-const log: HandlerContext['log'] = { info() {}, warn() {}, error() {}, debug() {} };
 let nextId = 1;
 
 const app = new Hono();
@@ -48,14 +47,7 @@ app.post('/ocr', async (c) => {
   const t0 = performance.now();
   const parsed = fn.input.safeParse(body);
   if (!parsed.success) return c.json({ error: { code: 'invalid_input', message: parsed.error.message } }, 400);
-  const ctx: HandlerContext<'det' | 'rec'> = {
-    models,
-    log,
-    requestId: String(nextId++),
-    signal: new AbortController().signal,
-    fn: { name: fn.name, version: 'naive' },
-    env: {},
-  };
+  const ctx = handlerContext(models, { name: fn.name, version: 'naive' }, String(nextId++));
   try {
     const out = JSON.stringify(await fn.handler(parsed.data, ctx));
     c.header('server-timing', `handler;dur=${(performance.now() - t0).toFixed(2)}`);
@@ -71,7 +63,7 @@ app.post('/ocr', async (c) => {
 app.post('/cls', async (c) => {
   const parsed = clsBatched.input.safeParse(await c.req.json().catch(() => undefined));
   if (!parsed.success) return c.json({ error: { code: 'invalid_input', message: parsed.error.message } }, 400);
-  const ctx: HandlerContext<'cls'> = { models: clsModels, log, requestId: String(nextId++), signal: new AbortController().signal, fn: { name: clsBatched.name, version: 'naive' }, env: {} };
+  const ctx = handlerContext(clsModels, { name: clsBatched.name, version: 'naive' }, String(nextId++));
   return c.json(await clsBatched.handler(parsed.data, ctx));
 });
 

@@ -3,7 +3,7 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import ort from 'onnxruntime-node';
-import type { ModelHandle, Tensor, TensorData, TensorType } from 'embers';
+import type { HandlerContext, ModelHandle, Tensor, TensorData, TensorType } from 'embers';
 import { sessionOptions } from '../native/ort-session.ts';
 import { EXECUTION_PROVIDERS } from '../core/config.ts';
 
@@ -80,6 +80,13 @@ export function modelHandle(session: ort.InferenceSession): ModelHandle {
       return out;
     },
   };
+}
+
+const SILENT_LOG: HandlerContext['log'] = { info() {}, warn() {}, error() {}, debug() {} };
+
+/** The context a handler gets when the bench calls it outside Embers: its models, a silent log, a fresh signal. */
+export function handlerContext<M extends string>(models: Record<M, ModelHandle>, fn: { name: string; version: string }, requestId: string): HandlerContext<M> {
+  return { models, log: SILENT_LOG, requestId, signal: new AbortController().signal, fn, env: {} };
 }
 
 export { ort };

@@ -1,9 +1,8 @@
 // The raw limit, in this process with nothing else running: the cls model alone in a tight
 // loop, and the ocr handler on direct ORT sessions, one request after another.
 import os from 'node:os';
-import type { HandlerContext } from 'embers';
 import { loadOcrFunction } from './ocr-fn.ts';
-import { MODELS, createSession, modelHandle, ort, threadSettings, type ThreadSetting } from './ort.ts';
+import { MODELS, createSession, handlerContext, modelHandle, ort, threadSettings, type ThreadSetting } from './ort.ts';
 import type { LoadRun } from './load.ts';
 import { latency, timedLoop, type Latency, type Window } from './stats.ts';
 
@@ -62,14 +61,7 @@ export interface OpenPipeline {
 export async function openRawPipeline(image: string, { threads, spin }: ThreadSetting): Promise<OpenPipeline> {
   const fn = await loadOcrFunction();
   const [det, rec] = await Promise.all([createSession(MODELS.det, threads, spin), createSession(MODELS.rec, threads, spin)]);
-  const ctx: HandlerContext<'det' | 'rec'> = {
-    models: { det: modelHandle(det), rec: modelHandle(rec) },
-    log: silentLog,
-    requestId: 'bench',
-    signal: new AbortController().signal,
-    fn: { name: fn.name, version: 'bench' },
-    env: {},
-  };
+  const ctx = handlerContext({ det: modelHandle(det), rec: modelHandle(rec) }, { name: fn.name, version: 'bench' }, 'bench');
   const input = { image };
   return {
     run: () => Promise.resolve(fn.handler(input, ctx)),
@@ -107,8 +99,6 @@ export function rawPipelineSide(image: string, setting: ThreadSetting): (w: Wind
     }
   };
 }
-
-const silentLog: HandlerContext['log'] = { info() {}, warn() {}, error() {}, debug() {} };
 
 export function machine() {
   const cpus = os.cpus();

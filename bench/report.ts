@@ -2,8 +2,8 @@
 import os from 'node:os';
 import { coldSummaryLine, formatCold } from './cold.ts';
 import { batchingSummaryLine } from './batching.ts';
-import { errorsNote, num, table } from './format.ts';
-import { cpuPerRequestByRole, cpuPerRequestUs, echoVsPingByCpu, TARGETS, type BenchResult, type Measured } from './result.ts';
+import { cpuByRole, errorsNote, num, table } from './format.ts';
+import { cpuPerRequestUs, echoVsPingByCpu, TARGETS, type BenchResult, type Measured } from './result.ts';
 import { BLOCK } from './paired.ts';
 import { settingLabel } from './ort.ts';
 
@@ -181,13 +181,8 @@ export function formatOverhead(o: BenchResult['overhead']): string[] {
   out.push(...errorsNote('echo', echo), ...errorsNote('ping', ping));
   const byCpu = echoVsPingByCpu(echo, ping).echo_vs_ping_by_cpu;
   if (byCpu !== undefined) {
-    const parts = (m: Measured) =>
-      Object.entries(cpuPerRequestByRole(m))
-        .sort((a, b) => b[1] - a[1])
-        .map(([role, us]) => `${role} ${num(us, 0)}`)
-        .join(' + ');
     out.push(
-      `CPU per request (µs, cores busy ÷ req/s): echo ${parts(echo)} = ${num(cpuPerRequestUs(echo), 0)}; ping ${parts(ping)} = ${num(cpuPerRequestUs(ping), 0)}`,
+      `CPU per request (µs, cores busy ÷ req/s): echo ${cpuByRole(echo)} = ${num(cpuPerRequestUs(echo), 0)}; ping ${cpuByRole(ping)} = ${num(cpuPerRequestUs(ping), 0)}`,
       `  ping ÷ echo by CPU: ${num(byCpu, 3)} (what echo ÷ ping would be with both sides keeping the machine equally busy)`,
     );
   }

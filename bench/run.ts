@@ -34,7 +34,7 @@ import { ORT_VERSION, settingLabel, type ThreadSetting } from './ort.ts';
 import { bestCls, machine, RAW_SETTINGS, rawCls, rawPipelineSide, rawPipelines, type ClsPoint } from './raw.ts';
 import { formatOverhead, formatReport } from './report.ts';
 import { batchingVerdict, computeRatios, cpuPerRequestUs, type BatchingSection, echoVsPingByCpu, type BenchResult, type ColdOnlyResult, type OcrPoint, type OverheadPoint, type SaturationTurns } from './result.ts';
-import { ROOT, batchDelta, postJson, settledCounters, startEmbers, startNaive } from './servers.ts';
+import { ECHO_BODY, ROOT, batchDelta, echoTarget, postJson, settledCounters, startEmbers, startNaive } from './servers.ts';
 import { BLOCK, pairedC1 } from './paired.ts';
 import { windowFromEnv, type Window } from './stats.ts';
 
@@ -42,17 +42,7 @@ const CONCURRENCIES = [1, 8, 32, 128];
 const OVERHEAD_CONCURRENCY = 32;
 /** Where `echo` and ping also take turns, to show where each saturates (not targets). */
 const SWEEP_CONCURRENCIES = [8, 128, 256];
-const ECHO_BODY = '{"hello":"embers"}';
 const RESULTS = path.join(ROOT, 'bench/results');
-
-/** POST /v1/run/echo on a running Embers, the overhead probe. */
-const echoTarget = (embers: { port: number; apiKey: string }): Target => ({
-  port: embers.port,
-  method: 'POST',
-  path: '/v1/run/echo',
-  headers: { authorization: `Bearer ${embers.apiKey}`, 'content-type': 'application/json' },
-  body: Buffer.from(ECHO_BODY),
-});
 
 const log = (line: string) => process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${line}\n`);
 

@@ -8,11 +8,24 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { startChild, type Child } from './child.ts';
+import type { Target } from './load.ts';
 import { sleep } from './stats.ts';
 import type { ColdStartPhases } from '../core/contracts.ts';
 import { BENCH_PROVIDERS, type ThreadSetting } from './ort.ts';
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url));
+
+/** The body every section sends to `echo`. */
+export const ECHO_BODY = '{"hello":"embers"}';
+
+/** POST /v1/run/echo on a running Embers, the overhead probe. */
+export const echoTarget = (embers: { port: number; apiKey: string }): Target => ({
+  port: embers.port,
+  method: 'POST',
+  path: '/v1/run/echo',
+  headers: { authorization: `Bearer ${embers.apiKey}`, 'content-type': 'application/json' },
+  body: Buffer.from(ECHO_BODY),
+});
 
 /** Replicas write their record (state, batching counters) to Redis on this period (EMBERS_HEARTBEAT_MS default). */
 export const HEARTBEAT_MS = 2000;

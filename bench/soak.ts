@@ -5,9 +5,9 @@ import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { createRedis } from '../core/redis.ts';
 import { testImage } from './image.ts';
-import { closedLoopRun, type Target } from './load.ts';
+import { closedLoopRun } from './load.ts';
 import { num, table } from './format.ts';
-import { startEmbers, type EmbersServer } from './servers.ts';
+import { echoTarget, startEmbers, type EmbersServer } from './servers.ts';
 
 const CONCURRENCY = 32;
 const SAMPLE_MS = 10_000;
@@ -69,7 +69,7 @@ export async function soakSection(o: { embers: EmbersServer; seconds: number; lo
         await sleepUnless(Math.max(0, 1000 - (performance.now() - t0)), () => done);
       }
     })();
-    const target: Target = { port: embers.port, method: 'POST', path: '/v1/run/echo', headers: { authorization: `Bearer ${embers.apiKey}`, 'content-type': 'application/json' }, body: Buffer.from('{"hello":"embers"}') };
+    const target = echoTarget(embers);
     const run = await closedLoopRun(target, { concurrency: CONCURRENCY, window: { warmupMs: 2_000, measureMs: o.seconds * 1000 }, maxRequests: 50_000_000 });
     done = true;
     await Promise.all([sampler, trickle]);

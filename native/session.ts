@@ -180,7 +180,7 @@ class InlineSession {
  *   while they run, which is why only a lone request may use them.
  * Only the first narrow session is loaded before the replica is ready; the other instances load
  * once it is (grow()). The inline sessions are only marked wanted when a lone inference first
- * asks for them; the caller loads them (loadWide()) at a moment its thread is free, since loading
+ * asks for them; the caller loads them (loadInline()) at a moment its thread is free, since loading
  * holds that thread too. Until loaded, their work runs on the first narrow session. Inline
  * sessions that fail to load are not tried again (the model is likely too big for more copies).
  */
@@ -188,8 +188,8 @@ export class ModelSession {
   private readonly narrow: SessionWorker[];
   /** The inline sessions: every core, and `threads` (a lone run's narrow side, without the worker's hops). */
   private inline?: { wide: InlineSession; narrow: InlineSession };
-  /** 'wanted' once a lone inference asked for it; 'done' once loadWide() ran (a failed load is not tried again: likely short of memory). */
-  private wideState: 'idle' | 'wanted' | 'done' = 'idle';
+  /** 'wanted' once a lone inference asked for them; 'done' once loadInline() ran (a failed load is not tried again: likely short of memory). */
+  private inlineState: 'idle' | 'wanted' | 'done' = 'idle';
   private grown = false;
   private closed = false;
   private readonly chooser = new LoneChooser();
@@ -245,22 +245,22 @@ export class ModelSession {
   }
 
   /** Whether the inline sessions are loaded. */
-  get hasWide(): boolean {
+  get hasInline(): boolean {
     return this.inline !== undefined;
   }
 
-  /** Whether a lone inference asked for the inline sessions and they are not loaded yet: call loadWide() when the thread is free. */
-  get wantsWide(): boolean {
-    return this.wideState === 'wanted';
+  /** Whether a lone inference asked for the inline sessions and they are not loaded yet: call loadInline() when the thread is free. */
+  get wantsInline(): boolean {
+    return this.inlineState === 'wanted';
   }
 
   /**
    * Loads the inline sessions. It holds the calling thread for the load (about 10 ms per MB and
    * session): call it when nothing else needs that thread.
    */
-  async loadWide(): Promise<void> {
-    if (this.wideState !== 'wanted' || this.closed) return;
-    this.wideState = 'done';
+  async loadInline(): Promise<void> {
+    if (this.inlineState !== 'wanted' || this.closed) return;
+    this.inlineState = 'done';
     const loaded: InlineSession[] = [];
     try {
       loaded.push(await InlineSession.create(this.init.path, this.init.wideThreads!));
@@ -300,7 +300,7 @@ export class ModelSession {
         const r = await session.run(feeds);
         return { ...r, wide: side === 'wide', lone: true, ...(warm ? { timed: { side, cost: ((performance.now() - t0) * 1e6) / Math.max(1, values) } } : {}) };
       }
-      if (this.wideState === 'idle') this.wideState = 'wanted';
+      if (this.inlineState === 'idle') this.inlineState = 'wanted';
       return { ...(await this.leastBusy().run(feeds)), wide: false, lone: true };
     }
     return { ...(await this.leastBusy().run(feeds)), wide: false, lone: false };

@@ -9,6 +9,8 @@ export interface LocalRedis {
   url: string;
   port: number;
   dir: string;
+  /** Its watchdog's pid, which leads the process group redis-server runs in. */
+  pid: number;
   stop(): Promise<void>;
 }
 
@@ -162,6 +164,6 @@ async function startOnce(dir: string, persist: boolean | undefined, port: number
     await stop();
     throw err;
   }
-  return { url, port, dir, stop };
+  return { url, port, dir, pid: child.pid!, stop };
 }
 

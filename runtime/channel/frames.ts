@@ -18,11 +18,16 @@ export type FrameKind = typeof MESSAGES | typeof BYTES;
 export const MAX_MESSAGES_FRAME = 1024 * 1024;
 
 const HEADER = 9;
+const EMPTY = Buffer.alloc(0);
 
 function writeHeader(into: Buffer, kind: FrameKind, n: number, length: number): void {
   into.writeUInt8(kind, 0);
   into.writeUInt32LE(n >>> 0, 1);
   into.writeUInt32LE(length, 5);
+}
+
+function readHeader(from: Buffer, at: number): { kind: FrameKind; n: number; length: number } {
+  return { kind: from.readUInt8(at) as FrameKind, n: from.readUInt32LE(at + 1), length: from.readUInt32LE(at + 5) };
 }
 
 /** One frame in one write: a header and its bytes apart would cost two system calls, and the reader two wake-ups. */
@@ -79,7 +84,7 @@ export interface FrameReaderOptions {
 
 /** Reads frames and hands them on as they complete: a bytes frame in a buffer of its own, a messages frame in place where one chunk holds it whole. */
 export class FrameReader {
-  private head = Buffer.alloc(0);
+  private head = EMPTY;
   private frame?: { kind: FrameKind; n: number; bytes: Buffer; at: number };
   private broken = false;
 
@@ -95,21 +100,19 @@ export class FrameReader {
     let at = 0;
     while (!this.broken && at < chunk.length) {
       if (!this.frame) {
-        let head: Buffer;
+        let header: ReturnType<typeof readHeader>;
         if (!this.head.length && chunk.length - at >= HEADER) {
-          head = chunk;
+          header = readHeader(chunk, at);
+          at += HEADER;
         } else {
           const need = HEADER - this.head.length;
           this.head = Buffer.concat([this.head, chunk.subarray(at, at + need)]);
           at += Math.min(need, chunk.length - at);
           if (this.head.length < HEADER) return;
-          [head, this.head] = [this.head, Buffer.alloc(0)];
+          header = readHeader(this.head, 0);
+          this.head = EMPTY;
         }
-        const h = head === chunk ? at : 0;
-        const kind = head.readUInt8(h) as FrameKind;
-        const n = head.readUInt32LE(h + 1);
-        const length = head.readUInt32LE(h + 5);
-        if (head === chunk) at += HEADER;
+        const { kind, n, length } = header;
         const max = this.o.maxBytes[kind];
         if (max === undefined) return this.corrupt(`sent a frame of unknown kind ${kind}`);
         if (length > max) return this.corrupt(`sent a frame of ${length} bytes, over its bound of ${max}`);

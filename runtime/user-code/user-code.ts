@@ -26,7 +26,7 @@ import { heldMs, holdCall, newCallTimes, splitTiming, type CallTimes } from '../
 import { StartFailure, type AssignMessage, type FromUserCode, type RunMessage, type UserStats } from '../channel/messages.ts';
 
 /** What the user code needs of a loaded model: a ModelSession, or a fake one in tests. */
-export type ModelRunner = Pick<ModelSession, 'provider' | 'fallback' | 'instances' | 'lone' | 'inputNames' | 'outputNames' | 'wantsWide' | 'run' | 'noteLone' | 'grow' | 'loadWide' | 'close'>;
+export type ModelRunner = Pick<ModelSession, 'provider' | 'fallback' | 'instances' | 'lone' | 'inputNames' | 'outputNames' | 'wantsInline' | 'run' | 'noteLone' | 'grow' | 'loadInline' | 'close'>;
 
 interface LoadedModel {
   session: ModelRunner;
@@ -71,8 +71,8 @@ export class UserCode {
   private inferStarts = 0;
   /** Whether the models' other instances were asked to load. */
   private grown = false;
-  /** A model's inline sessions are loading (see maybeLoadWide). */
-  private loadingWide = false;
+  /** A model's inline sessions are loading (see maybeLoadInline). */
+  private loadingInline = false;
   /** Running requests' abort controllers, by their number on the channel. */
   private readonly running = new Map<number, AbortController>();
   private readonly streams: HandlerStreams;
@@ -230,7 +230,7 @@ export class UserCode {
       if (lane === 'live') this.gate.liveEnded();
       this.running.delete(m.n);
       this.maybeGrow();
-      this.maybeLoadWide();
+      this.maybeLoadInline();
     }
     const timing = splitTiming(m.queueMs, t0, performance.now(), times);
     // A handler that stopped because it was canceled ends "canceled", not "failed".
@@ -267,23 +267,23 @@ export class UserCode {
   }
 
   /**
-   * Loads a model's inline sessions (ModelSession.loadWide) once a lone request asked for them. The
+   * Loads a model's inline sessions (ModelSession.loadInline) once a lone request asked for them. The
    * load holds this process's thread, so it starts only when the process has just gone idle, one
    * model at a time; a request arriving meanwhile waits for it, once per model.
    */
-  private maybeLoadWide(): void {
-    if (this.loadingWide || !this.ready || this.closing || this.lanes.live + this.lanes.batch > 0) return;
+  private maybeLoadInline(): void {
+    if (this.loadingInline || !this.ready || this.closing || this.lanes.live + this.lanes.batch > 0) return;
     let model: ModelRunner | undefined;
-    for (const m of this.models.values()) if (m.session.wantsWide) model ??= m.session;
+    for (const m of this.models.values()) if (m.session.wantsInline) model ??= m.session;
     if (!model) return;
-    this.loadingWide = true;
+    this.loadingInline = true;
     setTimeout(() => {
-      const load = this.ready && !this.closing ? model.loadWide() : Promise.resolve();
+      const load = this.ready && !this.closing ? model.loadInline() : Promise.resolve();
       void load.finally(() => {
-        this.loadingWide = false;
-        this.maybeLoadWide();
+        this.loadingInline = false;
+        this.maybeLoadInline();
       });
-    }, LOAD_WIDE_AFTER_MS).unref();
+    }, LOAD_INLINE_AFTER_MS).unref();
   }
 
   /**
@@ -420,5 +420,5 @@ const EMPTY = new Uint8Array(0);
 
 /** How long after it is ready the process waits before loading its models' other instances. */
 const GROW_AFTER_MS = 1000;
-/** After the process goes idle, its inline sessions may load (maybeLoadWide). */
-const LOAD_WIDE_AFTER_MS = 5;
+/** After the process goes idle, its inline sessions may load (maybeLoadInline). */
+const LOAD_INLINE_AFTER_MS = 5;

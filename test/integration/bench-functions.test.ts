@@ -5,10 +5,9 @@
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import type { HandlerContext } from 'embers';
 import clsBatched from '../../bench/functions/cls-batched.ts';
 import { turnBatched } from '../../bench/light.ts';
-import { createSession, MODELS } from '../../bench/ort.ts';
+import { createSession, handlerContext, MODELS } from '../../bench/ort.ts';
 import { startNaive } from '../../bench/servers.ts';
 import { ROOT, startTestPlatform, type TestPlatform } from '../helpers/platform.ts';
 
@@ -52,8 +51,7 @@ describe('bench functions (the classifier, batched and batch-1)', () => {
     const session = await createSession(MODELS.cls, 1);
     const plain = await startNaive();
     try {
-      const log: HandlerContext['log'] = { info() {}, warn() {}, error() {}, debug() {} };
-      const ctx: HandlerContext<'cls'> = { models: { cls: turnBatched(session) }, log, requestId: 'raw', signal: new AbortController().signal, fn: { name: 'cls-batched', version: 'raw' }, env: {} };
+      const ctx = handlerContext({ cls: turnBatched(session) }, { name: 'cls-batched', version: 'raw' }, 'raw');
       // Asked in one turn: their inferences run as one batch.
       const raw = await Promise.all(seeds.map((seed) => Promise.resolve(clsBatched.handler({ seed }, ctx))));
       const viaPlain = await Promise.all(

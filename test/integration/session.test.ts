@@ -31,13 +31,13 @@ describe('model sessions', () => {
     s.grow(() => loaded++);
     await eventually(async () => s.instances === 2, 'the second instance to load');
     assert.equal(loaded, 1);
-    assert.equal(s.wantsWide, false);
+    assert.equal(s.wantsInline, false);
     assert.equal((await s.run(feeds(), true)).wide, false, 'the first ask runs narrow and marks the inline session wanted');
-    assert.equal(s.wantsWide, true);
-    assert.equal(s.hasWide, false, 'it loads only when the caller says (loading holds its thread)');
-    await s.loadWide();
-    assert.equal(s.hasWide, true);
-    assert.equal(s.wantsWide, false);
+    assert.equal(s.wantsInline, true);
+    assert.equal(s.hasInline, false, 'it loads only when the caller says (loading holds its thread)');
+    await s.loadInline();
+    assert.equal(s.hasInline, true);
+    assert.equal(s.wantsInline, false);
     // A session's first runs come back untimed (they are slow while it warms up): the chooser
     // does not learn from them, and goes on asking for that side until it is warm.
     const cold = await s.run(feeds(), true);
@@ -84,9 +84,9 @@ describe('model sessions', () => {
       const s = await ModelSession.create({ path: CLS, providers: ['cpu'], threads: 1, ...o });
       sessions.push(s);
       assert.equal((await s.run(feeds(), true)).wide, false);
-      assert.equal(s.wantsWide, false, JSON.stringify(o));
-      await s.loadWide();
-      assert.equal(s.hasWide, false);
+      assert.equal(s.wantsInline, false, JSON.stringify(o));
+      await s.loadInline();
+      assert.equal(s.hasInline, false);
     }
   });
 });

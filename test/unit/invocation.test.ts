@@ -23,7 +23,7 @@ function doubler(runs: number[]): ModelRunner {
     lone: undefined,
     inputNames: ['x'],
     outputNames: ['y'],
-    wantsWide: false,
+    wantsInline: false,
     async run(feeds: Feeds) {
       const x = feeds.x;
       runs.push(x.dims[0]);
@@ -31,7 +31,7 @@ function doubler(runs: number[]): ModelRunner {
     },
     noteLone() {},
     grow() {},
-    async loadWide() {},
+    async loadInline() {},
     async close() {},
   };
 }
