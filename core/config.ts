@@ -3,6 +3,7 @@ import os from 'node:os';
 import { z } from 'zod';
 import path from 'node:path';
 import { DEFAULT_MAX_JSON_DEPTH } from './json-depth.ts';
+import { parseSentinelHosts, type RedisTarget } from './redis-target.ts';
 
 const bool = z.enum(['1', '0', 'true', 'false']).transform((v) => v === '1' || v === 'true');
 const int = (min: number, max = Number.MAX_SAFE_INTEGER) => z.coerce.number().int().min(min).max(max);
@@ -17,8 +18,40 @@ export const ConfigSchema = z.object({
   EMBERS_HOST: z.string().min(1).default('127.0.0.1'),
   /** Where `embers dev` keeps Redis data, S3 data, the model cache and the generated key. @default .embers */
   EMBERS_DATA_DIR: z.string().min(1).default('.embers'),
-  /** Redis URL. Unset under `embers dev`: a redis-server is spawned. */
+  /**
+   * Redis URL. Unset under `embers dev`: a redis-server is spawned. With EMBERS_REDIS_SENTINELS it
+   * gives the primary's user, password, database and TLS (rediss:); its host is not used.
+   */
   EMBERS_REDIS_URL: z.string().url().optional(),
+  /**
+   * Redis Sentinels, `host:port,host:port,…`: every part asks them for the primary and follows a
+   * failover by itself (docs/decisions/040-redis-sentinel.md).
+   */
+  EMBERS_REDIS_SENTINELS: z
+    .string()
+    .optional()
+    .superRefine((v, ctx) => {
+      if (v === undefined) return;
+      try {
+        parseSentinelHosts(v);
+      } catch (err) {
+        ctx.addIssue({ code: 'custom', message: (err as Error).message });
+      }
+    }),
+  /** The master group's name that the Sentinels monitor. @default embers */
+  EMBERS_REDIS_SENTINEL_NAME: z.string().min(1).default('embers'),
+  /** The Sentinels' own password (their requirepass), when they have one. */
+  EMBERS_REDIS_SENTINEL_PASSWORD: z.string().min(1).optional(),
+  /** Talk TLS to the Sentinels. @default false */
+  EMBERS_REDIS_SENTINEL_TLS: bool.default(false),
+  /**
+   * Redis replicas that must hold an accepted async run, batch or deploy before the gateway
+   * answers 202/201 (Redis WAIT); none confirming in EMBERS_REDIS_ACK_TIMEOUT_MS is a 503.
+   * @default 1 with EMBERS_REDIS_SENTINELS, else 0
+   */
+  EMBERS_REDIS_ACK_REPLICAS: int(0, 16).optional(),
+  /** How long the gateway waits for EMBERS_REDIS_ACK_REPLICAS. @default 2000 */
+  EMBERS_REDIS_ACK_TIMEOUT_MS: int(1, 60_000).default(2_000),
   /** S3 endpoint. Unset under `embers dev`: an embedded S3 server is started on loopback. */
   EMBERS_S3_ENDPOINT: z.string().url().optional(),
   /** Bucket for bundles and uploaded models; created if missing. @default embers */
@@ -210,6 +243,24 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
   }
   return { ...parsed.data, dataDir: path.resolve(parsed.data.EMBERS_DATA_DIR) };
+}
+
+/**
+ * The Redis every part uses, from EMBERS_REDIS_*; `url`: the one `embers dev` started, where
+ * EMBERS_REDIS_URL is unset.
+ */
+export function redisTarget(config: Config, url = config.EMBERS_REDIS_URL): RedisTarget {
+  const sentinels = config.EMBERS_REDIS_SENTINELS;
+  const sentinel = sentinels
+    ? { hosts: parseSentinelHosts(sentinels), name: config.EMBERS_REDIS_SENTINEL_NAME, password: config.EMBERS_REDIS_SENTINEL_PASSWORD, tls: config.EMBERS_REDIS_SENTINEL_TLS }
+    : undefined;
+  if (!url && !sentinel) throw new ConfigError('set EMBERS_REDIS_URL or EMBERS_REDIS_SENTINELS: separate gateways and agents share one Redis');
+  return {
+    url: url ?? `redis://${encodeURIComponent(config.EMBERS_REDIS_SENTINEL_NAME)}`,
+    sentinel,
+    ackReplicas: config.EMBERS_REDIS_ACK_REPLICAS ?? (sentinel ? 1 : 0),
+    ackTimeoutMs: config.EMBERS_REDIS_ACK_TIMEOUT_MS,
+  };
 }
 
 /** Most model sessions per model by default: each is a copy of the model in memory. */

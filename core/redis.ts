@@ -1,9 +1,17 @@
 import { createHash } from 'node:crypto';
 import { Redis, type RedisOptions } from 'ioredis';
+import { connectionOptions, type RedisTarget } from './redis-target.ts';
 
-/** BullMQ needs maxRetriesPerRequest null on blocking connections; we use it everywhere. */
-export function createRedis(url: string, options: RedisOptions = {}): Redis {
-  const client = new Redis(url, { maxRetriesPerRequest: null, enableReadyCheck: true, lazyConnect: false, ...options });
+/**
+ * A client of `target` (a URL: a single Redis). BullMQ needs maxRetriesPerRequest null on
+ * blocking connections; we use it everywhere. Clients made with `duplicate()` keep the target.
+ */
+export function createRedis(target: RedisTarget | string, options: RedisOptions = {}): Redis {
+  const defaults: RedisOptions = { maxRetriesPerRequest: null, enableReadyCheck: true, lazyConnect: false };
+  const client =
+    typeof target === 'string' || !target.sentinel
+      ? new Redis(typeof target === 'string' ? target : target.url, { ...defaults, ...options })
+      : new Redis({ ...defaults, ...connectionOptions(target), ...options });
   // Connection errors are retried by ioredis and surface as failed commands where they matter;
   // without a listener ioredis prints each one to stderr as "Unhandled error event".
   client.on('error', () => {});
@@ -65,16 +73,31 @@ export async function evalScript(redis: Redis, script: string, numKeys: number, 
 
 const shas = new Map<string, string>();
 
-/** The URL as it may be printed: a password in it is replaced. */
-export function withoutPassword(url: string): string {
-  try {
-    const u = new URL(url);
-    if (!u.password) return url;
-    u.password = '***';
-    return u.href;
-  } catch {
-    return url.replace(/\/\/[^@/]*@/, '//***@');
-  }
+export type { Redis };
+
+/**
+ * Waits until `target.ackReplicas` replicas hold every write `client` sent so far (Redis WAIT);
+ * false when fewer confirmed in `target.ackTimeoutMs`. True at once where none is asked for.
+ */
+export async function replicated(client: Redis, target: RedisTarget): Promise<boolean> {
+  if (target.ackReplicas <= 0) return true;
+  const acked = Number(await client.wait(target.ackReplicas, target.ackTimeoutMs));
+  return acked >= target.ackReplicas;
 }
 
-export type { Redis };
+export interface Replication {
+  /** The address `client` is connected to (under Sentinel: the primary it was given). */
+  address: string;
+  role: string;
+  /** Replicas connected to it. */
+  replicas: number;
+}
+
+/** Who `client` talks to and how many replicas that server has (INFO replication). */
+export async function replicationOf(client: Redis): Promise<Replication> {
+  const info = await client.info('replication');
+  const field = (name: string) => new RegExp(`^${name}:(.*)$`, 'm').exec(info)?.[1]?.trim();
+  const socket = client.stream;
+  const address = socket?.remoteAddress ? `${socket.remoteAddress.includes(':') ? `[${socket.remoteAddress}]` : socket.remoteAddress}:${socket.remotePort}` : 'unknown';
+  return { address, role: field('role') ?? 'unknown', replicas: Number(field('connected_slaves')) || 0 };
+}

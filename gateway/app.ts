@@ -1,10 +1,13 @@
 // The Hono app: one sub-app per resource, each mounted with the operations it describes for
 // the OpenAPI document; errors mapped in one place.
+import { createHash, timingSafeEqual } from 'node:crypto';
 import { Hono } from 'hono';
 import { z } from 'zod';
 import type { GatewayDeps, GatewayEnv } from './deps.ts';
 import { authenticate } from './middleware/auth.ts';
 import { requestId } from './middleware/request-id.ts';
+import { replicatedWrites } from './middleware/replicated.ts';
+import { replicationOf } from '../core/redis.ts';
 import { ApiError, notFound, onError } from './errors.ts';
 import { functionOperations, functionRoutes } from './routes/functions.ts';
 import { versionOperations, versionRoutes } from './routes/versions.ts';
@@ -42,6 +45,7 @@ export function createApp(deps: GatewayDeps) {
   app.onError(onError(deps.log));
   app.notFound(notFound);
   app.use('*', requestId(deps.log));
+  if (deps.redisTarget.ackReplicas > 0) app.use('*', replicatedWrites(deps.redis, deps.redisTarget));
 
   /** The groups mounted so far: the OpenAPI document describes exactly these. */
   const mounted: MountedGroup[] = [{ prefix: '', group: platformOperations }];
@@ -54,20 +58,23 @@ export function createApp(deps: GatewayDeps) {
 
   app.get('/healthz', (c) => c.json({ ok: true }));
   app.get('/readyz', async (c) => {
-    const checks = await Promise.all([
-      deps.redis.ping().then(() => 'ok', (e: Error) => e.message),
-      deps.store.ping().then(() => 'ok', (e: Error) => e.message),
-    ]);
-    const [redis, s3] = checks;
+    const [replication, s3] = await Promise.all([replicationOf(deps.redis).catch((e: Error) => e), deps.store.ping().then(() => 'ok', (e: Error) => e.message)]);
+    const redis = replication instanceof Error ? replication.message : 'ok';
     const replies = deps.replies.listening ? 'ok' : 'reconnecting';
     const ok = redis === 'ok' && s3 === 'ok' && replies === 'ok';
-    return c.json({ ok, redis, s3, replies, sandbox: await sandboxReport(deps.redis) }, ok ? 200 : 503);
+    // Which Redis serves this gateway (under Sentinel: the primary it was given) and its replicas:
+    // the inside of the platform, for the admin's eyes only.
+    const admin = deps.adminKey !== undefined && sameSecret(c.req.header('authorization') ?? '', `Bearer ${deps.adminKey}`);
+    const redisServer = admin && !(replication instanceof Error) ? { ...replication, sentinel: deps.redisTarget.sentinel?.name } : undefined;
+    return c.json({ ok, redis, redisServer, s3, replies, sandbox: await sandboxReport(deps.redis) }, ok ? 200 : 503);
   });
   // Its labels name every tenant's functions (by key: <tenant id>.<name>) and their traffic: the
   // admin key's to read, like the tenant routes, never a tenant's or a stranger's.
   app.get('/metrics', authenticate(deps.tenants, deps.adminKey), async (c) => {
     if (!c.get('auth').admin) throw new ApiError(403, 'forbidden', '/metrics names every tenant\'s functions: scrape it with the admin key (EMBERS_ADMIN_KEY) as a Bearer token');
     await refreshClusterGauges(deps.redis, deps.metrics, deps.log);
+    // Only where replicas are expected: a lone Redis has no series, and no alert for it.
+    if (deps.redisTarget.sentinel) await replicationOf(deps.redis).then((r) => deps.metrics.redisReplicas.set(r.replicas), () => {});
     return c.text(await deps.metrics.registry.metrics(), 200, { 'content-type': deps.metrics.registry.contentType });
   });
 
@@ -98,7 +105,23 @@ export function createApp(deps: GatewayDeps) {
   return app;
 }
 
-const Readiness = z.object({ ok: z.boolean(), redis: z.string(), s3: z.string(), replies: z.string(), sandbox: z.unknown() });
+const Readiness = z.object({
+  ok: z.boolean(),
+  redis: z.string(),
+  redisServer: z
+    .object({ address: z.string(), role: z.string(), replicas: z.number().int(), sentinel: z.string().optional().describe('the master group, under Sentinel') })
+    .optional()
+    .describe('with the admin key only: the Redis this gateway uses (under Sentinel, the primary it was given) and how many replicas it has'),
+  s3: z.string(),
+  replies: z.string(),
+  sandbox: z.unknown(),
+});
+
+/** Compares secrets in constant time, whatever their lengths. */
+function sameSecret(a: string, b: string): boolean {
+  const digest = (s: string) => createHash('sha256').update(s).digest();
+  return timingSafeEqual(digest(a), digest(b));
+}
 
 /** The routes createApp defines itself. */
 export const platformOperations: RouteGroup = {
@@ -111,7 +134,7 @@ export const platformOperations: RouteGroup = {
       path: '/readyz',
       id: 'getReadiness',
       summary: 'Whether the gateway can take work',
-      description: 'Redis, S3 and the reply channel each `ok` or why not; `sandbox` says what the nodes can enforce on tenant code.',
+      description: 'Redis, S3 and the reply channel each `ok` or why not; `sandbox` says what the nodes can enforce on tenant code. With the admin key, `redisServer` names the Redis in use (under Sentinel: the primary).',
       access: 'public',
       responses: { 200: { description: 'ready', content: { 'application/json': Readiness } }, 503: { description: 'not ready: see which part', content: { 'application/json': Readiness } } },
     },

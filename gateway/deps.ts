@@ -2,6 +2,7 @@
 // dependencies createApp hands each route. Types only, so any module may import them.
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
+import type { RedisTarget } from '../core/redis-target.ts';
 import type { BatchStore } from '../core/batches.ts';
 import type { BudgetStore } from '../core/budgets.ts';
 import type { BucketRegistry, TenantStores } from '../core/buckets.ts';
@@ -27,6 +28,8 @@ export type GatewayEnv = { Variables: { rid: string; auth: AuthContext } };
 export interface GatewayDeps {
   gatewayId: string;
   redis: Redis;
+  /** Where `redis` points, and how many replicas accepted work waits for. */
+  redisTarget: RedisTarget;
   store: ObjectStore;
   registry: Registry;
   tenants: TenantStore;

@@ -44,6 +44,7 @@ export function createMetrics() {
     queue: new Histogram({ name: 'embers_queue_duration_seconds', help: 'Time a request waited in its queue', labelNames: ['function'], buckets: [0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30], registers: [registry] }),
     inflight: new Gauge({ name: 'embers_gateway_inflight_requests', help: 'Requests this gateway is waiting on', registers: [registry] }),
     // Read from Redis at scrape time (scrape.ts): the platform's state, the same from every gateway.
+    redisReplicas: new Gauge({ name: 'embers_redis_replicas', help: 'Replicas connected to the Redis primary in use (only under Sentinel)', registers: [registry] }),
     redisUp: new Gauge({ name: 'embers_redis_up', help: 'Whether Redis answered this scrape (1) or not (0)', registers: [registry] }),
     waiting: new Gauge({ name: 'embers_queue_waiting_requests', help: 'Live requests queued that no replica has taken yet, by function', labelNames: ['function'], registers: [registry] }),
     oldestWaiting: new Gauge({ name: 'embers_queue_oldest_waiting_seconds', help: 'How long the oldest live request no replica has taken yet has waited, by function (0: none waits)', labelNames: ['function'], registers: [registry] }),

@@ -20,6 +20,8 @@ interface Followed {
 export class ReplyHub {
   /** By the request's unique id (RunJobData.id). */
   private readonly waiting = new Map<string, { resolve: (r: Reply | null) => void }>();
+  /** Requests that were waiting when the subscription broke: their reply may have been missed. */
+  private readonly lost = new Set<string>();
   readonly channel: string;
   private channels: string[] = [];
   private subscribed = false;
@@ -34,8 +36,16 @@ export class ReplyHub {
     onBadMessage: (channel: string, err: Error) => void = () => {},
   ) {
     this.channel = keys.replyChannel(gatewayId);
-    // A reply published while this gateway is not subscribed is lost: know when that can happen.
-    sub.on('close', () => (this.subscribed = false));
+    // A reply published while this gateway is not subscribed is lost: know when that can happen,
+    // and end the requests waiting now (noReply answers them 503) rather than at their deadline.
+    sub.on('close', () => {
+      this.subscribed = false;
+      for (const [id, waiter] of this.waiting) {
+        this.lost.add(id);
+        waiter.resolve(null);
+      }
+      this.waiting.clear();
+    });
     sub.on('ready', () => {
       if (this.channels.length) this.subscribe().catch(() => {});
     });
@@ -130,6 +140,11 @@ export class ReplyHub {
         },
       });
     });
+  }
+
+  /** Whether `id`'s reply resolved null because the subscription broke (asked once). */
+  takeLost(id: string): boolean {
+    return this.lost.delete(id);
   }
 
   cancel(id: string): void {

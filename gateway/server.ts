@@ -16,7 +16,8 @@ import { DEFAULT_MAX_JSON_DEPTH } from '../core/json-depth.ts';
 import { LiveQueue } from '../core/live-queue.ts';
 import { JobStore } from '../core/jobs.ts';
 import type { Logger } from '../core/log.ts';
-import { createRedis, withoutPassword, type Redis } from '../core/redis.ts';
+import { createRedis, type Redis } from '../core/redis.ts';
+import { describeRedis, type RedisTarget } from '../core/redis-target.ts';
 import { closeOrDisconnect } from '../core/settle.ts';
 import { Registry } from '../core/registry.ts';
 import { TenantStore } from '../core/tenants.ts';
@@ -38,7 +39,7 @@ import { keys, QUEUE_PREFIX, WEBHOOK_QUEUE } from '../core/keys.ts';
 const CLOSE_GRACE_MS = 10_000;
 
 export interface GatewayOptions {
-  redisUrl: string;
+  redisTarget: RedisTarget;
   store: ObjectStore;
   apiKey: string;
   /** EMBERS_ADMIN_KEY: manages tenants and keys. Without one, the tenant routes answer 403. */
@@ -88,11 +89,11 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
   const log = o.log.child({ gateway: id });
   const tls = o.tls && (await readTls(o.tls));
   // Requests must fail fast (503) while Redis is unreachable, not queue up inside ioredis.
-  const redis = createRedis(o.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1 });
-  const sub = createRedis(o.redisUrl);
+  const redis = createRedis(o.redisTarget, { enableOfflineQueue: false, maxRetriesPerRequest: 1 });
+  const sub = createRedis(o.redisTarget);
   await new Promise<void>((resolve, reject) => {
     redis.once('ready', resolve);
-    redis.once('error', (err) => reject(new GatewayStartError(`cannot reach Redis at ${withoutPassword(o.redisUrl)}: ${err.message}`)));
+    redis.once('error', (err) => reject(new GatewayStartError(`cannot reach Redis at ${describeRedis(o.redisTarget)}: ${err.message}`)));
   });
   redis.on('error', (err) => log.warn({ err: err.message }, 'redis connection error'));
   const registry = new Registry(redis, o.store);
@@ -127,7 +128,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
   const webhookQueue = new Queue(WEBHOOK_QUEUE, { connection: redis, prefix: QUEUE_PREFIX });
   webhookQueue.on('error', (err) => log.warn({ err: err.message }, 'webhook queue error'));
   let url = '';
-  const webhooks = startWebhookWorker({ redisUrl: o.redisUrl, jobs, secret: webhookSecret, baseUrl: () => o.publicUrl ?? url, log, allowPrivate: o.webhookAllowPrivate });
+  const webhooks = startWebhookWorker({ redisTarget: o.redisTarget, jobs, secret: webhookSecret, baseUrl: () => o.publicUrl ?? url, log, allowPrivate: o.webhookAllowPrivate });
 
   const tails = new TailFeeds({ redis, log });
   const lastWake = new Map<string, number>();
@@ -135,6 +136,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
   const stores = new TenantStores(o.store, buckets, o.bucketAllowPrivate ?? false);
   const app = createApp({
     gatewayId: id,
+    redisTarget: o.redisTarget,
     redis,
     store: o.store,
     registry,

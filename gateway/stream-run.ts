@@ -13,7 +13,7 @@ import { ChunkReader } from './chunk-reader.ts';
 import type { GatewayDeps, GatewayEnv } from './deps.ts';
 import type { Reply } from './replies.ts';
 import { answerAsChunk, eventStream, finalEvent, HEARTBEAT, SSE_HEADERS, sseEvent } from './sse.ts';
-import { noReply, queueSync, requireListening, type QueuedSync, type Submission, type SyncOutcome } from './submit.ts';
+import { noReply, queueSync, repliesLost, requireListening, type QueuedSync, type Submission, type SyncOutcome } from './submit.ts';
 import { randomUUID } from 'node:crypto';
 
 /** How long a reader waits for a notice before looking anyway. */
@@ -79,6 +79,7 @@ export async function runStreamed(c: Context<GatewayEnv>, deps: GatewayDeps, s: 
   const finish = (status: number, queueMs?: number) => {
     if (finished) return false;
     finished = true;
+    deps.replies.takeLost(queued.id);
     deps.metrics.duration.observe({ function: s.key }, totalMs() / 1000);
     queued.end(status, queueMs);
     void reader.close();
@@ -111,6 +112,11 @@ export async function runStreamed(c: Context<GatewayEnv>, deps: GatewayDeps, s: 
         return chunks.map(chunkEvent).join('');
       }
       const r = reply;
+      if (r === null && deps.replies.takeLost(queued.id)) {
+        finish(503);
+        const lost = repliesLost();
+        return sseEvent({ event: 'error', data: JSON.stringify({ status: 503, error: { code: lost.code, message: lost.message } }) });
+      }
       if (r === null) {
         finish(504);
         return sseEvent({ event: 'error', data: JSON.stringify({ status: 504, error: { code: 'timeout', message: `${s.name} did not finish in time (run limit ${s.fn.manifest.timeoutMs} ms)` } }) });

@@ -148,16 +148,30 @@ export async function runSync(deps: GatewayDeps, s: Submission, t0: number, call
   return { header: reply.header, body: reply.body, totalMs };
 }
 
-/** A sync run that got no reply: its caller left (CallerGone), or nobody answered in time (504; taken back if no replica started it). */
+/**
+ * A sync run that got no reply: its caller left (CallerGone), the connection its reply would come
+ * on broke (503), or nobody answered in time (504); taken back if no replica started it.
+ */
 export async function noReply(deps: GatewayDeps, s: Submission, q: QueuedSync, caller?: CallerConnection): Promise<never> {
+  const lost = deps.replies.takeLost(q.id);
   if (caller?.left) {
     q.end(499);
     await q.callerLeft();
     throw new CallerGone();
   }
+  if (lost) {
+    q.end(503);
+    await deps.live.takeBack(s.key, q.entry).catch(() => false);
+    throw repliesLost();
+  }
   q.end(504);
   await deps.live.takeBack(s.key, q.entry).catch(() => false);
   throw new ApiError(504, 'timeout', `${s.name} did not answer in time (queue limit ${deps.queueTimeoutMs} ms + run limit ${s.fn.manifest.timeoutMs} ms); see \`embers functions show ${s.name}\``);
+}
+
+/** A sync run whose reply may have been missed: the gateway's Redis connection broke (a failover, a restart) while it waited. */
+export function repliesLost(): ApiError {
+  return new ApiError(503, 'unavailable', 'the gateway lost its connection to Redis (a restart or failover) while waiting for the answer; the run may or may not have happened: retry, or use an async run where it must happen once');
 }
 
 /** Queues an async run: its record first (so GET never misses it), then the job itself. Resolves with the job id. */

@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { signWebhook, tenantWebhookSecret, type JobStore, type WebhookDelivery } from '../core/jobs.ts';
 import type { Logger } from '../core/log.ts';
 import { createRedis } from '../core/redis.ts';
+import type { RedisTarget } from '../core/redis-target.ts';
 import { closeOrDisconnect } from '../core/settle.ts';
 import { refusedTarget } from '../core/webhook-target.ts';
 import type { GatewayDeps, GatewayEnv } from './deps.ts';
@@ -15,9 +16,9 @@ import type { RouteGroup } from './openapi/operation.ts';
 
 const DELIVERY_TIMEOUT_MS = 10_000;
 
-export function startWebhookWorker(o: { redisUrl: string; jobs: JobStore; secret: string; baseUrl: () => string; log: Logger; allowPrivate?: boolean }): { close(): Promise<void> } {
+export function startWebhookWorker(o: { redisTarget: RedisTarget; jobs: JobStore; secret: string; baseUrl: () => string; log: Logger; allowPrivate?: boolean }): { close(): Promise<void> } {
   const log = o.log.child({ component: 'webhooks' });
-  const connection = createRedis(o.redisUrl);
+  const connection = createRedis(o.redisTarget);
   const worker = new Worker<WebhookDelivery>(
     WEBHOOK_QUEUE,
     async (job: Job<WebhookDelivery>) => {

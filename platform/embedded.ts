@@ -4,7 +4,8 @@ import { DEFAULT_ROLLOUT_THRESHOLDS } from '../scheduler/rollout-judge.ts';
 import { randomBytes } from 'node:crypto';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { ortInstances, type Config } from '../core/config.ts';
+import { ortInstances, redisTarget as configuredRedis, type Config } from '../core/config.ts';
+import type { RedisTarget } from '../core/redis-target.ts';
 import type { Logger } from '../core/log.ts';
 import { storeFromConfig, type ObjectStore } from '../core/s3.ts';
 import { startGateway, type GatewayOptions, type RunningGateway } from '../gateway/server.ts';
@@ -18,7 +19,7 @@ export interface Platform {
   apiKey: string;
   /** EMBERS_ADMIN_KEY, or the one generated and kept in the data dir. */
   adminKey: string;
-  redisUrl: string;
+  redisTarget: RedisTarget;
   s3Endpoint?: string;
   /** The redis-server this platform started, if it started one (tests restart it). */
   localRedis?: LocalRedis;
@@ -52,7 +53,7 @@ async function localSecret(file: string): Promise<string> {
 }
 
 /** Gateway settings from config: shared by `embers dev` and a standalone `embers gateway`. */
-export function gatewayOptions(config: Config, o: { redisUrl: string; store: ObjectStore; apiKey: string; adminKey?: string; secretsKey?: string; log: Logger }): GatewayOptions {
+export function gatewayOptions(config: Config, o: { redisTarget: RedisTarget; store: ObjectStore; apiKey: string; adminKey?: string; secretsKey?: string; log: Logger }): GatewayOptions {
   return {
     ...o,
     secretsKey: o.secretsKey ?? config.EMBERS_SECRETS_KEY,
@@ -79,11 +80,11 @@ export function gatewayOptions(config: Config, o: { redisUrl: string; store: Obj
  * Node agent settings from config: shared by `embers dev` and a standalone `embers agent`.
  * `metricsPort`: the agent's /metrics port when EMBERS_METRICS_PORT is unset (none: off).
  */
-export function agentOptions(config: Config, o: { redisUrl: string; store: ObjectStore; s3Endpoint?: string; secretsKey?: string; log: Logger; metricsPort?: number }): AgentOptions {
+export function agentOptions(config: Config, o: { redisTarget: RedisTarget; store: ObjectStore; s3Endpoint?: string; secretsKey?: string; log: Logger; metricsPort?: number }): AgentOptions {
   const metricsPort = config.EMBERS_METRICS_PORT ?? o.metricsPort;
   const secretsKey = o.secretsKey ?? config.EMBERS_SECRETS_KEY;
   return {
-    redisUrl: o.redisUrl,
+    redisTarget: o.redisTarget,
     store: o.store,
     cacheDir: path.join(config.dataDir, 'cache'),
     log: o.log,
@@ -148,12 +149,13 @@ export async function startPlatform(config: Config, log: Logger, opts: { persist
   try {
     await mkdir(config.dataDir, { recursive: true });
     let redisUrl = config.EMBERS_REDIS_URL;
-    if (!redisUrl) {
+    if (!redisUrl && !config.EMBERS_REDIS_SENTINELS) {
       state.localRedis = await startLocalRedis(path.join(config.dataDir, 'redis'), { persist: opts.persistRedis ?? true });
       stops.push(async () => (platform ?? state).localRedis?.stop());
       redisUrl = state.localRedis.url;
       log.info({ url: redisUrl }, 'started redis-server');
     }
+    const redisTarget = configuredRedis(config, redisUrl);
     let s3Endpoint = config.EMBERS_S3_ENDPOINT;
     if (!s3Endpoint) {
       const s3: LocalS3 = await startLocalS3(path.join(config.dataDir, 's3'));
@@ -168,12 +170,12 @@ export async function startPlatform(config: Config, log: Logger, opts: { persist
     const adminKey = config.EMBERS_ADMIN_KEY ?? (await localAdminKey(config.dataDir));
     const secretsKey = config.EMBERS_SECRETS_KEY ?? (await localSecretsKey(config.dataDir));
 
-    const gateway = await startGateway(gatewayOptions(config, { redisUrl, store, apiKey, adminKey, secretsKey, log }));
+    const gateway = await startGateway(gatewayOptions(config, { redisTarget, store, apiKey, adminKey, secretsKey, log }));
     let gatewayClosed: Promise<void> | undefined;
     const closeGateway = () => (gatewayClosed ??= gateway.close());
     stops.push(closeGateway);
 
-    const agent = new NodeAgent(agentOptions(config, { redisUrl, store, s3Endpoint, secretsKey, log }));
+    const agent = new NodeAgent(agentOptions(config, { redisTarget, store, s3Endpoint, secretsKey, log }));
     await agent.start();
     // The gateway stops first: it takes nothing new and answers what it accepted while the
     // replicas still run; then the replicas drain what they hold; Redis stops last.
@@ -182,7 +184,7 @@ export async function startPlatform(config: Config, log: Logger, opts: { persist
       await agent.close();
     });
 
-    platform = { url: gateway.url, apiKey, adminKey, redisUrl, s3Endpoint, localRedis: state.localRedis, agent, gateway, stop: stopAll };
+    platform = { url: gateway.url, apiKey, adminKey, redisTarget, s3Endpoint, localRedis: state.localRedis, agent, gateway, stop: stopAll };
     return platform;
   } catch (err) {
     await stopAll();

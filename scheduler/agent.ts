@@ -11,6 +11,7 @@ import type { Redis } from 'ioredis';
 import { EXIT_BROKE_CHANNEL, EXIT_REPLACE_ME, type NodeRecord, type PlacementRecord, type PlatformEvent } from '../core/contracts.ts';
 import type { Logger } from '../core/log.ts';
 import { createRedis } from '../core/redis.ts';
+import { redisEnv, type RedisTarget } from '../core/redis-target.ts';
 import type { ObjectStore } from '../core/s3.ts';
 import { discoverGpus, type GpuInfo } from '../native/gpu.ts';
 import { buildRuntime } from './runtime-build.ts';
@@ -43,7 +44,7 @@ const REPLICA_V8_FLAGS = ['--initial-heap-size=128', '--no-memory-reducer', '--m
 const CGROUP_SWEEP_MS = 60_000;
 
 export interface AgentOptions {
-  redisUrl: string;
+  redisTarget: RedisTarget;
   store: ObjectStore;
   /** Node-level cache shared by this agent's replicas. */
   cacheDir: string;
@@ -116,8 +117,8 @@ export class NodeAgent {
   constructor(private readonly o: AgentOptions) {
     this.id = `node-${os.hostname()}-${randomUUID().slice(0, 6)}`;
     this.penalty = new RestartPenalty({ baseMs: o.replaceWaitMs });
-    this.redis = createRedis(o.redisUrl);
-    this.sub = createRedis(o.redisUrl);
+    this.redis = createRedis(o.redisTarget);
+    this.sub = createRedis(o.redisTarget);
     this.slots = o.slots ?? 2 * os.availableParallelism();
     this.nodeTtlMs = o.nodeTtlMs ?? 10_000;
     this.log = o.log.child({ component: 'agent', node: this.id });
@@ -258,7 +259,7 @@ export class NodeAgent {
   private forkRuntime(extraEnv: Record<string, string>): ChildProcess {
     return fork(this.replicaMain ?? REPLICA_SOURCE, [], {
       execArgv: [...REPLICA_V8_FLAGS, ...(this.replicaMain ? [] : ['--import', TSX])],
-      env: { ...process.env, ...this.o.replicaEnv, EMBERS_NODE_ID: this.id, EMBERS_REDIS_URL: this.o.redisUrl, EMBERS_CACHE_DIR: this.o.cacheDir, ...(this.sandbox ? { EMBERS_SANDBOX_SUPPORT: JSON.stringify(this.sandbox) } : {}), ...extraEnv },
+      env: { ...process.env, ...this.o.replicaEnv, EMBERS_NODE_ID: this.id, ...redisEnv(this.o.redisTarget), EMBERS_CACHE_DIR: this.o.cacheDir, ...(this.sandbox ? { EMBERS_SANDBOX_SUPPORT: JSON.stringify(this.sandbox) } : {}), ...extraEnv },
       // In the agent's process group and session (one scheduling group with it: Linux's autogroup
       // shares CPU between sessions). A terminal's Ctrl-C reaches them too; a replica with an
       // agent ignores SIGINT and waits for the agent's SIGTERM (runtime/replica/main.ts).

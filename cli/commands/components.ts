@@ -1,12 +1,12 @@
 // `embers gateway` and `embers agent`: the platform's parts as separate processes, for running
-// across machines (infra/README.md says how). Both need EMBERS_REDIS_URL, and S3 (EMBERS_S3_ENDPOINT,
-// or AWS S3 with the standard AWS credentials).
+// across machines (infra/README.md says how). Both need Redis (EMBERS_REDIS_URL, or
+// EMBERS_REDIS_SENTINELS), and S3 (EMBERS_S3_ENDPOINT, or AWS S3 with the standard AWS credentials).
 import { Command } from 'commander';
-import { loadConfig, type Config } from '../../core/config.ts';
+import { loadConfig, redisTarget, type Config } from '../../core/config.ts';
 import { createLogger, type Logger } from '../../core/log.ts';
 import { onStop } from './common.ts';
-import { Redis } from 'ioredis';
-import { withoutPassword } from '../../core/redis.ts';
+import { createRedis } from '../../core/redis.ts';
+import { describeRedis, type RedisTarget } from '../../core/redis-target.ts';
 import { statusOf, storeFromConfig, type ObjectStore } from '../../core/s3.ts';
 import { startGateway } from '../../gateway/server.ts';
 import { NodeAgent } from '../../scheduler/agent.ts';
@@ -14,15 +14,15 @@ import { CliError } from '../errors.ts';
 import { agentOptions, gatewayOptions } from '../../platform/embedded.ts';
 
 /** Redis answers within 5 s, or a message that says where it was looked for (not a silent retry loop). */
-async function reachRedis(url: string): Promise<void> {
-  const probe = new Redis(url, { lazyConnect: true, connectTimeout: 5_000, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false });
+async function reachRedis(target: RedisTarget): Promise<void> {
+  const probe = createRedis(target, { lazyConnect: true, connectTimeout: 5_000, maxRetriesPerRequest: 0, retryStrategy: () => null, sentinelRetryStrategy: () => null, enableOfflineQueue: false });
   let cause: Error | undefined;
   probe.on('error', (err: Error) => (cause ??= err));
   try {
     await probe.connect();
     await probe.ping();
   } catch (err) {
-    throw new CliError(`cannot reach Redis at ${withoutPassword(url)} (EMBERS_REDIS_URL): ${(cause ?? (err as Error)).message || 'no answer'}; is it running, and reachable from this machine?`, 2);
+    throw new CliError(`cannot reach Redis at ${describeRedis(target)} (${target.sentinel ? 'EMBERS_REDIS_SENTINELS' : 'EMBERS_REDIS_URL'}): ${(cause ?? (err as Error)).message || 'no answer'}; is it running, and reachable from this machine?`, 2);
   } finally {
     probe.disconnect();
   }
@@ -58,21 +58,21 @@ const DEFAULT_AGENT_METRICS_PORT = 9464;
 /** What an agent reads to check its S3 settings: a key that never exists. */
 const PROBE_KEY = 'embers-probe/none';
 
-function shared(): { config: Config; log: Logger; redisUrl: string } {
+function shared(): { config: Config; log: Logger; redisTarget: RedisTarget } {
   const config = loadConfig();
-  if (!config.EMBERS_REDIS_URL) throw new CliError('set EMBERS_REDIS_URL: separate gateways and agents share one Redis (use `embers dev` for everything in one process)', 2);
+  if (!config.EMBERS_REDIS_URL && !config.EMBERS_REDIS_SENTINELS) throw new CliError('set EMBERS_REDIS_URL (or EMBERS_REDIS_SENTINELS): separate gateways and agents share one Redis (use `embers dev` for everything in one process)', 2);
   if (!config.EMBERS_API_KEY && process.argv.includes('gateway')) throw new CliError('set EMBERS_API_KEY for a standalone gateway', 2);
-  return { config, log: createLogger('embers', config.EMBERS_LOG_LEVEL), redisUrl: config.EMBERS_REDIS_URL };
+  return { config, log: createLogger('embers', config.EMBERS_LOG_LEVEL), redisTarget: redisTarget(config) };
 }
 
 export function gatewayCommand(): Command {
   return new Command('gateway').description('run a gateway only (stateless; run as many as you like behind a load balancer)').action(async () => {
-    const { config, log, redisUrl } = shared();
+    const { config, log, redisTarget } = shared();
     const store = storeFromConfig(config);
-    await reachRedis(redisUrl);
+    await reachRedis(redisTarget);
     await reachS3(config, store, 'write');
-    const gw = await startGateway(gatewayOptions(config, { redisUrl, store, apiKey: config.EMBERS_API_KEY!, log }));
-    process.stdout.write(`gateway ${gw.id} listening on ${gw.url}\n`);
+    const gw = await startGateway(gatewayOptions(config, { redisTarget, store, apiKey: config.EMBERS_API_KEY!, log }));
+    process.stdout.write(`gateway ${gw.id} listening on ${gw.url} (Redis: ${describeRedis(redisTarget)})\n`);
     onStop(log, () => gw.close());
   });
 }
@@ -81,13 +81,13 @@ export function agentCommand(): Command {
   return new Command('agent')
     .description("run a node agent: this machine's replicas (and a scheduler candidate); one per machine")
     .action(async () => {
-      const { config, log, redisUrl } = shared();
+      const { config, log, redisTarget } = shared();
       const store = storeFromConfig(config);
-      await reachRedis(redisUrl);
+      await reachRedis(redisTarget);
       await reachS3(config, store, 'read');
-      const agent = new NodeAgent(agentOptions(config, { redisUrl, store, s3Endpoint: config.EMBERS_S3_ENDPOINT, log, metricsPort: DEFAULT_AGENT_METRICS_PORT }));
+      const agent = new NodeAgent(agentOptions(config, { redisTarget, store, s3Endpoint: config.EMBERS_S3_ENDPOINT, log, metricsPort: DEFAULT_AGENT_METRICS_PORT }));
       await agent.start();
-      process.stdout.write(`agent ${agent.id} running (cache ${config.dataDir}/cache${agent.metricsUrl ? `, metrics ${agent.metricsUrl}` : ''})\n`);
+      process.stdout.write(`agent ${agent.id} running (Redis: ${describeRedis(redisTarget)}, cache ${config.dataDir}/cache${agent.metricsUrl ? `, metrics ${agent.metricsUrl}` : ''})\n`);
       onStop(log, () => agent.close());
     });
 }

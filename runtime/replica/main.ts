@@ -4,7 +4,7 @@
 // process and module start-up. Started without EMBERS_REPLICA_STANDBY, it reads its assignment
 // from the environment instead.
 import { readdir } from 'node:fs/promises';
-import { loadConfig, ortInstances } from '../../core/config.ts';
+import { loadConfig, ortInstances, redisTarget } from '../../core/config.ts';
 import { EXIT_BROKE_CHANNEL, EXIT_REPLACE_ME, type Manifest } from '../../core/contracts.ts';
 import { createLogger } from '../../core/log.ts';
 import { createRedis } from '../../core/redis.ts';
@@ -32,7 +32,8 @@ function required(name: string): string {
 }
 
 const config = loadConfig();
-const redis = createRedis(required('EMBERS_REDIS_URL'));
+required('EMBERS_REDIS_URL');
+const redis = createRedis(redisTarget(config));
 const store = storeFromConfig(config);
 let replica: Replica | undefined;
 

@@ -25,6 +25,8 @@ export interface TestPlatform extends Platform {
   deploy(file: string): ReturnType<typeof deployFile>;
   /** fetch against the gateway with the API key unless headers say otherwise. */
   fetch(route: string, init?: RequestInit): Promise<Response>;
+  /** The platform's Redis URL (under Sentinel: the primary's credentials only). */
+  redisUrl: string;
   /** A Redis client on the platform's Redis, for reading what the parts record. */
   redis(): Redis;
   /**
@@ -32,6 +34,8 @@ export interface TestPlatform extends Platform {
    * SIGKILLs the replicas first) and starts new ones on the same Redis and S3.
    */
   restart(o?: { kill?: boolean }): Promise<void>;
+  /** Another node agent on the same Redis and S3, as on a second machine; closed with the platform. */
+  startAgent(): Promise<NodeAgent>;
   close(): Promise<void>;
 }
 
@@ -51,7 +55,7 @@ const TEST_ENV: Record<string, string> = {
 export async function startTestPlatform(env: Record<string, string> = {}): Promise<TestPlatform> {
   const dataDir = await mkdtemp(path.join(os.tmpdir(), 'embers-test-'));
   Object.assign(process.env, TEST_ENV, env);
-  for (const k of ['EMBERS_REDIS_URL', 'EMBERS_S3_ENDPOINT', 'EMBERS_API_KEY']) if (!(k in env)) delete process.env[k];
+  for (const k of ['EMBERS_REDIS_URL', 'EMBERS_REDIS_SENTINELS', 'EMBERS_S3_ENDPOINT', 'EMBERS_API_KEY']) if (!(k in env)) delete process.env[k];
   const config = loadConfig({ ...process.env, EMBERS_DATA_DIR: dataDir, EMBERS_PORT: '0' });
   const log = createLogger('test', 'warn');
   // Append-only file on, as under `npm start`: a restarted redis-server keeps the registry.
@@ -71,15 +75,16 @@ export async function startTestPlatform(env: Record<string, string> = {}): Promi
       if (!headers.has('authorization')) headers.set('authorization', `Bearer ${platform.apiKey}`);
       return fetch(`${tp.url}${route}`, { ...init, headers });
     },
-    redis: () => (redis ??= createRedis(platform.redisUrl)),
+    redisUrl: platform.redisTarget.url,
+    redis: () => (redis ??= createRedis(platform.redisTarget)),
     async restart(o = {}) {
       if (o.kill) for (const r of tp.agent.running()) if (r.pid) process.kill(r.pid, 'SIGKILL');
       await tp.agent.close();
       await tp.gateway.close();
       const store = storeFromConfig({ ...config, EMBERS_S3_ENDPOINT: platform.s3Endpoint });
       const secretsKey = await localSecretsKey(config.dataDir);
-      tp.gateway = await startGateway(gatewayOptions(config, { redisUrl: platform.redisUrl, store, apiKey: platform.apiKey, secretsKey, log }));
-      tp.agent = new NodeAgent(agentOptions(config, { redisUrl: platform.redisUrl, store, s3Endpoint: platform.s3Endpoint, secretsKey, log }));
+      tp.gateway = await startGateway(gatewayOptions(config, { redisTarget: platform.redisTarget, store, apiKey: platform.apiKey, secretsKey, log }));
+      tp.agent = new NodeAgent(agentOptions(config, { redisTarget: platform.redisTarget, store, s3Endpoint: platform.s3Endpoint, secretsKey, log }));
       await tp.agent.start();
       tp.url = tp.gateway.url;
       client = new EmbersClient({ url: tp.url, apiKey: platform.apiKey });
@@ -89,6 +94,17 @@ export async function startTestPlatform(env: Record<string, string> = {}): Promi
         await gateway.close();
         store.destroy();
       });
+    },
+    async startAgent() {
+      const store = storeFromConfig({ ...config, EMBERS_S3_ENDPOINT: platform.s3Endpoint });
+      const secretsKey = await localSecretsKey(config.dataDir);
+      const agent = new NodeAgent(agentOptions(config, { redisTarget: platform.redisTarget, store, s3Endpoint: platform.s3Endpoint, secretsKey, log }));
+      await agent.start();
+      restarted.push(async () => {
+        await agent.close();
+        store.destroy();
+      });
+      return agent;
     },
     async close() {
       redis?.disconnect();

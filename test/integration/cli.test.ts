@@ -140,6 +140,9 @@ describe('embers CLI', () => {
       [['agent'], 2, /cannot use bucket embers on S3 at .*InvalidAccessKeyId/, { EMBERS_REDIS_URL: p.redisUrl, EMBERS_S3_ENDPOINT: p.s3Endpoint!, AWS_ACCESS_KEY_ID: 'WRONG', AWS_SECRET_ACCESS_KEY: 'wrongwrongwrong' }],
       // A password in EMBERS_REDIS_URL is not printed.
       [['gateway'], 2, /cannot reach Redis at redis:\/\/:\*\*\*@127\.0\.0\.1:1 \(EMBERS_REDIS_URL\)/, { EMBERS_REDIS_URL: 'redis://:hunter2@127.0.0.1:1', EMBERS_API_KEY: 'a-key-of-twenty-chars' }],
+      // Sentinels nobody answers at: named, with the setting to fix.
+      [['agent'], 2, /cannot reach Redis at primary "embers" of Sentinels 127\.0\.0\.1:1 \(EMBERS_REDIS_SENTINELS\)/, { EMBERS_REDIS_SENTINELS: '127.0.0.1:1', EMBERS_REDIS_URL: '' }],
+      [['gateway'], 2, /EMBERS_REDIS_SENTINELS: "sentinel" is not host:port/, { EMBERS_REDIS_SENTINELS: 'sentinel', EMBERS_API_KEY: 'a-key-of-twenty-chars' }],
     ];
     for (const [args, code, message, env] of cases) {
       const r = await embers(args, env);

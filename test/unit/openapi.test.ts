@@ -18,6 +18,7 @@ import { OpenApiDocuments } from '../../gateway/openapi/documents.ts';
 import { withFunctions } from '../../gateway/openapi/function-paths.ts';
 import { embedSchema, toJsonSchema } from '../../gateway/openapi/json-schema.ts';
 import type { RouteGroup } from '../../gateway/openapi/operation.ts';
+import { plainTarget } from '../../core/redis-target.ts';
 
 const fake = <T>(part: Partial<T>): T => part as T;
 
@@ -55,7 +56,7 @@ function appOnFakes() {
     active: async (name) => DEPLOYED.get(name)?.manifest ?? null,
   });
   const functions = fake<FunctionsCache>({ onChange: (l) => void listeners.push(l) });
-  const deps = fake<GatewayDeps>({ publicUrl: 'http://127.0.0.1:8787', registry, functions, tenants: fake<TenantStore>({ resolveHash: async (h) => KEYS.get(h) ?? null }), adminKey: ADMIN_KEY, log: createLogger('test', 'silent') });
+  const deps = fake<GatewayDeps>({ publicUrl: 'http://127.0.0.1:8787', redisTarget: plainTarget('redis://127.0.0.1:1'), registry, functions, tenants: fake<TenantStore>({ resolveHash: async (h) => KEYS.get(h) ?? null }), adminKey: ADMIN_KEY, log: createLogger('test', 'silent') });
   const app = createApp(deps);
   const get = async (path: string, key?: string) => {
     const res = await app.request(path, { headers: key ? { authorization: `Bearer ${key}` } : {} });

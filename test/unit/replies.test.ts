@@ -49,3 +49,20 @@ describe('reply routing', () => {
     assert.equal((await waiting)!.body.toString(), '"w"');
   });
 });
+
+describe('a broken subscription', () => {
+  it('ends the requests waiting on it at once, as replies that may have been missed; later ones wait as usual', async () => {
+    const sub = Object.assign(new EventEmitter(), { subscribe: async () => 1 });
+    const replies = new ReplyHub(sub as unknown as Redis, 'gw-test');
+    await replies.start();
+    const waiting = replies.expect('id-1', 60_000);
+    sub.emit('close');
+    assert.equal(await waiting, null);
+    assert.equal(replies.listening, false);
+    assert.equal(replies.takeLost('id-1'), true);
+    assert.equal(replies.takeLost('id-1'), false, 'asked once');
+    const later = replies.expect('id-2', 10);
+    assert.equal(await later, null);
+    assert.equal(replies.takeLost('id-2'), false, 'a plain timeout is not a lost reply');
+  });
+});

@@ -8,6 +8,7 @@ import { ConfigError, loadConfig } from '../../core/config.ts';
 import { canAccess, CreateKeySchema, CreateTenantSchema, hashSecret, newSecret, ADMIN_AUTH, type AuthContext } from '../../core/tenants.ts';
 import { startGateway, GatewayStartError } from '../../gateway/server.ts';
 import { createLogger } from '../../core/log.ts';
+import { plainTarget } from '../../core/redis-target.ts';
 import { storeFromConfig } from '../../core/s3.ts';
 
 describe('tenant keys', () => {
@@ -66,7 +67,7 @@ describe('tenancy and TLS configuration', () => {
     await writeFile(junk, '-----BEGIN CERTIFICATE-----\nnot a certificate\n-----END CERTIFICATE-----\n');
     const store = storeFromConfig({ EMBERS_S3_BUCKET: 'embers' });
     const start = (tls: { certFile: string; keyFile: string }) =>
-      startGateway({ redisUrl: 'redis://127.0.0.1:1', store, apiKey: 'x'.repeat(16), tls, port: 0, host: '127.0.0.1', log: createLogger('test', 'silent'), maxBodyBytes: 1024, maxBundleBytes: 1024, queueTimeoutMs: 1000 });
+      startGateway({ redisTarget: plainTarget('redis://127.0.0.1:1'), store, apiKey: 'x'.repeat(16), tls, port: 0, host: '127.0.0.1', log: createLogger('test', 'silent'), maxBodyBytes: 1024, maxBundleBytes: 1024, queueTimeoutMs: 1000 });
     try {
       await assert.rejects(start({ certFile: '/nonexistent/cert.pem', keyFile: junk }), (err: Error) => err instanceof GatewayStartError && /^EMBERS_TLS_CERT: cannot read \/nonexistent\/cert\.pem/.test(err.message));
       await assert.rejects(start({ certFile: junk, keyFile: '/nonexistent/key.pem' }), (err: Error) => err instanceof GatewayStartError && /^EMBERS_TLS_KEY: cannot read/.test(err.message));
