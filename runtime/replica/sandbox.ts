@@ -150,7 +150,7 @@ function probeCgroup(): SandboxSupport['cgroup'] {
       // Children of embers/ may use these controllers.
       for (const c of ['memory', 'pids', 'cpu']) {
         try {
-          writeFileSync(path.join(CGROUP_ROOT, 'cgroup.subtree_control'), `+${c}`);
+          delegate(CGROUP_ROOT, c);
           writeFileSync(path.join(dir, 'cgroup.subtree_control'), `+${c}`);
         } catch {
           // Enabled already, or not delegated: its limit is then not applied.
@@ -164,6 +164,25 @@ function probeCgroup(): SandboxSupport['cgroup'] {
     return 'v1';
   } catch {
     return null;
+  }
+}
+
+/**
+ * Lets `root` hand `controller` to its children. Under cgroup v2 a cgroup other than the host's
+ * root may do so only while no process sits in it: an agent in a container, at the root of its
+ * cgroup namespace, sits in such a cgroup (EBUSY). The container's processes move to a leaf,
+ * agent/, and the write is tried again. cgroup v1 has no such rule.
+ */
+function delegate(root: string, controller: string): void {
+  const control = path.join(root, 'cgroup.subtree_control');
+  try {
+    writeFileSync(control, `+${controller}`);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EBUSY') throw err;
+    const leaf = path.join(root, 'agent');
+    mkdirSync(leaf, { recursive: true });
+    for (const pid of readFileSync(path.join(root, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean)) tryWrite(path.join(leaf, 'cgroup.procs'), pid);
+    writeFileSync(control, `+${controller}`);
   }
 }
 

@@ -67,8 +67,8 @@ export function resourceFiles(kustomizationDir: string): string[] {
 }
 
 /** The compose file with merge keys resolved, and the .env it would be run with (from .env.example, filled). */
-export function loadCompose(): { file: string; compose: Compose; env: Record<string, string> } {
-  const file = path.join(DOCKER_DIR, 'compose.yaml');
+export function loadCompose(name = 'compose.yaml'): { file: string; compose: Compose; env: Record<string, string> } {
+  const file = path.join(DOCKER_DIR, name);
   const compose = parse(readFileSync(file, 'utf8'), { merge: true }) as Compose;
   const env = envFile(filled(readFileSync(path.join(DOCKER_DIR, '.env.example'), 'utf8')));
   return { file, compose, env };

@@ -223,19 +223,23 @@ describe('compose file (infra/docker/compose.yaml)', () => {
     assert.ok(redis.command?.includes('--requirepass'));
   });
 
-  it('the sentinel profile: a replica of redis and three Sentinels watching it, each a shell script that parses', () => {
-    const replica = compose.services['redis-replica'];
-    assert.deepEqual(replica.profiles, ['sentinel']);
+  it('compose.sentinel.yaml: a replica of redis and three Sentinels watching it, each a shell script that parses; gateways and agents pointed at them', () => {
+    const over = loadCompose('compose.sentinel.yaml').compose;
+    const replica = over.services['redis-replica'];
     assert.equal(replica.command?.[replica.command.indexOf('--replicaof') + 1], 'redis');
-    const sentinels = services.filter(([name]) => name.startsWith('sentinel-'));
+    const sentinels = Object.entries(over.services).filter(([name]) => name.startsWith('sentinel-'));
     assert.equal(sentinels.length, 3);
-    for (const [name, s] of sentinels) {
-      assert.deepEqual(s.profiles, ['sentinel'], name);
-      const script = interpolate(String(s.command?.[2]), { ...env, REDIS_PASSWORD: 'x' });
+    for (const [, s] of sentinels) {
+      const script = interpolate(String(s.command?.[2]), env);
       assert.match(script, /sentinel monitor embers redis 6379 2/);
       execFileSync('sh', ['-n', '-c', script]);
     }
     execFileSync('sh', ['-n', path.join(K8S_DIR, 'components/redis-sentinel/start.sh')]);
+    for (const [name, s] of runs('gateway').concat(runs('agent'))) {
+      const merged = { ...environment(s), ...Object.fromEntries(Object.entries(over.services[name]?.environment ?? {}).map(([k, v]) => [k, interpolate(String(v), env)])) };
+      const target = redisTarget(loadConfig({ ...merged, EMBERS_API_KEY: 'k'.repeat(16) }));
+      assert.deepEqual(target.sentinel?.hosts.map((h) => h.host), ['sentinel-1', 'sentinel-2', 'sentinel-3'], name);
+    }
   });
 });
 
