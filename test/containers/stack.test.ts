@@ -63,6 +63,8 @@ before(async () => {
   figures['base images'] = `${((Date.now() - t0) / 1000).toFixed(0)} s (0 when kept from an earlier run)`;
   t0 = Date.now();
   await buildEmbers('cpu');
+  // Each change of the repository leaves the previous build's image behind, untagged.
+  await sh('podman', ['image', 'prune', '-f']);
   figures['cpu image build'] = `${((Date.now() - t0) / 1000).toFixed(0)} s`;
   figures['cpu image size'] = `${Math.round((await imageBytes(EMBERS_IMAGE)) / MiB)} MiB`;
   const ports = { REDIS_PUBLISHED_PORT: await freePort(), S3_PUBLISHED_PORT: await freePort(), GATEWAY_1_PUBLISHED_PORT: await freePort(), GATEWAY_2_PUBLISHED_PORT: await freePort() };
@@ -109,9 +111,10 @@ describe('containers, for real (podman)', { skip }, () => {
     await cli('deploy', 'test/fixtures/functions/contained.ts');
     const sync = await api('/v1/run/contained', { method: 'POST', body: '{"i":1}' });
     assert.equal(sync.status, 200, await sync.clone().text());
-    const answer = (await sync.json()) as { i: number; angle: string; uid: number };
+    const answer = (await sync.json()) as { i: number; angle: string; uid: number; network: string };
     assert.ok(['0', '180'].includes(answer.angle));
     assert.ok(answer.uid >= SANDBOX_UID_BASE, `the handler ran as a sandbox uid, not ${answer.uid}`);
+    assert.equal(answer.network, 'unreachable', 'the sandbox has no network, inside the container too');
 
     const accepted = await api('/v1/run/contained', { method: 'POST', body: '{"i":2}', headers: { prefer: 'respond-async' } });
     assert.equal(accepted.status, 202);

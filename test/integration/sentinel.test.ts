@@ -94,6 +94,7 @@ async function jobsSucceeded(sent: Sent[]): Promise<number> {
 /** Kills the primary under load; returns when the platform serves sync requests from the new one. */
 async function failOver(): Promise<{ killedAt: number; primary: number; sent: Sent[] }> {
   const old = await group.primary();
+  assert.equal((await sync()).status, 200, 'echo is warm before the load begins');
   const running = load();
   await new Promise((r) => setTimeout(r, 2_000));
   const killedAt = Date.now();
@@ -102,10 +103,17 @@ async function failOver(): Promise<{ killedAt: number; primary: number; sent: Se
   await eventually(async () => (await sync()).status === 200, 'a sync run after the failover', 30_000);
   await new Promise((r) => setTimeout(r, 2_000));
   await running.stop();
-  // Back to two data servers: the old primary returns as a replica of the new one.
+  // Back to two data servers: the old primary returns as a replica of the new one, and async
+  // runs are accepted again.
   await group.revive(old);
   await group.replicasOnline(1);
-  return { killedAt, primary, sent: running.sent };
+  const sent = running.sent;
+  for (let i = 0; i < 10; i++) {
+    const res = await p.fetch('/v1/run/echo', { method: 'POST', headers: { 'content-type': 'application/json', prefer: 'respond-async' }, body: JSON.stringify({ after: i }) });
+    assert.equal(res.status, 202, await res.clone().text());
+    sent.push({ at: Date.now(), kind: 'async', status: 202, job: ((await res.json()) as { id: string }).id });
+  }
+  return { killedAt, primary, sent };
 }
 
 function checkRefusals(sent: Sent[], killedAt: number, report: (line: string) => void) {
@@ -133,7 +141,7 @@ describe('Redis failover on real Sentinels', { skip }, () => {
     const first = await failOver();
     checkRefusals(first.sent, first.killedAt, (line) => t.diagnostic(`first failover: ${line}`));
     const accepted = await jobsSucceeded(first.sent);
-    assert.ok(accepted > 10, `async jobs were accepted (${accepted})`);
+    assert.ok(accepted > 10, `async jobs were accepted before and after (${accepted})`);
 
     const done = await eventually(async () => {
       const b = (await (await p.fetch(`/v1/batches/${batch.id}`)).json()) as { status: string; request_counts: { total: number; completed: number; failed: number } };
