@@ -6,8 +6,11 @@ set -eu
 self="$(hostname).redis"
 primary=""
 for s in redis-0.redis redis-1.redis redis-2.redis; do
-  primary="$(redis-cli -h "$s" -p 26379 --raw sentinel get-master-addr-by-name embers 2>/dev/null | head -n 1 || true)"
-  [ -n "$primary" ] && break
+  # Sentinels have no password: REDISCLI_AUTH (the probe's) would make redis-cli print an error.
+  answer="$(env -u REDISCLI_AUTH redis-cli -h "$s" -p 26379 --raw sentinel get-master-addr-by-name embers 2>/dev/null | head -n 1 || true)"
+  case "$answer" in
+    redis-[0-9]*.redis) primary="$answer"; break ;;
+  esac
 done
 [ -n "$primary" ] || primary="redis-0.redis"
 
