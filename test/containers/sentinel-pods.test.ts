@@ -32,7 +32,8 @@ const primary = async () => (await cli('redis-1', '-p', '26379', '--raw', 'senti
 const role = async (host: string) => /^role:(\w+)/m.exec(await info('redis-1', host))?.[1];
 
 function startRedis(pod: string): Promise<string> {
-  return sh('podman', ['run', '-d', '--name', `${pod}-redis`, '--pod', pod, '-e', `REDIS_PASSWORD=${PASSWORD}`, '-v', `${START}:/etc/redis-start/start.sh:ro`, '-v', `${CONF}:/etc/redis/redis.conf:ro`, '-v', `${pod}-data:/data`, REDIS_IMAGE, 'sh', '/etc/redis-start/start.sh', 'redis']);
+  // Its environment as the StatefulSet's redis container has it (REDISCLI_AUTH: the probe's).
+  return sh('podman', ['run', '-d', '--name', `${pod}-redis`, '--pod', pod, '-e', `REDIS_PASSWORD=${PASSWORD}`, '-e', `REDISCLI_AUTH=${PASSWORD}`, '-v', `${START}:/etc/redis-start/start.sh:ro`, '-v', `${CONF}:/etc/redis/redis.conf:ro`, '-v', `${pod}-data:/data`, REDIS_IMAGE, 'sh', '/etc/redis-start/start.sh', 'redis']);
 }
 
 async function remove(): Promise<void> {

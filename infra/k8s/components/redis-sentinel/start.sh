@@ -6,7 +6,8 @@ set -eu
 self="$(hostname).redis"
 primary=""
 for s in redis-0.redis redis-1.redis redis-2.redis; do
-  # Sentinels have no password: REDISCLI_AUTH (the probe's) would make redis-cli print an error.
+  # Sentinels have no password: without REDISCLI_AUTH (the probe's) redis-cli tries none on them.
+  # Only a pod's name is taken for an answer.
   answer="$(env -u REDISCLI_AUTH redis-cli -h "$s" -p 26379 --raw sentinel get-master-addr-by-name embers 2>/dev/null | head -n 1 || true)"
   case "$answer" in
     redis-[0-9]*.redis) primary="$answer"; break ;;
