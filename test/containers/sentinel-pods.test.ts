@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { baseImages, missingTools, REDIS_IMAGE, ROOT, sh } from './images.ts';
+import { baseImages, missingTools, REDIS_IMAGE, ROOT, sh, until } from './images.ts';
 
 const skip = await missingTools();
 const NET = 'embers-ct-sentinel';
@@ -14,16 +14,6 @@ const PASSWORD = 'pods-test-secret';
 const PODS = [0, 1, 2].map((i) => `redis-${i}`);
 const START = path.join(ROOT, 'infra/k8s/components/redis-sentinel/start.sh');
 const CONF = path.join(ROOT, 'infra/k8s/base/redis.conf');
-
-async function until<T>(what: string, check: () => Promise<T | undefined | null | false>, timeoutMs = 60_000): Promise<T> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await check().catch(() => undefined);
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 500));
-  }
-}
 
 /** redis-cli in `pod`'s Sentinel container: to its Sentinel, or (`redis`: with the password) to a Redis. */
 const cli = (pod: string, ...args: string[]) => sh('podman', ['exec', `${pod}-sentinel`, 'redis-cli', ...args]);
@@ -60,7 +50,7 @@ after(async () => {
 
 describe('the redis-sentinel component\'s start script (podman pods as its StatefulSet)', { skip }, () => {
   it('starts redis-0 as primary, fails over when it dies, and brings it back as a replica', async () => {
-    assert.equal(await until('the Sentinels to name a primary', primary), 'redis-0.redis');
+    assert.equal(await until('the Sentinels to name a primary', primary, 60_000), 'redis-0.redis');
     await until('two replicas online', async () => (await info('redis-0', 'redis-0.redis')).match(/^slave\d+:.*state=online/gm)?.length === 2);
     // Every Sentinel knows the other two and both replicas before the primary dies.
     await until('the Sentinels to know each other and the replicas', async () => {

@@ -13,7 +13,7 @@ import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 import { freePort } from '../../platform/ports.ts';
 import { SANDBOX_UID_BASE } from '../../runtime/replica/sandbox.ts';
-import { baseImages, buildEmbers, EMBERS_IMAGE, imageBytes, missingTools, ROOT, sh } from './images.ts';
+import { baseImages, buildEmbers, EMBERS_IMAGE, imageBytes, missingTools, ROOT, sh, until } from './images.ts';
 
 const skip = await missingTools();
 const PROJECT = 'embers-ct';
@@ -29,16 +29,6 @@ const compose = (...args: string[]) => sh('podman-compose', ['-p', PROJECT, ...F
 const api = (route: string, init: RequestInit = {}) =>
   fetch(`${url}${route}`, { ...init, headers: { authorization: `Bearer ${env.EMBERS_API_KEY}`, 'content-type': 'application/json', ...init.headers } });
 const cli = (...args: string[]) => promisify(execFile)(process.execPath, [path.join(ROOT, 'cli/bin.mjs'), ...args], { cwd: ROOT, env: { ...process.env, EMBERS_URL: url, EMBERS_API_KEY: env.EMBERS_API_KEY } });
-
-async function until<T>(what: string, check: () => Promise<T | undefined | null | false>, timeoutMs = 120_000): Promise<T> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await check().catch(() => undefined);
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 500));
-  }
-}
 
 /** podman runs healthchecks from systemd timers; without systemd the test runs them itself. */
 async function healthy(): Promise<number> {
