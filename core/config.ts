@@ -254,7 +254,7 @@ export function redisTarget(config: Config, url = config.EMBERS_REDIS_URL): Redi
   const sentinel = sentinels
     ? { hosts: parseSentinelHosts(sentinels), name: config.EMBERS_REDIS_SENTINEL_NAME, password: config.EMBERS_REDIS_SENTINEL_PASSWORD, tls: config.EMBERS_REDIS_SENTINEL_TLS }
     : undefined;
-  if (!url && !sentinel) throw new ConfigError('set EMBERS_REDIS_URL or EMBERS_REDIS_SENTINELS: separate gateways and agents share one Redis');
+  if (!url && !sentinel) throw new ConfigError('set EMBERS_REDIS_URL or EMBERS_REDIS_SENTINELS: separate gateways and agents share one Redis (use `embers dev` for everything in one process)');
   return {
     url: url ?? `redis://${encodeURIComponent(config.EMBERS_REDIS_SENTINEL_NAME)}`,
     sentinel,

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { Redis, type RedisOptions } from 'ioredis';
-import { connectionOptions, type RedisTarget } from './redis-target.ts';
+import { connectionOptions, plainTarget, type RedisTarget } from './redis-target.ts';
 
 /**
  * A client of `target` (a URL: a single Redis). BullMQ needs maxRetriesPerRequest null on
@@ -8,10 +8,8 @@ import { connectionOptions, type RedisTarget } from './redis-target.ts';
  */
 export function createRedis(target: RedisTarget | string, options: RedisOptions = {}): Redis {
   const defaults: RedisOptions = { maxRetriesPerRequest: null, enableReadyCheck: true, lazyConnect: false };
-  const client =
-    typeof target === 'string' || !target.sentinel
-      ? new Redis(typeof target === 'string' ? target : target.url, { ...defaults, ...options })
-      : new Redis({ ...defaults, ...connectionOptions(target), ...options });
+  const t = typeof target === 'string' ? plainTarget(target) : target;
+  const client = t.sentinel ? new Redis({ ...defaults, ...connectionOptions(t), ...options }) : new Redis(t.url, { ...defaults, ...options });
   // Connection errors are retried by ioredis and surface as failed commands where they matter;
   // without a listener ioredis prints each one to stderr as "Unhandled error event".
   client.on('error', () => {});

@@ -1,10 +1,9 @@
 // The Hono app: one sub-app per resource, each mounted with the operations it describes for
 // the OpenAPI document; errors mapped in one place.
-import { createHash, timingSafeEqual } from 'node:crypto';
 import { Hono } from 'hono';
 import { z } from 'zod';
 import type { GatewayDeps, GatewayEnv } from './deps.ts';
-import { authenticate } from './middleware/auth.ts';
+import { authenticate, carriesAdminKey } from './middleware/auth.ts';
 import { requestId } from './middleware/request-id.ts';
 import { replicatedWrites } from './middleware/replicated.ts';
 import { replicationOf } from '../core/redis.ts';
@@ -57,6 +56,7 @@ export function createApp(deps: GatewayDeps) {
   deps.functions.onChange(() => documents.changed());
 
   app.get('/healthz', (c) => c.json({ ok: true }));
+  const isAdmin = carriesAdminKey(deps.adminKey);
   app.get('/readyz', async (c) => {
     const [replication, s3] = await Promise.all([replicationOf(deps.redis).catch((e: Error) => e), deps.store.ping().then(() => 'ok', (e: Error) => e.message)]);
     const redis = replication instanceof Error ? replication.message : 'ok';
@@ -64,8 +64,7 @@ export function createApp(deps: GatewayDeps) {
     const ok = redis === 'ok' && s3 === 'ok' && replies === 'ok';
     // Which Redis serves this gateway (under Sentinel: the primary it was given) and its replicas:
     // the inside of the platform, for the admin's eyes only.
-    const admin = deps.adminKey !== undefined && sameSecret(c.req.header('authorization') ?? '', `Bearer ${deps.adminKey}`);
-    const redisServer = admin && !(replication instanceof Error) ? { ...replication, sentinel: deps.redisTarget.sentinel?.name } : undefined;
+    const redisServer = isAdmin(c.req.header('authorization')) && !(replication instanceof Error) ? { ...replication, sentinel: deps.redisTarget.sentinel?.name } : undefined;
     return c.json({ ok, redis, redisServer, s3, replies, sandbox: await sandboxReport(deps.redis) }, ok ? 200 : 503);
   });
   // Its labels name every tenant's functions (by key: <tenant id>.<name>) and their traffic: the
@@ -116,12 +115,6 @@ const Readiness = z.object({
   replies: z.string(),
   sandbox: z.unknown(),
 });
-
-/** Compares secrets in constant time, whatever their lengths. */
-function sameSecret(a: string, b: string): boolean {
-  const digest = (s: string) => createHash('sha256').update(s).digest();
-  return timingSafeEqual(digest(a), digest(b));
-}
 
 /** The routes createApp defines itself. */
 export const platformOperations: RouteGroup = {

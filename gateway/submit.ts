@@ -159,13 +159,9 @@ export async function noReply(deps: GatewayDeps, s: Submission, q: QueuedSync, c
     await q.callerLeft();
     throw new CallerGone();
   }
-  if (lost) {
-    q.end(503);
-    await deps.live.takeBack(s.key, q.entry).catch(() => false);
-    throw repliesLost();
-  }
-  q.end(504);
+  q.end(lost ? 503 : 504);
   await deps.live.takeBack(s.key, q.entry).catch(() => false);
+  if (lost) throw repliesLost();
   throw new ApiError(504, 'timeout', `${s.name} did not answer in time (queue limit ${deps.queueTimeoutMs} ms + run limit ${s.fn.manifest.timeoutMs} ms); see \`embers functions show ${s.name}\``);
 }
 

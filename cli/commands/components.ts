@@ -60,9 +60,9 @@ const PROBE_KEY = 'embers-probe/none';
 
 function shared(): { config: Config; log: Logger; redisTarget: RedisTarget } {
   const config = loadConfig();
-  if (!config.EMBERS_REDIS_URL && !config.EMBERS_REDIS_SENTINELS) throw new CliError('set EMBERS_REDIS_URL (or EMBERS_REDIS_SENTINELS): separate gateways and agents share one Redis (use `embers dev` for everything in one process)', 2);
+  const target = redisTarget(config);
   if (!config.EMBERS_API_KEY && process.argv.includes('gateway')) throw new CliError('set EMBERS_API_KEY for a standalone gateway', 2);
-  return { config, log: createLogger('embers', config.EMBERS_LOG_LEVEL), redisTarget: redisTarget(config) };
+  return { config, log: createLogger('embers', config.EMBERS_LOG_LEVEL), redisTarget: target };
 }
 
 export function gatewayCommand(): Command {

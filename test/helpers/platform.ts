@@ -11,7 +11,7 @@ import { createLogger } from '../../core/log.ts';
 import { EmbersClient } from '../../cli/client.ts';
 import { deployFile } from '../../cli/deploy.ts';
 import { agentOptions, gatewayOptions, localSecretsKey, startPlatform, type Platform } from '../../platform/embedded.ts';
-import { storeFromConfig } from '../../core/s3.ts';
+import { storeFromConfig, type ObjectStore } from '../../core/s3.ts';
 import { startGateway } from '../../gateway/server.ts';
 import { NodeAgent } from '../../scheduler/agent.ts';
 
@@ -63,6 +63,9 @@ export async function startTestPlatform(env: Record<string, string> = {}): Promi
   let client = new EmbersClient({ url: platform.url, apiKey: platform.apiKey });
   let redis: Redis | undefined;
   const restarted: (() => Promise<void>)[] = [];
+  /** A store of its own and the platform's secrets key, as another process on the same S3 would have. */
+  const sharedParts = async () => ({ store: storeFromConfig({ ...config, EMBERS_S3_ENDPOINT: platform.s3Endpoint }), secretsKey: await localSecretsKey(config.dataDir) });
+  const agentOn = (store: ObjectStore, secretsKey: string) => new NodeAgent(agentOptions(config, { redisTarget: platform.redisTarget, store, s3Endpoint: platform.s3Endpoint, secretsKey, log }));
   const tp: TestPlatform = {
     ...platform,
     get client() {
@@ -81,10 +84,9 @@ export async function startTestPlatform(env: Record<string, string> = {}): Promi
       if (o.kill) for (const r of tp.agent.running()) if (r.pid) process.kill(r.pid, 'SIGKILL');
       await tp.agent.close();
       await tp.gateway.close();
-      const store = storeFromConfig({ ...config, EMBERS_S3_ENDPOINT: platform.s3Endpoint });
-      const secretsKey = await localSecretsKey(config.dataDir);
+      const { store, secretsKey } = await sharedParts();
       tp.gateway = await startGateway(gatewayOptions(config, { redisTarget: platform.redisTarget, store, apiKey: platform.apiKey, secretsKey, log }));
-      tp.agent = new NodeAgent(agentOptions(config, { redisTarget: platform.redisTarget, store, s3Endpoint: platform.s3Endpoint, secretsKey, log }));
+      tp.agent = agentOn(store, secretsKey);
       await tp.agent.start();
       tp.url = tp.gateway.url;
       client = new EmbersClient({ url: tp.url, apiKey: platform.apiKey });
@@ -96,9 +98,8 @@ export async function startTestPlatform(env: Record<string, string> = {}): Promi
       });
     },
     async startAgent() {
-      const store = storeFromConfig({ ...config, EMBERS_S3_ENDPOINT: platform.s3Endpoint });
-      const secretsKey = await localSecretsKey(config.dataDir);
-      const agent = new NodeAgent(agentOptions(config, { redisTarget: platform.redisTarget, store, s3Endpoint: platform.s3Endpoint, secretsKey, log }));
+      const { store, secretsKey } = await sharedParts();
+      const agent = agentOn(store, secretsKey);
       await agent.start();
       restarted.push(async () => {
         await agent.close();

@@ -8,8 +8,8 @@ import { findRedisServer } from '../../platform/local-redis.ts';
 import { freePort } from '../../platform/ports.ts';
 import { eventually } from './platform.ts';
 
-export const GROUP = 'embers';
-export const PASSWORD = 'sentinel-test-secret';
+const GROUP = 'embers';
+const PASSWORD = 'sentinel-test-secret';
 
 export interface SentinelGroupUnderTest {
   /** EMBERS_REDIS_* for the platform. */
@@ -26,7 +26,6 @@ export interface SentinelGroupUnderTest {
   failedOverFrom(port: number, timeoutMs?: number): Promise<number>;
   /** Waits until the primary has `n` replicas online. */
   replicasOnline(n: number): Promise<void>;
-  client(port: number): Redis;
   stop(): Promise<void>;
 }
 
@@ -35,7 +34,6 @@ export async function startSentinelGroup(dir: string): Promise<SentinelGroupUnde
   const servers = [await freePort(), await freePort()];
   const sentinels = [await freePort(), await freePort(), await freePort()];
   const procs = new Map<number, ChildProcess>();
-  const clients: Redis[] = [];
 
   const startServer = async (port: number, replicaOf?: number) => {
     const data = path.join(dir, `redis-${port}`);
@@ -86,12 +84,6 @@ export async function startSentinelGroup(dir: string): Promise<SentinelGroupUnde
     }
     return undefined;
   };
-  const client = (port: number) => {
-    const c = new Redis({ port, host: '127.0.0.1', password: PASSWORD, maxRetriesPerRequest: 1 });
-    c.on('error', () => {});
-    clients.push(c);
-    return c;
-  };
 
   await startServer(servers[0]);
   await startServer(servers[1], servers[0]);
@@ -114,9 +106,7 @@ export async function startSentinelGroup(dir: string): Promise<SentinelGroupUnde
         return (text.match(/^slave\d+:.*state=online.*$/gm) ?? []).length >= n;
       }, `${n} replica(s) online`, 30_000);
     },
-    client,
     stop: async () => {
-      for (const c of clients) c.disconnect();
       for (const p of procs.values()) p.kill('SIGKILL');
     },
   };
