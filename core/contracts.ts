@@ -116,8 +116,10 @@ export interface RunJobData {
    * tensors' bytes the binary body (raw names the field they fill).
    */
   tensors?: true;
-  /** Set when a replica reads an entry whose binary body (field `b`) is missing: answered 500, not run. */
+  /** Set when a replica reads an entry whose binary body (field `b`) or input queued apart is missing: answered 500, not run. */
   bodyMissing?: true;
+  /** Set when a replica reads an entry with a part queued apart (core/live-queue.ts): removed when it is finished. */
+  spilled?: true;
   /** Enqueue time (ms since epoch) for queue timing. */
   enq: number;
   /** The same moment on the gateway's monotonic clock (ms) and that clock's boot (core/clock.ts): queue time to the µs on one machine. */

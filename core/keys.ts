@@ -127,6 +127,14 @@ export const quotaKeys = {
 export const STREAM_PREFIX = 'embers:stream:';
 /** The stream of a function's live requests. */
 export const liveStream = (fn: string) => `${STREAM_PREFIX}${fn}`;
+/**
+ * A live entry's large part (its binary body or input), kept beside the stream rather than in it
+ * (core/live-queue.ts): the entry's function and id name it. Entry ids never hold ':'.
+ */
+export const SPILL_PREFIX = 'embers:spill:';
+export const spillKey = (fn: string, entry: string) => `${SPILL_PREFIX}${fn}:${entry}`;
+/** Where the gateway writes a large part before its entry exists; queueing the entry renames it to spillKey. */
+export const newSpillKey = (token: string) => `embers:spill-new:${token}`;
 
 /** On the cancel channel in place of a job id: scan the live queue for handed-over requests now (core/live-queue.ts). */
 export const SCAN_NOW = '+scan';

@@ -14,8 +14,13 @@ import { evalScript, flushWrites } from './redis.ts';
 import { hourKey, monthKey, recordArgs, RECORD_FIELDS, RECORDS_MAX, type UsageRecord } from './usage.ts';
 import { minuteKey, SERIES_TTL_S } from './series.ts';
 import { lua } from './lua.ts';
+import { liveFields, spillKeepMs, withSpilled, type LiveEntry } from './live-entry.ts';
 import { baseKey } from './names.ts';
-import { keys, liveStream, SCAN_NOW, STREAM_PREFIX, tenantKeys, usageKeys } from './keys.ts';
+import { randomUUID } from 'node:crypto';
+import { keys, liveStream, newSpillKey, SCAN_NOW, spillKey, SPILL_PREFIX, STREAM_PREFIX, tenantKeys, usageKeys } from './keys.ts';
+
+/** What scripts that delete entries need to remove their parts queued apart (spillKey). */
+const SPILL_VALUES = { SPILL_PREFIX, STREAM_NAME_START: STREAM_PREFIX.length + 1 };
 
 /**
  * When a replica last took a request of the stream, in ms since the epoch, from its XINFO GROUPS
@@ -92,10 +97,11 @@ const FINISH = lua('live-finish', { RECORD_FIELDS, SERIES_TTL_S });
 const NO_RECORD: string[] = new Array<string>(RECORD_FIELDS).fill('');
 
 /**
- * Finishes entries this replica ran (see FINISH), in one round trip. Resolves with, per entry,
- * whether this call acknowledged it.
+ * Finishes entries this replica ran (see FINISH), in one round trip, then removes the parts
+ * queued apart of those `spilled` (not before: unfinished, they run again). Resolves with, per
+ * entry, whether this call acknowledged it.
  */
-export async function finishLiveEntries(redis: Redis, fn: string, entries: { id: string; outcome?: LiveOutcome }[]): Promise<boolean[]> {
+export async function finishLiveEntries(redis: Redis, fn: string, entries: { id: string; outcome?: LiveOutcome; spilled?: boolean }[]): Promise<boolean[]> {
   if (!entries.length) return [];
   const stream = liveStream(fn);
   const keys = [stream, usageKeys.records, usageKeys.tenants];
@@ -115,20 +121,10 @@ export async function finishLiveEntries(redis: Redis, fn: string, entries: { id:
   for (const { outcome } of entries) keys.push(outcome?.usage ? monthKey(outcome.usage) : stream);
   for (const [channel, messages] of byChannel) args.push(channel, encodeReplies(messages));
   const acked = (await evalScript(redis, FINISH, keys.length, ...keys, ...args)) as number[];
+  const spilled = entries.filter((e) => e.spilled).map((e) => spillKey(fn, e.id));
+  // Left behind if this fails, they expire.
+  if (spilled.length) await redis.unlink(...spilled).catch(() => 0);
   return acked.map((n) => n === 1);
-}
-
-/**
- * Stream entries carry the job data as JSON in field `d`, and a binary request body as it came
- * in field `b` (data.raw names the input field it fills). Given `inputJson`, the JSON text
- * `data.input` was parsed from, that text is spliced in as the input instead of stringifying the
- * value again: parsing it gives the replica what the gateway parsed (and validated).
- */
-export function encodeLiveJob(data: RunJobData, inputJson?: string): string {
-  if (inputJson === undefined) return JSON.stringify(data);
-  // JSON.stringify leaves out undefined members; padding around the body is not worth keeping.
-  const rest = JSON.stringify({ ...data, input: undefined });
-  return `${rest.length > 2 ? `${rest.slice(0, -1)},` : '{'}"input":${inputJson.trim()}}`;
 }
 
 /** LiveQueue.add found the function deleted (mustBeDeployed): nothing was queued. */
@@ -150,7 +146,7 @@ export class KeyRejectedError extends Error {
 
 /** What core/lua/live-add-many.lua answers for an entry it did not queue (for one it queued, the entry's id). */
 const NOT_ADDED = { UNKNOWN_KEY: 0, REVOKED_KEY: 1, FAILED: 3, FUNCTION_GONE: 4 } as const;
-const ADD_MANY = lua('live-add-many', { STREAM_NAME_START: STREAM_PREFIX.length + 1, KEY_VALID: 2, ...NOT_ADDED });
+const ADD_MANY = lua('live-add-many', { ...SPILL_VALUES, KEY_VALID: 2, ...NOT_ADDED });
 
 /**
  * A tick's adds go out at once when they reach this many adds or bytes, and the next add starts
@@ -165,15 +161,11 @@ interface PendingAdd {
   keyHash: string;
   mustBeDeployed: boolean;
   fields: (string | Buffer)[];
+  /** The large part written before the call (SPILL_MIN_BYTES), and for how long it is kept. */
+  spill?: { key: string; value: string | Buffer; keepMs: number };
   resolve: (entry: string) => void;
   reject: (err: Error) => void;
 }
-
-/**
- * A stream entry as replicas read it: its fields as Buffers, never as text, because a binary
- * request body (field `b`) would not survive decoding as UTF-8.
- */
-export type LiveEntry = [id: string, fields: Buffer[]];
 
 /** XREADGROUP of up to `count` new entries for `consumer` (waiting up to `blockMs` for one when given). */
 export async function readLiveEntries(redis: Redis, fn: string, consumer: string, count: number, blockMs?: number): Promise<LiveEntry[]> {
@@ -184,7 +176,7 @@ export async function readLiveEntries(redis: Redis, fn: string, consumer: string
       ? await redis.xreadgroupBuffer('GROUP', LIVE_GROUP, consumer, 'COUNT', count, 'STREAMS', liveStream(fn), '>')
       : await redis.xreadgroupBuffer('GROUP', LIVE_GROUP, consumer, 'COUNT', count, 'BLOCK', blockMs, 'STREAMS', liveStream(fn), '>')
   ) as [Buffer, [Buffer, Buffer[]][]][] | null;
-  return (res?.[0]?.[1] ?? []).map(([id, fields]) => [id.toString(), fields]);
+  return withSpilled(redis, fn, (res?.[0]?.[1] ?? []).map(([id, fields]) => [id.toString(), fields]));
 }
 
 /** A request taken over from another consumer: its fields, and how many replicas it was handed to, this one included. */
@@ -208,7 +200,7 @@ export async function claimLiveEntry(redis: Redis, fn: string, consumer: string,
     const [id, , , count] = idle;
     const [claimed] = (await redis.callBuffer('XCLAIM', [liveStream(fn), LIVE_GROUP, consumer, minIdleMs, id])) as ([Buffer, Buffer[]] | null)[];
     // XCLAIM counts this delivery.
-    if (claimed) return { id, fields: claimed[1], deliveries: Number(count) + 1 };
+    if (claimed) return { id, fields: (await withSpilled(redis, fn, [[id, claimed[1]]]))[0][1], deliveries: Number(count) + 1 };
   }
   return undefined;
 }
@@ -227,30 +219,7 @@ async function oldestIdle(redis: Redis, fn: string, minIdleMs: number): Promise<
 /** Entries claimLiveEntry passes over (taken meanwhile, or deleted) before it leaves the rest to the next look. */
 const CLAIM_TRIES = 16;
 
-/**
- * An entry's job (field `d`), with its binary body (field `b`, if any) set as `input[data.raw]`;
- * `bodyMissing` set when `data.raw` names a body the entry does not have.
- */
-export function decodeLiveJob(fields: Buffer[]): RunJobData | undefined {
-  let d: Buffer | undefined;
-  let b: Buffer | undefined;
-  for (let i = 0; i + 1 < fields.length; i += 2) {
-    const name = fields[i].toString();
-    if (name === 'd') d = fields[i + 1];
-    else if (name === 'b') b = fields[i + 1];
-  }
-  if (d === undefined) return undefined;
-  const data = JSON.parse(d.toString()) as RunJobData;
-  if (data.raw !== undefined) {
-    if (typeof data.input !== 'object' || data.input === null) return undefined;
-    // A damaged entry still names who waits for it: they get an answer, not silence.
-    if (b === undefined) data.bodyMissing = true;
-    else (data.input as Record<string, unknown>)[data.raw] = b;
-  }
-  return data;
-}
-
-const TAKE_UNSTARTED = lua('live-take-unstarted');
+const TAKE_UNSTARTED = lua('live-take-unstarted', SPILL_VALUES);
 
 /** Entries TAKE_UNSTARTED looks at per call. */
 const UNSTARTED_PAGE = 64;
@@ -272,7 +241,7 @@ export async function* takeUnstarted(redis: Redis, fn: string): AsyncGenerator<R
 
 const HELD = lua('live-held');
 
-const DROP_HELD = lua('live-drop-held');
+const DROP_HELD = lua('live-drop-held', SPILL_VALUES);
 
 /**
  * What a consumer holds (a replica of a deleted function that stopped before finishing it: nobody
@@ -300,7 +269,7 @@ function parseJob(d: string): RunJobData | undefined {
   }
 }
 
-const TAKE_BACK = lua('live-take-back');
+const TAKE_BACK = lua('live-take-back', SPILL_VALUES);
 
 /** The gateway's side: enqueue, take back a request nobody started, and read the depth. */
 export class LiveQueue {
@@ -309,7 +278,11 @@ export class LiveQueue {
   private tick: PendingAdd[] = [];
   private tickBytes = 0;
 
-  constructor(private readonly redis: Redis) {}
+  /** `keepAsyncMs`: how long an async run's large part waits for a replica (the job's retention). */
+  constructor(
+    private readonly redis: Redis,
+    private readonly keepAsyncMs = 86_400_000,
+  ) {}
 
   /**
    * Queues a request; resolves with its entry id. `inputJson`: the JSON text `data.input` was
@@ -329,13 +302,13 @@ export class LiveQueue {
     }
     // An empty hash would mean "no check" to ADD_MANY.
     if (o.keyHash === '') throw new Error('LiveQueue.add: keyHash is empty');
-    const fields: (string | Buffer)[] = ['d', encodeLiveJob(data, o.inputJson)];
-    if (o.body) fields.push('b', o.body);
-    const bytes = fields.reduce((n, f) => n + (typeof f === 'string' ? Buffer.byteLength(f) : f.length), 0);
+    const { fields, spilled } = liveFields(data, o.inputJson, o.body);
+    const bytes = [...fields, spilled ?? ''].reduce((n, f) => n + (typeof f === 'string' ? Buffer.byteLength(f) : f.length), 0);
+    const spill = spilled === undefined ? undefined : { key: newSpillKey(randomUUID()), value: spilled, keepMs: spillKeepMs(data, this.keepAsyncMs) };
     // Requests queued in the same tick go in one call (ADD_MANY), sent in the tick's check phase.
     if (this.tick.length >= ADD_TICK_MAX || (this.tick.length && this.tickBytes + bytes > ADD_TICK_BYTES)) this.send();
     return new Promise<string>((resolve, reject) => {
-      this.tick.push({ fn, keyHash: o.keyHash ?? '', mustBeDeployed: o.mustBeDeployed ?? false, fields, resolve, reject });
+      this.tick.push({ fn, keyHash: o.keyHash ?? '', mustBeDeployed: o.mustBeDeployed ?? false, fields, spill, resolve, reject });
       this.tickBytes += bytes;
       if (this.tick.length === 1) setImmediate(() => this.send());
     });
@@ -350,7 +323,10 @@ export class LiveQueue {
     let sent: Promise<unknown>;
     try {
       const ks = [tenantKeys.keysByHash, keys.functionIndex, keys.active, ...adds.map((b) => liveStream(b.fn))];
-      const args = adds.flatMap((b) => [b.keyHash, b.mustBeDeployed ? baseKey(b.fn) : '', String(b.fields.length), ...b.fields]);
+      const args = adds.flatMap((b) => [b.keyHash, b.mustBeDeployed ? baseKey(b.fn) : '', b.spill?.key ?? '', String(b.fields.length), ...b.fields]);
+      // Before the call, on the same connection: the call finds them written. A failed write
+      // leaves its entry to be answered as damaged.
+      for (const { spill: s } of adds) if (s) this.redis.set(s.key, s.value, 'PX', Math.max(1, Math.ceil(s.keepMs))).catch(() => {});
       sent = evalScript(this.redis, ADD_MANY, ks.length, ...ks, ...args);
       flushWrites(this.redis);
     } catch (err) {

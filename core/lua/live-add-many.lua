@@ -9,13 +9,18 @@
 -- An entry that fails in Redis (a key record that is not JSON, a stream key of another type)
 -- fails alone: { FAILED, error } in its place, the others queued as usual.
 -- Each function queued to joins the set the scheduler watches (KEYS[3]).
+-- An entry's large part (its binary body or input, core/live-queue.ts) waits under a key of its
+-- own, written just before this call; a queued entry's is renamed to the name its id gives it
+-- (SPILL_PREFIX .. function .. ':' .. id), an entry not queued has it removed. Passed as an
+-- argument instead, a large part would cost Redis a hash of every byte (Lua interns strings).
 -- KEYS: the keys hash, the function index, the active set, then each entry's stream. ARGV per entry: key hash
--- ('' = no check), function name ('' = no check), the number of fields n, then its n fields.
+-- ('' = no check), function name ('' = no check), its large part's key ('' = none), the number
+-- of fields n, then its n fields.
 local UNKNOWN_KEY, REVOKED_KEY, KEY_VALID, FAILED, FUNCTION_GONE = {{UNKNOWN_KEY}}, {{REVOKED_KEY}}, {{KEY_VALID}}, {{FAILED}}, {{FUNCTION_GONE}}
 local out, verdicts, deployed, marked = {}, {}, {}, {}
 local a = 1
 for i = 4, #KEYS do
-  local hash, fn, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+  local hash, fn, spilled, n = ARGV[a], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
   local ok, r = pcall(function()
     if fn ~= '' then
       if deployed[fn] == nil then deployed[fn] = redis.call('SISMEMBER', KEYS[2], fn) == 1 end
@@ -31,7 +36,9 @@ for i = 4, #KEYS do
       end
     end
     if verdict ~= KEY_VALID then return verdict end
-    local id = redis.call('XADD', KEYS[i], '*', unpack(ARGV, a + 3, a + 2 + n))
+    local id = redis.call('XADD', KEYS[i], '*', unpack(ARGV, a + 4, a + 3 + n))
+    -- Missing (its write failed), the entry still runs and is answered as damaged.
+    if spilled ~= '' then redis.pcall('RENAME', spilled, '{{SPILL_PREFIX}}' .. string.sub(KEYS[i], {{STREAM_NAME_START}}) .. ':' .. id) end
     -- The scheduler watches the function from now on (keys.active).
     if not marked[KEYS[i]] then
       marked[KEYS[i]] = true
@@ -40,6 +47,7 @@ for i = 4, #KEYS do
     return id
   end)
   if ok then out[i - 3] = r else out[i - 3] = { FAILED, type(r) == 'table' and r.err or tostring(r) } end
-  a = a + 3 + n
+  if spilled ~= '' and type(out[i - 3]) ~= 'string' then redis.call('UNLINK', spilled) end
+  a = a + 4 + n
 end
 return out

@@ -3,6 +3,7 @@
 -- at ('' when none was) followed by the job field (`d`) of each one taken out. One call, so no
 -- replica reads an entry between the look and the delete; pages, so a long queue neither blocks
 -- Redis nor arrives in one reply.
+-- Each one's part queued apart (core/live-queue.ts), if any, goes with it.
 -- KEYS: stream; ARGV: group, page size, after.
 -- #include live-job-field
 local from = ARGV[3] == '-' and '-' or '(' .. ARGV[3]
@@ -14,6 +15,7 @@ for _, e in ipairs(entries) do
   local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], id, id, 1)
   if type(p) ~= 'table' or p.err or p[1] == nil then
     redis.call('XDEL', KEYS[1], id)
+    redis.call('UNLINK', '{{SPILL_PREFIX}}' .. string.sub(KEYS[1], {{STREAM_NAME_START}}) .. ':' .. id)
     out[#out + 1] = job_field(e[2])
   end
 end

@@ -7,7 +7,8 @@ import { chunkLineJobs } from '../../core/batches.ts';
 import { sinceEnqueued } from '../../core/clock.ts';
 import { errorBody, type BatchChunkData, type Manifest, type RunJobData } from '../../core/contracts.ts';
 import { batchQueueName, keys, QUEUE_PREFIX } from '../../core/keys.ts';
-import { decodeLiveJob, finishLiveEntries, leaveLiveGroup, liveJobId, readLiveEntries, type LiveEntry, type LiveOutcome } from '../../core/live-queue.ts';
+import { finishLiveEntries, leaveLiveGroup, liveJobId, readLiveEntries, type LiveOutcome } from '../../core/live-queue.ts';
+import { decodeLiveJob, type LiveEntry } from '../../core/live-entry.ts';
 import { plainName } from '../../core/names.ts';
 import type { Delivery } from './delivery.ts';
 import { unrunTiming } from '../channel/timing.ts';
@@ -34,10 +35,10 @@ export async function answerWaiting(o: Waiting, error: { phase: string; message:
     // A few at a time: an entry may carry megabytes of binary body.
     const entries = await readLiveEntries(o.redis, name, o.replica, 32).catch((): LiveEntry[] => []);
     if (!entries.length) break;
-    const finished: { id: string; outcome?: LiveOutcome }[] = [];
+    const finished: { id: string; outcome?: LiveOutcome; spilled?: boolean }[] = [];
     for (const [entry, fields] of entries) {
       const data = decodeLiveJob(fields);
-      finished.push({ id: entry, outcome: data ? await failed(liveJobId(name, entry, data), data) : undefined });
+      finished.push({ id: entry, outcome: data ? await failed(liveJobId(name, entry, data), data) : undefined, spilled: data?.spilled });
     }
     await finishLiveEntries(o.redis, name, finished);
   }

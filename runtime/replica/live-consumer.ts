@@ -17,7 +17,8 @@
 // (scanNow); a replica also looks as it starts, so a replacement takes them within a moment.
 import type { Redis } from 'ioredis';
 import type { RunJobData } from '../../core/contracts.ts';
-import { claimLiveEntry, decodeLiveJob, ensureLiveGroup, finishLiveEntries, handOverLiveEntries, hasLiveEntryToClaim, leaveLiveGroup, LIVE_GROUP, readLiveEntries, type LiveEntry, type LiveOutcome, type TakenOver } from '../../core/live-queue.ts';
+import { claimLiveEntry, ensureLiveGroup, finishLiveEntries, handOverLiveEntries, hasLiveEntryToClaim, leaveLiveGroup, LIVE_GROUP, readLiveEntries, type LiveOutcome, type TakenOver } from '../../core/live-queue.ts';
+import { decodeLiveJob, type LiveEntry } from '../../core/live-entry.ts';
 import type { Logger } from '../../core/log.ts';
 import { waitAtMost } from '../../core/settle.ts';
 import { liveStream } from '../../core/keys.ts';
@@ -58,7 +59,7 @@ export class LiveConsumer {
   private readonly held = new Set<string>();
   private slotFreed?: () => void;
   private idle?: () => void;
-  private finished: { id: string; outcome?: LiveOutcome }[] = [];
+  private finished: { id: string; outcome?: LiveOutcome; spilled?: boolean }[] = [];
   /** The tending call under way, if any. */
   private tendingNow?: Promise<void>;
   /** Finishing calls under way (drain waits for them). */
@@ -267,8 +268,9 @@ export class LiveConsumer {
       this.o.log.error({ entry: id }, 'unreadable live queue entry dropped');
       return this.done(id);
     }
+    const { spilled } = data;
     void this.o.process(id, data, deliveries).then(
-      (outcome) => this.done(id, outcome || undefined),
+      (outcome) => this.done(id, outcome || undefined, true, spilled),
       (err: Error) => {
         // Not finished (e.g. Redis refused the job record's update): left pending, not held, so
         // it runs again after lockMs (here or on another replica), where a finished job record
@@ -279,9 +281,9 @@ export class LiveConsumer {
     );
   }
 
-  private done(id: string, outcome?: LiveOutcome, finish = true): void {
+  private done(id: string, outcome?: LiveOutcome, finish = true, spilled?: boolean): void {
     this.held.delete(id);
-    if (finish) this.finish(id, outcome);
+    if (finish) this.finish(id, outcome, spilled);
     if (id === this.alone) {
       this.alone = undefined;
       // Another replica's requests may still wait to be taken over, one at a time.
@@ -293,8 +295,8 @@ export class LiveConsumer {
   }
 
   /** Requests finished in one tick are finished in Redis together: one call for all of them. */
-  private finish(id: string, outcome?: LiveOutcome): void {
-    this.finished.push({ id, outcome });
+  private finish(id: string, outcome?: LiveOutcome, spilled?: boolean): void {
+    this.finished.push({ id, outcome, spilled });
     if (this.finished.length === 1) setImmediate(() => this.track(this.flushFinished()));
   }
 
@@ -320,7 +322,7 @@ export class LiveConsumer {
         () => true,
         () => false,
       );
-      if (answered) entries = [{ id: lone.id, outcome: { usage: lone.outcome.usage } }];
+      if (answered) entries = [{ ...lone, outcome: { usage: lone.outcome.usage } }];
     }
     // A short Redis hiccup must not hold a reply back for lockMs (nor count as a crash): retry.
     // An answered request is retried for up to half the lock time (another replica may take it

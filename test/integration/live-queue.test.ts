@@ -8,14 +8,15 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { type RunJobData } from '../../core/contracts.ts';
-import { decodeLiveJob, finishLiveEntries, FunctionGoneError, handOverLiveEntries, KeyRejectedError, LIVE_GROUP, leaveLiveGroup, LiveQueue, takeUnstarted } from '../../core/live-queue.ts';
+import { finishLiveEntries, readLiveEntries, FunctionGoneError, handOverLiveEntries, KeyRejectedError, LIVE_GROUP, leaveLiveGroup, LiveQueue, takeUnstarted } from '../../core/live-queue.ts';
+import { decodeLiveJob, SPILL_MIN_BYTES } from '../../core/live-entry.ts';
 import { type UsageRecord } from '../../core/usage.ts';
 import { createLogger } from '../../core/log.ts';
 import { createRedis, type Redis } from '../../core/redis.ts';
 import { startLocalRedis, type LocalRedis } from '../../platform/local-redis.ts';
 import { LiveConsumer } from '../../runtime/replica/live-consumer.ts';
 import { eventually } from '../helpers/platform.ts';
-import { keys, liveStream, SCAN_NOW, tenantKeys, usageKeys } from '../../core/keys.ts';
+import { keys, liveStream, SCAN_NOW, SPILL_PREFIX, spillKey, tenantKeys, usageKeys } from '../../core/keys.ts';
 
 let server: LocalRedis;
 let dir: string;
@@ -422,6 +423,46 @@ describe('live queue', () => {
     await eventually(async () => replies.length === 1, 'the reply');
     sub.disconnect();
   });
+  it('a large body or input waits beside its entry, reaches the replica whole (read or taken over), and goes with the entry', async () => {
+    const q = new LiveQueue(redis);
+    const spilled = async () => (await redis.keys(`${SPILL_PREFIX}*`)).concat(await redis.keys('embers:spill-new:*')).sort();
+    const body = Buffer.alloc(SPILL_MIN_BYTES + 7, 0xfe);
+    const text = JSON.stringify({ image: 'x'.repeat(SPILL_MIN_BYTES) });
+    // A binary body and a JSON input over the line, and a small one that stays in its entry.
+    const [bin, json] = await Promise.all([
+      q.add('big', { ...job('bin'), input: { n: 1 }, raw: 'bytes' }, { inputJson: '{"n":1}', body }),
+      q.add('big', job('json'), { inputJson: text }),
+      q.add('big', job('small'), { inputJson: '{"rid":"small"}' }),
+    ]);
+    assert.deepEqual(await spilled(), [spillKey('big', bin), spillKey('big', json)].sort());
+    // The entries themselves stay small: what Redis's Lua saw was a key name, not the bytes.
+    const sizes = (await redis.xrangeBuffer(liveStream('big'), '-', '+')).map(([, f]) => f.reduce((n, b) => n + b.length, 0));
+    assert.ok(sizes.every((n) => n < 1024), `entries of ${sizes.join(', ')} bytes`);
+    // One replica reads the binary one and dies holding it; the heir takes it over whole.
+    await redis.xreadgroup('GROUP', LIVE_GROUP, 'replica-dead-big', 'COUNT', 1, 'STREAMS', liveStream('big'), '>');
+    const runs = new Map<string, RunJobData>();
+    const c = new LiveConsumer({ redis, fn: 'big', consumer: 'replica-big', concurrency: 4, lockMs: 300, log, process: async (_e, data) => void runs.set(data.rid, data) });
+    await c.start();
+    await eventually(async () => runs.size === 3, 'the three requests to run', 10_000);
+    assert.deepEqual((runs.get('bin')!.input as { bytes: Buffer; n: number }).bytes, body);
+    assert.equal((runs.get('bin')!.input as { n: number }).n, 1);
+    assert.deepEqual(runs.get('json')!.input, JSON.parse(text));
+    assert.deepEqual(runs.get('small')!.input, { rid: 'small' });
+    assert.ok(runs.get('small')!.spilled === undefined && !runs.get('bin')!.bodyMissing);
+    await eventually(async () => (await redis.xlen(liveStream('big'))) === 0 && (await spilled()).length === 0, 'entries and their parts to be removed');
+    await c.drain();
+    // Taken back unread, and refused (an unknown key): nothing is left behind either.
+    const back = await q.add('big', job('back'), { inputJson: text });
+    assert.equal(await q.takeBack('big', back), true);
+    await assert.rejects(q.add('big', job('refused'), { inputJson: text, keyHash: 'no-such-key' }), KeyRejectedError);
+    assert.deepEqual(await spilled(), []);
+    // A part gone before a replica reads its entry (expired): the job is marked damaged, not run on nothing.
+    const lost = await q.add('big', job('lost'), { inputJson: text });
+    await redis.del(spillKey('big', lost));
+    const [[, fields]] = await readLiveEntries(redis, 'big', 'replica-x', 1);
+    assert.equal(decodeLiveJob(fields)?.bodyMissing, true);
+  });
+
   it('an add that must find its function deployed is refused once it is gone, in the same call as the others', async () => {
     const q = new LiveQueue(redis);
     await redis.sadd(keys.functionIndex, 'still-here');

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { RunJobData } from '../../core/contracts.ts';
-import { decodeLiveJob, encodeLiveJob } from '../../core/live-queue.ts';
+import { decodeLiveJob, encodeLiveJob } from '../../core/live-entry.ts';
 import { hourKey, hourOf, type UsageRecord } from '../../core/usage.ts';
 
 describe('live job encoding', () => {
