@@ -5,8 +5,9 @@
 -- first. The reply goes out either way: a gateway takes the first reply and drops any other, and
 -- one whose stream was lost with Redis's data still gets its answer. Replies to one gateway go
 -- out as one message (encodeReplies), published last: a call that fails part way (Redis out of
--- memory) answers nobody, and the entries it did not finish run again. (A replica that finished a
--- lone request publishes its reply before this call instead: LiveConsumer.flushFinished.)
+-- memory) answers nobody, and the entries it did not finish run again. (A replica publishes a
+-- lone request's reply, and any reply of 16 KiB or more, before this call instead:
+-- LiveConsumer.flushFinished.)
 -- KEYS: stream, records stream, tenants set, then an hour key and a minute key per entry (the
 -- stream for both when it has no record), then a month key per entry (the stream: no record).
 -- ARGV: group, records cap, then per entry: id, RECORD_FIELDS (empty: no record); then per

@@ -2,7 +2,8 @@
 // XREADGROUP asks for as many requests as the replica has free slots, so a burst is fetched in
 // one round trip rather than one per job; requests finished in the same tick are finished in one
 // call (their usage records, replies, XACK and XDEL: finishLiveEntries). A replica with nothing
-// else running sends a lone request's reply just before that call instead (flushFinished).
+// else running sends a lone request's reply just before that call instead, as every replica does
+// a reply of 16 KiB or more (flushFinished).
 //
 // Crash safety comes from the group's pending list. While a replica holds requests it re-claims
 // them for itself every lockMs / 3 (XCLAIM … JUSTID resets their idle time without counting a
@@ -18,7 +19,7 @@
 import type { Redis } from 'ioredis';
 import type { RunJobData } from '../../core/contracts.ts';
 import { claimLiveEntry, ensureLiveGroup, finishLiveEntries, handOverLiveEntries, hasLiveEntryToClaim, leaveLiveGroup, LIVE_GROUP, readLiveEntries, type LiveOutcome, type TakenOver } from '../../core/live-queue.ts';
-import { decodeLiveJob, type LiveEntry } from '../../core/live-entry.ts';
+import { decodeLiveJob, SPILL_MIN_BYTES, type LiveEntry } from '../../core/live-entry.ts';
 import type { Logger } from '../../core/log.ts';
 import { waitAtMost } from '../../core/settle.ts';
 import { liveStream } from '../../core/keys.ts';
@@ -312,18 +313,21 @@ export class LiveConsumer {
     // A replica with nothing else running (light load) that finished one request sends its reply
     // on its own, then the finishing call once Redis has taken it: Redis writes a PUBLISH's
     // message only after every command of the same read, so inside the call the client would wait
-    // for its script too (~0.1–0.2 ms at c = 1, where it runs cold after inference). Busier
-    // replicas keep one call per tick. If the publish fails, the reply rides in the call as usual.
+    // for its script too (~0.1–0.2 ms at c = 1, where it runs cold after inference). So does a
+    // reply from SPILL_MIN_BYTES: as an argument of the call, Redis's Lua would hash every byte of
+    // it (decisions/042). Busier replicas keep the other replies in one call per tick. If a
+    // publish fails, its reply rides in the call as usual.
     const lone = entries.length === 1 && this.active === 0 ? entries[0] : undefined;
-    let answered = false;
-    if (lone?.outcome?.reply) {
-      const { channel, message } = lone.outcome.reply;
-      answered = await this.o.redis.publish(channel, message).then(
-        () => true,
-        () => false,
-      );
-      if (answered) entries = [{ ...lone, outcome: { usage: lone.outcome.usage } }];
-    }
+    const own = entries.filter((e) => e.outcome?.reply && (e === lone || e.outcome.reply.message.length >= SPILL_MIN_BYTES));
+    const sent = new Set<(typeof entries)[number]>();
+    await Promise.all(
+      own.map(async (e) => {
+        const { channel, message } = e.outcome!.reply!;
+        if (await this.o.redis.publish(channel, message).then(() => true, () => false)) sent.add(e);
+      }),
+    );
+    const answered = sent.size > 0;
+    if (answered) entries = entries.map((e) => (sent.has(e) ? { ...e, outcome: { usage: e.outcome!.usage } } : e));
     // A short Redis hiccup must not hold a reply back for lockMs (nor count as a crash): retry.
     // An answered request is retried for up to half the lock time (another replica may take it
     // over after lockMs): left pending, it would run again for a caller who already has its answer.

@@ -351,7 +351,7 @@ describe('live queue', () => {
     sub.disconnect();
   });
 
-  it('a lone finished request is answered before its finishing call; a busy tick is answered in that call, in one message', async () => {
+  it('a lone finished request is answered before its finishing call, as is a large reply; a busy tick is answered in that call, in one message', async () => {
     const fn = 'answers';
     const q = new LiveQueue(redis);
     const sub = redis.duplicate();
@@ -383,7 +383,7 @@ describe('live queue', () => {
       process: async (_entry, data) => {
         await new Promise<void>((r) => release.push(r));
         const usage: UsageRecord = { id: `u-${data.rid}`, tenant: 'acme', key: 'key-1', fn, version: 'v1', kind: 'sync', status: 200, queueMs: 1, computeMs: 1, inferMs: 1, coldMs: 0, bytesIn: 1, bytesOut: 1, at: new Date().toISOString(), price: { perRequest: 0, perComputeSecond: 0 }, cost: 0 };
-        return { usage, reply: { channel: 'embers:test:answers', message: `answer ${data.rid}` } };
+        return { usage, reply: { channel: 'embers:test:answers', message: data.rid === 'big' ? `answer big ${'x'.repeat(SPILL_MIN_BYTES)}` : `answer ${data.rid}` } };
       },
     });
     await c.start();
@@ -404,8 +404,17 @@ describe('live queue', () => {
       assert.match(replies[1], /^\+\d+,\d+,\d+\n/, 'one framed message for the tick');
       await eventually(async () => commands.length >= 4, "the tick's finishing call to show in MONITOR");
       assert.deepEqual(commands, ['publish', 'evalsha', 'evalsha', 'script publish'], 'the tick is answered inside its finishing call');
+      // A reply of 16 KiB or more leaves on its own before the call, busy tick or not.
+      for (const rid of ['c0', 'big']) await q.add(fn, job(rid));
+      await eventually(async () => release.length === 2, 'the two to start');
+      release.splice(0).forEach((r) => r());
+      await eventually(async () => (await redis.xlen(liveStream(fn))) === 0, 'the two to be finished');
+      await eventually(async () => replies.length === 4, 'their messages');
+      assert.ok(replies.some((r) => r.startsWith('answer big') && r.length > SPILL_MIN_BYTES), 'the large reply whole, in a message of its own');
+      await eventually(async () => commands.length >= 7, "the tick's commands to show in MONITOR");
+      assert.deepEqual(commands.slice(4), ['publish', 'evalsha', 'script publish'], 'the large reply first, the other inside the finishing call');
       const records = (await redis.xrange(usageKeys.records, '-', '+')).map(([, f]) => (JSON.parse(f[1]) as UsageRecord).id).filter((id) => id.startsWith('u-'));
-      assert.deepEqual(records.sort(), ['u-b0', 'u-b1', 'u-b2', 'u-lone'], 'each metered once');
+      assert.deepEqual(records.sort(), ['u-b0', 'u-b1', 'u-b2', 'u-big', 'u-c0', 'u-lone'], 'each metered once');
     } finally {
       release.splice(0).forEach((r) => r());
       await c.drain();
