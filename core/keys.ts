@@ -37,6 +37,8 @@ export const keys = {
   /** Async job record (hash) and the tombstone that outlives it, so an expired id answers "expired". */
   job: (id: string) => `embers:job:${id}`,
   jobGone: (id: string) => `embers:job:${id}:gone`,
+  /** A finished job's result of 16 KiB or more, kept beside its record (core/jobs.ts). */
+  jobResult: (id: string) => `embers:job:${id}:result`,
   /**
    * Replicas listen here for cancellations of running async jobs, `<function> <job id>`, for sync
    * runs whose caller went away, `<function> <the gateway's request id>`, and for

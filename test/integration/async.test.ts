@@ -53,6 +53,14 @@ describe('async runs', () => {
     assert.ok(done.startedAt && done.finishedAt && typeof done.timing.queueMs === 'number' && typeof done.timing.inputMs === 'number' && typeof done.timing.outputMs === 'number');
   });
 
+  test('a large input and output (each kept beside its record in Redis) come back whole', async () => {
+    const input = { text: 'long '.repeat(8_000) };
+    const { body } = await submit('echo', input);
+    const done = await finished(body.id);
+    assert.equal(done.status, 'succeeded');
+    assert.deepEqual(done.output, input);
+  });
+
   test('input is validated before queueing; unknown jobs are 404', async () => {
     const { res } = await submit('order', { ms: 'soon' });
     assert.equal(res.status, 400);
