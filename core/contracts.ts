@@ -118,7 +118,7 @@ export interface RunJobData {
   tensors?: true;
   /** Set when a replica reads an entry whose binary body (field `b`) or input queued apart is missing: answered 500, not run. */
   bodyMissing?: true;
-  /** Set when a replica reads an entry with a part queued apart (core/live-queue.ts): removed when it is finished. */
+  /** Set when a replica reads an entry with a part queued apart (core/live-entry.ts): removed when it is finished. */
   spilled?: true;
   /** Enqueue time (ms since epoch) for queue timing. */
   enq: number;

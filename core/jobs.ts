@@ -16,7 +16,7 @@ const TERMINAL: JobStatus[] = ['succeeded', 'failed', 'canceled'];
 export const isTerminal = (s: string) => (TERMINAL as string[]).includes(s);
 
 /** A queued job's record lives this long (it waits that long at most); finished ones, the retention. */
-const QUEUED_TTL_S = 7 * 24 * 3600;
+export const QUEUED_TTL_S = 7 * 24 * 3600;
 /** An expired job still answers "expired" (not "unknown") this long after its result is gone. */
 const TOMBSTONE_S = 30 * 24 * 3600;
 
@@ -116,7 +116,7 @@ export class JobStore {
     // A large result is written beside the call, on the same connection just before it (FINISH).
     const apart = o.body.length >= SPILL_MIN_BYTES ? newSpillKey(randomUUID()) : '';
     if (apart) this.redis.set(apart, o.body, 'EX', this.retentionS).catch(() => {});
-    const done = (await evalScript(
+    const finishing = evalScript(
       this.redis,
       FINISH,
       3,
@@ -134,7 +134,10 @@ export class JobStore {
       ifQueued ? '1' : '0',
       o.type ?? '',
       apart,
-    )) as number;
+    );
+    // A call that failed leaves no copy behind (one that ran has renamed or removed it).
+    if (apart) finishing.catch(() => this.redis.unlink(apart).catch(() => 0));
+    const done = (await finishing) as number;
     if (!done) return { finished: false };
     const webhook = await this.redis.hget(keys.job(id), 'webhook');
     return { finished: true, webhook: webhook ?? undefined };

@@ -18,8 +18,11 @@ export function encodeLiveJob(data: RunJobData, inputJson?: string): string {
   return `${rest.length > 2 ? `${rest.slice(0, -1)},` : '{'}"input":${inputJson.trim()}}`;
 }
 
-/** How long a sync run's large part outlives its deadline (a replica that took it may still be reading it). */
-const SPILL_GRACE_MS = 10 * 60_000;
+/**
+ * How long a sync run's large part outlives its deadline to start: past the longest a handler may
+ * run (an hour), so a run taken over late still finds it.
+ */
+const SPILL_GRACE_MS = 70 * 60_000;
 
 /** How long a large part is kept: a sync run's until its deadline (past it, the run is answered unrun), else `keepAsyncMs`. */
 export function spillKeepMs(data: RunJobData, keepAsyncMs: number): number {
@@ -63,12 +66,30 @@ const SPILLED = 's';
 export async function withSpilled(redis: Redis, fn: string, entries: LiveEntry[]): Promise<LiveEntry[]> {
   const spilled = entries.filter(([, fields]) => spilledPart(fields) !== undefined);
   if (!spilled.length) return entries;
-  const parts = (await redis.callBuffer('MGET', spilled.map(([id]) => spillKey(fn, id)))) as (Buffer | null)[];
+  const parts = await fetchParts(redis, spilled.map(([id]) => spillKey(fn, id)));
   spilled.forEach(([, fields], i) => {
     if (parts[i]) fields.push(Buffer.from(spilledPart(fields)!), parts[i]!);
   });
   return entries;
 }
+
+/**
+ * MGET of the parts, tried again on a short failure: the entries are this replica's already, and
+ * left unrun they would be taken over later with a delivery counted as a crash.
+ */
+async function fetchParts(redis: Redis, keys: string[]): Promise<(Buffer | null)[]> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return (await redis.callBuffer('MGET', keys)) as (Buffer | null)[];
+    } catch (err) {
+      if (attempt >= 3) throw err;
+      await new Promise((r) => setTimeout(r, 100 * attempt));
+    }
+  }
+}
+
+/** Whether an entry's fields say a part of it waits apart (field `s`), whether or not the entry can be read. */
+export const hasSpilledPart = (fields: Buffer[]) => spilledPart(fields) !== undefined;
 
 function spilledPart(fields: Buffer[]): 'b' | 'i' | undefined {
   for (let i = 0; i + 1 < fields.length; i += 2) if (fields[i].length === 1 && fields[i].toString() === SPILLED) return fields[i + 1].toString() === 'b' ? 'b' : 'i';

@@ -14,6 +14,7 @@ import { evalScript, flushWrites } from './redis.ts';
 import { hourKey, monthKey, recordArgs, RECORD_FIELDS, RECORDS_MAX, type UsageRecord } from './usage.ts';
 import { minuteKey, SERIES_TTL_S } from './series.ts';
 import { lua } from './lua.ts';
+import { QUEUED_TTL_S } from './jobs.ts';
 import { liveFields, spillKeepMs, withSpilled, type LiveEntry } from './live-entry.ts';
 import { baseKey } from './names.ts';
 import { randomUUID } from 'node:crypto';
@@ -278,10 +279,10 @@ export class LiveQueue {
   private tick: PendingAdd[] = [];
   private tickBytes = 0;
 
-  /** `keepAsyncMs`: how long an async run's large part waits for a replica (the job's retention). */
+  /** `keepAsyncMs`: how long an async run's large part waits for a replica (as long as a queued job's record). */
   constructor(
     private readonly redis: Redis,
-    private readonly keepAsyncMs = 86_400_000,
+    private readonly keepAsyncMs = QUEUED_TTL_S * 1000,
   ) {}
 
   /**
@@ -343,6 +344,9 @@ export class LiveQueue {
         });
       },
       (err: Error) => {
+        // Nothing was queued: the parts written for it go too (best effort; else they expire).
+        const parts = adds.flatMap((b) => (b.spill ? [b.spill.key] : []));
+        if (parts.length) this.redis.unlink(...parts).catch(() => 0);
         for (const b of adds) b.reject(err);
       },
     );

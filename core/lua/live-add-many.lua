@@ -9,7 +9,7 @@
 -- An entry that fails in Redis (a key record that is not JSON, a stream key of another type)
 -- fails alone: { FAILED, error } in its place, the others queued as usual.
 -- Each function queued to joins the set the scheduler watches (KEYS[3]).
--- An entry's large part (its binary body or input, core/live-queue.ts) waits under a key of its
+-- An entry's large part (its binary body or input, core/live-entry.ts) waits under a key of its
 -- own, written just before this call; a queued entry's is renamed to the name its id gives it
 -- (SPILL_PREFIX .. function .. ':' .. id), an entry not queued has it removed. Passed as an
 -- argument instead, a large part would cost Redis a hash of every byte (Lua interns strings).

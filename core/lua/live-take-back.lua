@@ -3,7 +3,7 @@
 -- under it, the replica's next XCLAIM would drop it from the pending list, and its finishing
 -- call would then neither acknowledge nor meter it. With a message, tells the function's
 -- replicas (the cancel channel), so the one running it stops it.
--- Its part queued apart (core/live-queue.ts), if any, goes with it.
+-- Its part queued apart (core/live-entry.ts), if any, goes with it.
 -- KEYS: the stream. ARGV: the group, the entry id, then the channel and message, or nothing.
 -- Returns 1 when it deleted the entry.
 local held = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)

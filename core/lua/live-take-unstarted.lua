@@ -3,7 +3,7 @@
 -- at ('' when none was) followed by the job field (`d`) of each one taken out. One call, so no
 -- replica reads an entry between the look and the delete; pages, so a long queue neither blocks
 -- Redis nor arrives in one reply.
--- Each one's part queued apart (core/live-queue.ts), if any, goes with it.
+-- Each one's part queued apart (core/live-entry.ts), if any, goes with it.
 -- KEYS: stream; ARGV: group, page size, after.
 -- #include live-job-field
 local from = ARGV[3] == '-' and '-' or '(' .. ARGV[3]

@@ -8,7 +8,7 @@ import { sinceEnqueued } from '../../core/clock.ts';
 import { errorBody, type BatchChunkData, type Manifest, type RunJobData } from '../../core/contracts.ts';
 import { batchQueueName, keys, QUEUE_PREFIX } from '../../core/keys.ts';
 import { finishLiveEntries, leaveLiveGroup, liveJobId, readLiveEntries, type LiveOutcome } from '../../core/live-queue.ts';
-import { decodeLiveJob, type LiveEntry } from '../../core/live-entry.ts';
+import { decodeLiveJob, hasSpilledPart, type LiveEntry } from '../../core/live-entry.ts';
 import { plainName } from '../../core/names.ts';
 import type { Delivery } from './delivery.ts';
 import { unrunTiming } from '../channel/timing.ts';
@@ -38,7 +38,7 @@ export async function answerWaiting(o: Waiting, error: { phase: string; message:
     const finished: { id: string; outcome?: LiveOutcome; spilled?: boolean }[] = [];
     for (const [entry, fields] of entries) {
       const data = decodeLiveJob(fields);
-      finished.push({ id: entry, outcome: data ? await failed(liveJobId(name, entry, data), data) : undefined, spilled: data?.spilled });
+      finished.push({ id: entry, outcome: data ? await failed(liveJobId(name, entry, data), data) : undefined, spilled: hasSpilledPart(fields) });
     }
     await finishLiveEntries(o.redis, name, finished);
   }

@@ -19,7 +19,7 @@
 import type { Redis } from 'ioredis';
 import type { RunJobData } from '../../core/contracts.ts';
 import { claimLiveEntry, ensureLiveGroup, finishLiveEntries, handOverLiveEntries, hasLiveEntryToClaim, leaveLiveGroup, LIVE_GROUP, readLiveEntries, type LiveOutcome, type TakenOver } from '../../core/live-queue.ts';
-import { decodeLiveJob, SPILL_MIN_BYTES, type LiveEntry } from '../../core/live-entry.ts';
+import { decodeLiveJob, hasSpilledPart, SPILL_MIN_BYTES, type LiveEntry } from '../../core/live-entry.ts';
 import type { Logger } from '../../core/log.ts';
 import { waitAtMost } from '../../core/settle.ts';
 import { liveStream } from '../../core/keys.ts';
@@ -267,7 +267,7 @@ export class LiveConsumer {
     }
     if (!data) {
       this.o.log.error({ entry: id }, 'unreadable live queue entry dropped');
-      return this.done(id);
+      return this.done(id, undefined, true, hasSpilledPart(fields));
     }
     const { spilled } = data;
     void this.o.process(id, data, deliveries).then(
