@@ -2,36 +2,20 @@
 // the finishing script (decisions/042), and reads back whole; a second finish changes nothing and
 // leaves nothing behind.
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { JobStore, type JobOutcome } from '../../core/jobs.ts';
 import { keys } from '../../core/keys.ts';
 import { SPILL_MIN_BYTES } from '../../core/live-entry.ts';
-import { createRedis, type Redis } from '../../core/redis.ts';
-import { startLocalRedis, type LocalRedis } from '../../platform/local-redis.ts';
+import { fileRedis } from '../helpers/file-redis.ts';
 
-let server: LocalRedis;
-let dir: string;
-let redis: Redis;
+const server = fileRedis('jobs');
 const BASE = 'http://embers.test';
 const outcome = (body: string, httpStatus = 200): JobOutcome => ({ httpStatus, body, canceled: false, timing: undefined, version: 'v1' });
-const leftovers = () => redis.keys('embers:spill-new:*');
-
-before(async () => {
-  dir = await mkdtemp(path.join(os.tmpdir(), 'embers-jobs-'));
-  server = await startLocalRedis(dir);
-  redis = createRedis(server.url);
-});
-after(async () => {
-  redis.disconnect();
-  await server.stop();
-  await rm(dir, { recursive: true, force: true });
-});
+const leftovers = () => server.redis().keys('embers:spill-new:*');
 
 describe('job records', () => {
   it('keep a large result beside the record, whole, for as long as the record', async () => {
+    const redis = server.redis();
     const jobs = new JobStore(redis, 600);
     await jobs.create({ id: 'job_big', fn: 'echo', tenant: 'acme', key: 'k1' });
     const output = { text: 'é'.repeat(SPILL_MIN_BYTES) };
@@ -52,6 +36,7 @@ describe('job records', () => {
   });
 
   it('keep a small result in the record', async () => {
+    const redis = server.redis();
     const jobs = new JobStore(redis, 600);
     await jobs.create({ id: 'job_small', fn: 'echo', tenant: 'acme', key: 'k1' });
     await jobs.finish('job_small', outcome('{"ok":true}'));
