@@ -118,8 +118,6 @@ export interface RunJobData {
   tensors?: true;
   /** Set when a replica reads an entry whose binary body (field `b`) or input queued apart is missing: answered 500, not run. */
   bodyMissing?: true;
-  /** Set when a replica reads an entry with a part queued apart (core/live-entry.ts): removed when it is finished. */
-  spilled?: true;
   /** Enqueue time (ms since epoch) for queue timing. */
   enq: number;
   /** The same moment on the gateway's monotonic clock (ms) and that clock's boot (core/clock.ts): queue time to the µs on one machine. */

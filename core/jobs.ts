@@ -1,15 +1,15 @@
 // Async job records: created by the gateway, moved to running and to their outcome by the
 // replica, read and cancelled through /v1/jobs. Every transition is one Lua script, so a
 // replica that crashed and a job that was retried can never overwrite a finished outcome.
-import { createHmac, randomBytes, randomUUID } from 'node:crypto';
+import { createHmac, randomBytes } from 'node:crypto';
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { encodeReply, type ReplyHeader, type RunJobData } from './contracts.ts';
 import { evalScript } from './redis.ts';
 import { plainName } from './names.ts';
 import { lua } from './lua.ts';
-import { keys, newSpillKey } from './keys.ts';
-import { SPILL_MIN_BYTES } from './live-entry.ts';
+import { keys } from './keys.ts';
+import { SPILL_MIN_BYTES, writeSpill } from './live-entry.ts';
 
 export type JobStatus = 'queued' | 'running' | 'succeeded' | 'failed' | 'canceled';
 const TERMINAL: JobStatus[] = ['succeeded', 'failed', 'canceled'];
@@ -114,8 +114,7 @@ export class JobStore {
   async finish(id: string, o: JobOutcome, ifQueued = false): Promise<{ finished: boolean; webhook?: string }> {
     const status: JobStatus = o.canceled ? 'canceled' : o.httpStatus < 400 ? 'succeeded' : 'failed';
     // A large result is written beside the call, on the same connection just before it (FINISH).
-    const apart = o.body.length >= SPILL_MIN_BYTES ? newSpillKey(randomUUID()) : '';
-    if (apart) this.redis.set(apart, o.body, 'EX', this.retentionS).catch(() => {});
+    const spill = o.body.length >= SPILL_MIN_BYTES ? writeSpill(this.redis, o.body, this.retentionS * 1000) : '';
     const finishing = evalScript(
       this.redis,
       FINISH,
@@ -126,17 +125,17 @@ export class JobStore {
       status,
       new Date().toISOString(),
       String(o.httpStatus),
-      apart ? '' : o.body,
+      spill ? '' : o.body,
       JSON.stringify(o.timing ?? null),
       o.version,
       String(this.retentionS),
       String(this.retentionS + TOMBSTONE_S),
       ifQueued ? '1' : '0',
       o.type ?? '',
-      apart,
+      spill,
     );
     // A call that failed leaves no copy behind (one that ran has renamed or removed it).
-    if (apart) finishing.catch(() => this.redis.unlink(apart).catch(() => 0));
+    if (spill) finishing.catch(() => this.redis.unlink(spill).catch(() => 0));
     const done = (await finishing) as number;
     if (!done) return { finished: false };
     const webhook = await this.redis.hget(keys.job(id), 'webhook');
@@ -153,11 +152,11 @@ export class JobStore {
 
   /** The job (`fn`: its function's key), 'expired' when its result is gone, or null when it never existed. */
   async get(id: string, baseUrl: string): Promise<{ view: JobView; tenant: string; key: string; fn: string } | { expired: true; tenant: string } | null> {
-    const [[, h], [, gone], [, apart]] = (await this.redis.multi().hgetall(keys.job(id)).get(keys.jobGone(id)).get(keys.jobResult(id)).exec()) as [[null, Record<string, string>], [null, string | null], [null, string | null]];
+    const [[, h], [, gone], [, spilled]] = (await this.redis.multi().hgetall(keys.job(id)).get(keys.jobGone(id)).get(keys.jobResult(id)).exec()) as [[null, Record<string, string>], [null, string | null], [null, string | null]];
     if (!h.status) return gone !== null ? { expired: true, tenant: gone } : null;
-    if (h.resultApart === '1') {
-      if (apart === null) return { expired: true, tenant: h.tenant ?? '' };
-      h.result = apart;
+    if (h.resultSpilled === '1') {
+      if (spilled === null) return { expired: true, tenant: h.tenant ?? '' };
+      h.result = spilled;
     }
     return { view: toView(h, baseUrl), tenant: h.tenant ?? '', key: h.key ?? '', fn: h.function };
   }

@@ -1,9 +1,10 @@
 // A live queue entry's fields (core/live-queue.ts): the job as JSON in field `d`, a binary body
 // in field `b`, and a part of 16 KiB or more (the body, else the input) kept beside the entry
 // under a key of its own, which field `s` says is there (decisions/042).
+import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { RunJobData } from './contracts.ts';
-import { spillKey } from './keys.ts';
+import { newSpillKey, spillKey } from './keys.ts';
 
 /**
  * Stream entries carry the job data as JSON in field `d`, and a binary request body as it came
@@ -51,6 +52,17 @@ export function liveFields(data: RunJobData, inputJson?: string, body?: Buffer):
 export const SPILL_MIN_BYTES = 16 * 1024;
 
 /**
+ * Writes a large part under a new key (newSpillKey) for the script sent next on the same
+ * connection to rename or remove, and returns that key. A failed write leaves the script without
+ * it: the script says so (a damaged entry, a lost result).
+ */
+export function writeSpill(redis: Redis, value: string | Buffer, keepMs: number): string {
+  const key = newSpillKey(randomUUID());
+  redis.set(key, value, 'PX', Math.max(1, Math.ceil(keepMs))).catch(() => {});
+  return key;
+}
+
+/**
  * A stream entry as replicas read it: its fields as Buffers, never as text, because a binary
  * request body (field `b`) would not survive decoding as UTF-8.
  */
@@ -64,11 +76,14 @@ const SPILLED = 's';
  * or as field `i` for an input. One gone (expired) is left out, and decodeLiveJob marks the job damaged.
  */
 export async function withSpilled(redis: Redis, fn: string, entries: LiveEntry[]): Promise<LiveEntry[]> {
-  const spilled = entries.filter(([, fields]) => spilledPart(fields) !== undefined);
+  const spilled = entries.flatMap(([id, fields]) => {
+    const part = spilledPart(fields);
+    return part ? [{ id, fields, part }] : [];
+  });
   if (!spilled.length) return entries;
-  const parts = await fetchParts(redis, spilled.map(([id]) => spillKey(fn, id)));
-  spilled.forEach(([, fields], i) => {
-    if (parts[i]) fields.push(Buffer.from(spilledPart(fields)!), parts[i]!);
+  const parts = await fetchParts(redis, spilled.map((e) => spillKey(fn, e.id)));
+  spilled.forEach((e, i) => {
+    if (parts[i]) e.fields.push(Buffer.from(e.part), parts[i]!);
   });
   return entries;
 }
@@ -99,8 +114,7 @@ function spilledPart(fields: Buffer[]): 'b' | 'i' | undefined {
 /**
  * An entry's job (field `d`), with its input (field `i`, if it was queued apart) and its binary
  * body (field `b`, if any) set as `input[data.raw]`; `bodyMissing` set when `data.raw` names a
- * body the entry does not have, or its input was queued apart and is gone; `spilled` when it had a
- * part queued apart (withSpilled).
+ * body the entry does not have, or its input was queued apart and is gone.
  */
 export function decodeLiveJob(fields: Buffer[]): RunJobData | undefined {
   let d: Buffer | undefined;
@@ -116,7 +130,6 @@ export function decodeLiveJob(fields: Buffer[]): RunJobData | undefined {
   }
   if (d === undefined) return undefined;
   const data = JSON.parse(d.toString()) as RunJobData;
-  if (spilled !== undefined) data.spilled = true;
   if (spilled === 'i') {
     if (input === undefined) data.bodyMissing = true;
     else data.input = JSON.parse(input.toString());

@@ -15,10 +15,9 @@ import { hourKey, monthKey, recordArgs, RECORD_FIELDS, RECORDS_MAX, type UsageRe
 import { minuteKey, SERIES_TTL_S } from './series.ts';
 import { lua } from './lua.ts';
 import { QUEUED_TTL_S } from './jobs.ts';
-import { liveFields, spillKeepMs, withSpilled, type LiveEntry } from './live-entry.ts';
+import { liveFields, spillKeepMs, withSpilled, writeSpill, type LiveEntry } from './live-entry.ts';
 import { baseKey } from './names.ts';
-import { randomUUID } from 'node:crypto';
-import { keys, liveStream, newSpillKey, SCAN_NOW, spillKey, SPILL_PREFIX, STREAM_PREFIX, tenantKeys, usageKeys } from './keys.ts';
+import { keys, liveStream, SCAN_NOW, spillKey, SPILL_PREFIX, STREAM_PREFIX, tenantKeys, usageKeys } from './keys.ts';
 
 /** What scripts that delete entries need to remove their parts queued apart (spillKey). */
 const SPILL_VALUES = { SPILL_PREFIX, STREAM_NAME_START: STREAM_PREFIX.length + 1 };
@@ -93,6 +92,13 @@ export interface LiveOutcome {
   reply?: { channel: string; message: string | Buffer };
 }
 
+/** An entry a replica finishes: what it writes, and whether a part of it waits apart (hasSpilledPart). */
+export interface FinishedEntry {
+  id: string;
+  outcome?: LiveOutcome;
+  spilled?: boolean;
+}
+
 const FINISH = lua('live-finish', { RECORD_FIELDS, SERIES_TTL_S });
 
 const NO_RECORD: string[] = new Array<string>(RECORD_FIELDS).fill('');
@@ -102,7 +108,7 @@ const NO_RECORD: string[] = new Array<string>(RECORD_FIELDS).fill('');
  * queued apart of those `spilled` (not before: unfinished, they run again). Resolves with, per
  * entry, whether this call acknowledged it.
  */
-export async function finishLiveEntries(redis: Redis, fn: string, entries: { id: string; outcome?: LiveOutcome; spilled?: boolean }[]): Promise<boolean[]> {
+export async function finishLiveEntries(redis: Redis, fn: string, entries: FinishedEntry[]): Promise<boolean[]> {
   if (!entries.length) return [];
   const stream = liveStream(fn);
   const keys = [stream, usageKeys.records, usageKeys.tenants];
@@ -162,8 +168,8 @@ interface PendingAdd {
   keyHash: string;
   mustBeDeployed: boolean;
   fields: (string | Buffer)[];
-  /** The large part written before the call (SPILL_MIN_BYTES), and for how long it is kept. */
-  spill?: { key: string; value: string | Buffer; keepMs: number };
+  /** The large part, written just before the call (SPILL_MIN_BYTES), and for how long it is kept. */
+  spill?: { value: string | Buffer; keepMs: number };
   resolve: (entry: string) => void;
   reject: (err: Error) => void;
 }
@@ -305,7 +311,7 @@ export class LiveQueue {
     if (o.keyHash === '') throw new Error('LiveQueue.add: keyHash is empty');
     const { fields, spilled } = liveFields(data, o.inputJson, o.body);
     const bytes = [...fields, spilled ?? ''].reduce((n, f) => n + (typeof f === 'string' ? Buffer.byteLength(f) : f.length), 0);
-    const spill = spilled === undefined ? undefined : { key: newSpillKey(randomUUID()), value: spilled, keepMs: spillKeepMs(data, this.keepAsyncMs) };
+    const spill = spilled === undefined ? undefined : { value: spilled, keepMs: spillKeepMs(data, this.keepAsyncMs) };
     // Requests queued in the same tick go in one call (ADD_MANY), sent in the tick's check phase.
     if (this.tick.length >= ADD_TICK_MAX || (this.tick.length && this.tickBytes + bytes > ADD_TICK_BYTES)) this.send();
     return new Promise<string>((resolve, reject) => {
@@ -322,12 +328,11 @@ export class LiveQueue {
     this.tick = [];
     this.tickBytes = 0;
     let sent: Promise<unknown>;
+    // Written before the call, on the same connection: the call finds them there.
+    const spills = adds.map((b) => (b.spill ? writeSpill(this.redis, b.spill.value, b.spill.keepMs) : ''));
     try {
       const ks = [tenantKeys.keysByHash, keys.functionIndex, keys.active, ...adds.map((b) => liveStream(b.fn))];
-      const args = adds.flatMap((b) => [b.keyHash, b.mustBeDeployed ? baseKey(b.fn) : '', b.spill?.key ?? '', String(b.fields.length), ...b.fields]);
-      // Before the call, on the same connection: the call finds them written. A failed write
-      // leaves its entry to be answered as damaged.
-      for (const { spill: s } of adds) if (s) this.redis.set(s.key, s.value, 'PX', Math.max(1, Math.ceil(s.keepMs))).catch(() => {});
+      const args = adds.flatMap((b, i) => [b.keyHash, b.mustBeDeployed ? baseKey(b.fn) : '', spills[i], String(b.fields.length), ...b.fields]);
       sent = evalScript(this.redis, ADD_MANY, ks.length, ...ks, ...args);
       flushWrites(this.redis);
     } catch (err) {
@@ -345,8 +350,8 @@ export class LiveQueue {
       },
       (err: Error) => {
         // Nothing was queued: the parts written for it go too (best effort; else they expire).
-        const parts = adds.flatMap((b) => (b.spill ? [b.spill.key] : []));
-        if (parts.length) this.redis.unlink(...parts).catch(() => 0);
+        const written = spills.filter(Boolean);
+        if (written.length) this.redis.unlink(...written).catch(() => 0);
         for (const b of adds) b.reject(err);
       },
     );

@@ -11,11 +11,12 @@
 -- Each function queued to joins the set the scheduler watches (KEYS[3]).
 -- An entry's large part (its binary body or input, core/live-entry.ts) waits under a key of its
 -- own, written just before this call; a queued entry's is renamed to the name its id gives it
--- (SPILL_PREFIX .. function .. ':' .. id), an entry not queued has it removed. Passed as an
+-- (spill_key), an entry not queued has it removed. Passed as an
 -- argument instead, a large part would cost Redis a hash of every byte (Lua interns strings).
 -- KEYS: the keys hash, the function index, the active set, then each entry's stream. ARGV per entry: key hash
 -- ('' = no check), function name ('' = no check), its large part's key ('' = none), the number
 -- of fields n, then its n fields.
+-- #include spill-key
 local UNKNOWN_KEY, REVOKED_KEY, KEY_VALID, FAILED, FUNCTION_GONE = {{UNKNOWN_KEY}}, {{REVOKED_KEY}}, {{KEY_VALID}}, {{FAILED}}, {{FUNCTION_GONE}}
 local out, verdicts, deployed, marked = {}, {}, {}, {}
 local a = 1
@@ -38,7 +39,7 @@ for i = 4, #KEYS do
     if verdict ~= KEY_VALID then return verdict end
     local id = redis.call('XADD', KEYS[i], '*', unpack(ARGV, a + 4, a + 3 + n))
     -- Missing (its write failed), the entry still runs and is answered as damaged.
-    if spilled ~= '' then redis.pcall('RENAME', spilled, '{{SPILL_PREFIX}}' .. string.sub(KEYS[i], {{STREAM_NAME_START}}) .. ':' .. id) end
+    if spilled ~= '' then redis.pcall('RENAME', spilled, spill_key(KEYS[i], id)) end
     -- The scheduler watches the function from now on (keys.active).
     if not marked[KEYS[i]] then
       marked[KEYS[i]] = true

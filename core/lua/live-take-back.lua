@@ -6,11 +6,12 @@
 -- Its part queued apart (core/live-entry.ts), if any, goes with it.
 -- KEYS: the stream. ARGV: the group, the entry id, then the channel and message, or nothing.
 -- Returns 1 when it deleted the entry.
+-- #include spill-key
 local held = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
 local deleted = 0
 if #held == 0 then
   deleted = redis.call('XDEL', KEYS[1], ARGV[2])
-  redis.call('UNLINK', '{{SPILL_PREFIX}}' .. string.sub(KEYS[1], {{STREAM_NAME_START}}) .. ':' .. ARGV[2])
+  redis.call('UNLINK', spill_key(KEYS[1], ARGV[2]))
 end
 if ARGV[3] then redis.call('PUBLISH', ARGV[3], ARGV[4]) end
 return deleted

@@ -6,6 +6,7 @@
 -- Each one's part queued apart (core/live-entry.ts), if any, goes with it.
 -- KEYS: stream; ARGV: group, page size, after.
 -- #include live-job-field
+-- #include spill-key
 local from = ARGV[3] == '-' and '-' or '(' .. ARGV[3]
 local entries = redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', ARGV[2])
 local out = { '' }
@@ -15,7 +16,7 @@ for _, e in ipairs(entries) do
   local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], id, id, 1)
   if type(p) ~= 'table' or p.err or p[1] == nil then
     redis.call('XDEL', KEYS[1], id)
-    redis.call('UNLINK', '{{SPILL_PREFIX}}' .. string.sub(KEYS[1], {{STREAM_NAME_START}}) .. ':' .. id)
+    redis.call('UNLINK', spill_key(KEYS[1], id))
     out[#out + 1] = job_field(e[2])
   end
 end

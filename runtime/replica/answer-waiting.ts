@@ -7,7 +7,7 @@ import { chunkLineJobs } from '../../core/batches.ts';
 import { sinceEnqueued } from '../../core/clock.ts';
 import { errorBody, type BatchChunkData, type Manifest, type RunJobData } from '../../core/contracts.ts';
 import { batchQueueName, keys, QUEUE_PREFIX } from '../../core/keys.ts';
-import { finishLiveEntries, leaveLiveGroup, liveJobId, readLiveEntries, type LiveOutcome } from '../../core/live-queue.ts';
+import { finishLiveEntries, leaveLiveGroup, liveJobId, readLiveEntries, type FinishedEntry, type LiveOutcome } from '../../core/live-queue.ts';
 import { decodeLiveJob, hasSpilledPart, type LiveEntry } from '../../core/live-entry.ts';
 import { plainName } from '../../core/names.ts';
 import type { Delivery } from './delivery.ts';
@@ -35,7 +35,7 @@ export async function answerWaiting(o: Waiting, error: { phase: string; message:
     // A few at a time: an entry may carry megabytes of binary body.
     const entries = await readLiveEntries(o.redis, name, o.replica, 32).catch((): LiveEntry[] => []);
     if (!entries.length) break;
-    const finished: { id: string; outcome?: LiveOutcome; spilled?: boolean }[] = [];
+    const finished: FinishedEntry[] = [];
     for (const [entry, fields] of entries) {
       const data = decodeLiveJob(fields);
       finished.push({ id: entry, outcome: data ? await failed(liveJobId(name, entry, data), data) : undefined, spilled: hasSpilledPart(fields) });

@@ -141,11 +141,11 @@ export class Delivery {
     // Finished by an earlier run that died before its entry was acknowledged: queue the webhook
     // (deduped by id), and meter it from the record, unless the gateway finished it (a queued job
     // canceled: metered there). Metered only if this acknowledgement is the first.
-    const [url, by, httpStatus, timing, result, finishedAt, apart] = await this.o.redis.hmget(keys.job(id), 'webhook', 'finishedBy', 'httpStatus', 'timing', 'result', 'finishedAt', 'resultApart');
+    const [url, by, httpStatus, timing, result, finishedAt, spilled] = await this.o.redis.hmget(keys.job(id), 'webhook', 'finishedBy', 'httpStatus', 'timing', 'result', 'finishedAt', 'resultSpilled');
     if (url) await enqueueWebhook(this.webhooks(), { job: id, url });
     if (by !== 'replica') return undefined;
     const t = (JSON.parse(timing ?? 'null') as ReplyHeader['timing'] | null) ?? unrunTiming(0);
-    const bytesOut = apart === '1' ? await this.o.redis.strlen(keys.jobResult(id)) : Buffer.byteLength(result ?? '');
+    const bytesOut = spilled === '1' ? await this.o.redis.strlen(keys.jobResult(id)) : Buffer.byteLength(result ?? '');
     const usage = this.usageRecord(jobId, data, { rid: data.rid, status: Number(httpStatus ?? 0), replica: this.o.replica, timing: t }, bytesOut, 'job');
     return { usage: { ...usage, at: finishedAt ?? usage.at } };
   }

@@ -18,7 +18,7 @@
 // (scanNow); a replica also looks as it starts, so a replacement takes them within a moment.
 import type { Redis } from 'ioredis';
 import type { RunJobData } from '../../core/contracts.ts';
-import { claimLiveEntry, ensureLiveGroup, finishLiveEntries, handOverLiveEntries, hasLiveEntryToClaim, leaveLiveGroup, LIVE_GROUP, readLiveEntries, type LiveOutcome, type TakenOver } from '../../core/live-queue.ts';
+import { claimLiveEntry, ensureLiveGroup, finishLiveEntries, handOverLiveEntries, hasLiveEntryToClaim, leaveLiveGroup, LIVE_GROUP, readLiveEntries, type FinishedEntry, type LiveOutcome, type TakenOver } from '../../core/live-queue.ts';
 import { decodeLiveJob, hasSpilledPart, SPILL_MIN_BYTES, type LiveEntry } from '../../core/live-entry.ts';
 import type { Logger } from '../../core/log.ts';
 import { waitAtMost } from '../../core/settle.ts';
@@ -60,7 +60,7 @@ export class LiveConsumer {
   private readonly held = new Set<string>();
   private slotFreed?: () => void;
   private idle?: () => void;
-  private finished: { id: string; outcome?: LiveOutcome; spilled?: boolean }[] = [];
+  private finished: FinishedEntry[] = [];
   /** The tending call under way, if any. */
   private tendingNow?: Promise<void>;
   /** Finishing calls under way (drain waits for them). */
@@ -259,6 +259,7 @@ export class LiveConsumer {
 
   /** Runs an entry this replica holds (it is in `held`). */
   private launch(id: string, fields: Buffer[], deliveries: number): void {
+    const spilled = hasSpilledPart(fields);
     let data: RunJobData | undefined;
     try {
       data = decodeLiveJob(fields);
@@ -267,9 +268,8 @@ export class LiveConsumer {
     }
     if (!data) {
       this.o.log.error({ entry: id }, 'unreadable live queue entry dropped');
-      return this.done(id, undefined, true, hasSpilledPart(fields));
+      return this.done(id, undefined, true, spilled);
     }
-    const { spilled } = data;
     void this.o.process(id, data, deliveries).then(
       (outcome) => this.done(id, outcome || undefined, true, spilled),
       (err: Error) => {
@@ -319,7 +319,7 @@ export class LiveConsumer {
     // publish fails, its reply rides in the call as usual.
     const lone = entries.length === 1 && this.active === 0 ? entries[0] : undefined;
     const own = entries.filter((e) => e.outcome?.reply && (e === lone || e.outcome.reply.message.length >= SPILL_MIN_BYTES));
-    const sent = new Set<(typeof entries)[number]>();
+    const sent = new Set<FinishedEntry>();
     await Promise.all(
       own.map(async (e) => {
         const { channel, message } = e.outcome!.reply!;
