@@ -54,7 +54,7 @@ app.post('/ocr', async (c) => {
     c.header('content-type', 'application/json');
     return c.body(out);
   } catch (err) {
-    if (err instanceof HandlerError) return c.json({ error: { code: err.code, message: err.message } }, err.status);
+    if (err instanceof HandlerError) return c.json({ error: { code: err.code, message: err.message } }, err.status as 400);
     return c.json({ error: { code: 'handler_error', message: (err as Error).message } }, 500);
   }
 });

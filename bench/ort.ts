@@ -86,7 +86,10 @@ const SILENT_LOG: HandlerContext['log'] = { info() {}, warn() {}, error() {}, de
 
 /** The context a handler gets when the bench calls it outside Embers: its models, a silent log, a fresh signal. */
 export function handlerContext<M extends string>(models: Record<M, ModelHandle>, fn: { name: string; version: string }, requestId: string): HandlerContext<M> {
-  return { models, log: SILENT_LOG, requestId, signal: new AbortController().signal, fn, env: {} };
+  const noCalls = () => {
+    throw new Error('the bench runs handlers that call no other function outside Embers');
+  };
+  return { models, log: SILENT_LOG, requestId, signal: new AbortController().signal, fn, env: {}, call: noCalls, stream: noCalls };
 }
 
 export { ort };

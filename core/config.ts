@@ -125,6 +125,8 @@ export const ConfigSchema = z.object({
   EMBERS_BATCH_CONCURRENCY: int(1, 4096).default(8),
   /** Batch lines start no model inference while a live request runs on the node, nor for this long after the last one. @default 50 */
   EMBERS_BATCH_YIELD_MS: int(0, 60_000).default(50),
+  /** Longest chain of calls (`ctx.call`) from one request; a deeper call is refused with 508 call_depth_exceeded. @default 8 */
+  EMBERS_MAX_CALL_DEPTH: int(1, 64).default(8),
   /** Longest a request may wait in its queue (a cold start included) before it is answered 504. @default 60000 */
   EMBERS_QUEUE_TIMEOUT_MS: int(100).default(60_000),
   /** Replica heartbeat period; a replica missing 3 is considered gone. @default 2000 */

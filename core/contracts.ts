@@ -130,6 +130,16 @@ export interface RunJobData {
    * writes its chunks as they come to the stream keys.chunks(id), which its gateway reads.
    */
   stream?: true;
+  /**
+   * A call from another function's handler (`ctx.call`, runtime/replica/calls.ts): by when (ms
+   * since epoch) its caller needs the answer (its budget ends then if sooner), the caller's
+   * request id (in its usage record and tail line), how deep in a chain of calls it is, and
+   * whether it rides below live traffic (its caller is a batch line).
+   */
+  endBy?: number;
+  parent?: string;
+  depth?: number;
+  below?: true;
   /** Metering: the tenant and API key id the request is billed to, and its body size. */
   t?: string;
   k?: string;
@@ -191,9 +201,10 @@ export interface ReplyHeader {
    * batch, infer and exec are sums over the request's model calls (calls in parallel count each).
    * input (compute input): from taking the request to its first model call (input validation and
    * pre-processing; all of the handler when it calls no model); output (compute output): from the
-   * last model call's answer to the serialised result.
+   * last model call's answer to the serialised result. call: time its handler waited on calls to
+   * other functions (ctx.call; calls in parallel count each), measured by its replica.
    */
-  timing: { queueMs: number; handlerMs: number; inferMs: number; batchMs: number; execMs: number; inputMs: number; outputMs: number };
+  timing: { queueMs: number; handlerMs: number; inferMs: number; batchMs: number; execMs: number; inputMs: number; outputMs: number; callMs?: number };
   /** Present when the request waited for this replica's cold start. */
   cold?: { waitedMs: number; phases: ColdStartPhases };
   /** The handler answered with bytes (binary()) of this Content-Type; absent: the body is JSON. */

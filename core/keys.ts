@@ -45,6 +45,9 @@ export const keys = {
    * `<function> +scan` (SCAN_NOW): live requests of that function were handed over, to be taken now.
    */
   cancelChannel: 'embers:cancel',
+  /** Functions a function called (`ctx.call`), and those that called it: key → last call (ms), kept two hours (runtime/replica/calls.ts). */
+  callsOut: (fn: string) => `embers:calls:${fn}:out`,
+  callsIn: (fn: string) => `embers:calls:${fn}:in`,
   /** Replicas on one node announce "<replica> 1" when busy with live requests, "<replica> 0" when idle (runtime/user-code/live-first.ts). */
   liveChannel: (node: string) => `embers:live:${node}`,
   batch: (id: string) => `embers:batch:${id}`,

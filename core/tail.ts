@@ -43,6 +43,8 @@ export interface TailRequestLine {
   version: string;
   kind: 'sync' | 'async' | 'batch';
   replica: string;
+  /** A call from another function's handler: the calling request's id. */
+  parent?: string;
 }
 
 export type TailLine = TailLogLine | TailRequestLine;

@@ -39,6 +39,10 @@ export interface UsageRecord {
   bytesIn: number;
   bytesOut: number;
   at: string;
+  /** A call from another function's handler: the calling request's id. */
+  parent?: string;
+  /** Time the handler waited on its own calls to other functions (ms). */
+  callMs?: number;
   /** A sync caller went away before its answer: the handler was told to stop (ctx.signal), and the status is 499. */
   disconnected?: true;
   /** The prices in force where the record was written: the version's `pricing`, else the platform's EMBERS_PRICE_* defaults. */

@@ -213,7 +213,8 @@ export function serverTiming(header: ReplyHeader, totalMs: number): string {
   const t = header.timing;
   const cold = header.cold ? `cold;dur=${round(header.cold.waitedMs)}, ` : '';
   // infer: how long the inferences it rode in ran, summed over its calls (usage meters its share).
-  return `${cold}queue;dur=${round(t.queueMs)}, input;dur=${t.inputMs}, batch;dur=${round(t.batchMs)}, infer;dur=${round(t.execMs)}, output;dur=${t.outputMs}, handler;dur=${t.handlerMs}, total;dur=${round(totalMs)}`;
+  const call = t.callMs ? `, call;dur=${round(t.callMs)}` : '';
+  return `${cold}queue;dur=${round(t.queueMs)}, input;dur=${t.inputMs}, batch;dur=${round(t.batchMs)}, infer;dur=${round(t.execMs)}, output;dur=${t.outputMs}${call}, handler;dur=${t.handlerMs}, total;dur=${round(totalMs)}`;
 }
 
 

@@ -72,7 +72,32 @@ export interface HandlerContext<M extends string = string> extends SetupContext<
   readonly requestId: string;
   /** Aborted when the request times out, is canceled, or its sync caller goes away: stop work early. */
   readonly signal: AbortSignal;
+  /**
+   * Runs another of the tenant's functions through the platform (queued, scaled, batched and
+   * metered as its own) and resolves with its output; a failure throws a HandlerError with the
+   * callee's status and code. The callee gets what is left of this request's time, and is
+   * stopped when this request ends or `o.signal` aborts. Give the callee's definition as a type
+   * argument (its file's default export, imported with `import type`) for typed input and output.
+   * @example const { boxes } = await ctx.call<typeof OcrDet>('ocr-det', { image })
+   */
+  call<F = unknown>(name: string, input: CallInput<F>, o?: CallOptions): Promise<CallOutput<F>>;
+  /** ctx.call for a callee that yields: its chunks, as they come. */
+  stream<F = unknown>(name: string, input: CallInput<F>, o?: CallOptions): AsyncIterable<CallChunk<F>>;
 }
+
+export interface CallOptions {
+  /** Stops the call (and the callee, through its ctx.signal) when aborted. */
+  signal?: AbortSignal;
+  /** Longest wait for the answer, within what is left of this request's time. */
+  timeoutMs?: number;
+}
+
+/** A callee's input: its schema's input when `F` is a function definition's type, else any JSON. */
+export type CallInput<F> = F extends FunctionDefinition<infer S, string, unknown> ? z.input<S> : unknown;
+/** A callee's output, from its handler's return type when `F` is a function definition's type. */
+export type CallOutput<F> = F extends { handler: (...args: never[]) => infer R } ? (Awaited<R> extends AsyncIterable<unknown> ? unknown[] : Awaited<R>) : unknown;
+/** What a yielding callee yields. */
+export type CallChunk<F> = F extends { handler: (...args: never[]) => infer R } ? (Awaited<R> extends AsyncIterable<infer C> ? C : unknown) : unknown;
 
 /**
  * A schema for a field that takes bytes: a binary request body (`binaryInput`) arrives as a
@@ -121,11 +146,27 @@ export class HandlerError extends Error {
    * Throw from a handler to answer with a 4xx the caller can act on.
    * @example throw new HandlerError(400, 'image is not a PNG or JPEG')
    */
-  constructor(readonly status: 400 | 404 | 409 | 413 | 422, message: string, readonly code = 'invalid_input') {
+  constructor(
+    /** 400, 404, 409, 413 or 422 from a handler; a failed `ctx.call` carries its callee's status. */
+    readonly status: 400 | 404 | 409 | 413 | 422 | (number & {}),
+    message: string,
+    readonly code = 'invalid_input',
+  ) {
     super(message);
     this.name = 'HandlerError';
+    Object.defineProperty(this, HANDLER_ERROR_BRAND, { value: true });
+  }
+
+  /**
+   * `err instanceof HandlerError` holds for one made by any copy of this module: a function's
+   * bundle has its own, and the errors `ctx.call` throws come from the platform's.
+   */
+  static [Symbol.hasInstance](value: unknown): boolean {
+    return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[HANDLER_ERROR_BRAND] === true;
   }
 }
+
+const HANDLER_ERROR_BRAND = Symbol.for('embers.handler-error');
 
 export interface FunctionOptions<S extends z.ZodType, M extends string, O> {
   /**

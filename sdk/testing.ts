@@ -5,12 +5,13 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { DeploySpecSchema, type ErrorBody } from '../core/contracts.ts';
+import { DeploySpecSchema, errorBody, type ErrorBody } from '../core/contracts.ts';
 import { createLogger } from '../core/log.ts';
 import { resolveModelFile } from '../cli/deploy.ts';
 import { UserCode } from '../runtime/user-code/user-code.ts';
 import type { ExecutionProvider } from '../native/session.ts';
-import { isFunctionDefinition } from './index.ts';
+import { HandlerError, isFunctionDefinition } from './index.ts';
+import type { CallRequest } from '../runtime/channel/messages.ts';
 
 export interface LoadOptions {
   /** What the function's secrets would give ctx.env (merged over its `vars`, as on the platform). */
@@ -22,7 +23,18 @@ export interface InvokeOptions extends LoadOptions {
   batch?: boolean;
   /** Request id the handler sees as ctx.requestId. @default a new one per call */
   requestId?: string;
+  /**
+   * Stand-ins for the functions the handler calls (`ctx.call`, `ctx.stream`), by name: each gets
+   * the call's input (as JSON would carry it) and a signal, and returns the callee's output (an
+   * async iterable: its chunks), or throws a HandlerError for the callee's error answer. A name
+   * without a stand-in answers 404 function_not_found, as a function that does not exist.
+   * @example invoke('./ocr-split.ts', { image }, { calls: { 'ocr-det': () => ({ boxes: [] }) } })
+   */
+  calls?: Record<string, StandIn>;
 }
+
+/** A stand-in for a called function (InvokeOptions.calls). */
+export type StandIn = (input: unknown, ctx: { signal: AbortSignal }) => unknown;
 
 
 export interface InvokeResult {
@@ -83,11 +95,22 @@ export async function load(file: string | URL, o: LoadOptions = {}): Promise<Loa
   }
   const spec = DeploySpecSchema.pick({ batching: true, timeoutMs: true }).parse({ batching: def.batching, timeoutMs: def.timeoutMs });
   const log = createLogger(`fn:${def.name}`, (process.env.EMBERS_LOG_LEVEL as 'warn' | undefined) ?? 'warn');
+  const standIns = new Map<number, Record<string, StandIn>>();
+  const callsRunning = new Map<number, AbortController>();
   const user: UserCode = new UserCode({
     log,
     onStuck: (n) => log.error({ run: n }, 'handler still running after its timeout: a replica would be replaced'),
     // Chunks are gathered into the answer; give credit for each as it comes.
     sendChunk: (n) => user.credit(n, 1),
+    sendCall: (n, call) => {
+      const ctl = new AbortController();
+      callsRunning.set(call.c, ctl);
+      void callStandIn(standIns.get(n)?.[call.name], call, ctl.signal, (data) => user.calls.chunk(call.c, data)).then(({ status, body }) => {
+        callsRunning.delete(call.c);
+        user.calls.result(call.c, status, body);
+      });
+    },
+    abortCall: (c) => callsRunning.get(c)?.abort(new Error('the caller let go of the call')),
   });
   const cores = os.availableParallelism();
   const providers = (process.env.EMBERS_EXECUTION_PROVIDERS ?? 'cpu').split(',').map((p) => p.trim()) as ExecutionProvider[];
@@ -103,7 +126,8 @@ export async function load(file: string | URL, o: LoadOptions = {}): Promise<Loa
   return {
     async run(input, o = {}) {
       const n = ++runs;
-      const r = await user.run({ type: 'run', n, rid: o.requestId ?? `invoke-${n}`, input, batch: o.batch ?? false, queueMs: 0 });
+      if (o.calls) standIns.set(n, o.calls);
+      const r = await user.run({ type: 'run', n, rid: o.requestId ?? `invoke-${n}`, input, batch: o.batch ?? false, queueMs: 0 }).finally(() => standIns.delete(n));
       const timing = { handlerMs: r.timing.handlerMs, inferMs: r.timing.inferMs, batchMs: r.timing.batchMs };
       if (r.bytes) return { status: r.status, bytes: new Uint8Array(r.bytes.data), contentType: r.bytes.contentType, timing };
       const body = r.body === '' ? null : (JSON.parse(r.body) as unknown);
@@ -112,4 +136,24 @@ export async function load(file: string | URL, o: LoadOptions = {}): Promise<Loa
     stats: () => user.stats().models,
     close: () => user.close(),
   };
+}
+
+/** A call answered by its stand-in, as the platform would answer it: its output as JSON (chunks passed on as they come), or its error. */
+async function callStandIn(standIn: StandIn | undefined, call: CallRequest, signal: AbortSignal, chunk: (data: string) => void): Promise<{ status: number; body: string }> {
+  if (!standIn) return { status: 404, body: JSON.stringify(errorBody('function_not_found', `no function named ${call.name}: give invoke a stand-in for it ({ calls: { '${call.name}': (input) => … } })`)) };
+  try {
+    const out = await standIn(JSON.parse(call.input) as unknown, { signal });
+    if (out !== null && typeof out === 'object' && Symbol.asyncIterator in out) {
+      const gathered: unknown[] = [];
+      for await (const c of out as AsyncIterable<unknown>) {
+        gathered.push(c);
+        if (call.stream) chunk(JSON.stringify(c));
+      }
+      return { status: 200, body: JSON.stringify(gathered) };
+    }
+    return { status: 200, body: JSON.stringify(out ?? null) };
+  } catch (err) {
+    if (err instanceof HandlerError) return { status: err.status, body: JSON.stringify(errorBody(err.code, err.message)) };
+    return { status: 500, body: JSON.stringify(errorBody('handler_error', `${call.name} failed: ${(err as Error)?.message ?? err}`)) };
+  }
 }

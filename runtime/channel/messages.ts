@@ -70,6 +70,20 @@ export interface RunMessage {
   streamTo?: 'caller' | 'job';
   /** Someone tails the function: the handler's `ctx.log` lines come back too (log messages). */
   tail?: true;
+  /** Called by another function (`ctx.call`): by when (ms since epoch) its caller needs the answer; its budget ends then if that is sooner. */
+  endBy?: number;
+}
+
+/** What a handler's `ctx.call` or `ctx.stream` asks its replica to run (runtime/user-code/calls.ts). */
+export interface CallRequest {
+  /** Its number in this process: its answer and chunks come under it. */
+  c: number;
+  name: string;
+  /** The input's JSON text. */
+  input: string;
+  timeoutMs?: number;
+  /** The caller reads the callee's chunks as they come (call_chunk messages). */
+  stream?: true;
 }
 
 export type ToUserCode =
@@ -80,7 +94,11 @@ export type ToUserCode =
   | { type: 'credit'; n: number; k: number }
   /** Whether other replicas on the node run live requests now (the replica tracks them; live-first.ts). */
   | { type: 'peers'; busy: boolean }
-  | { type: 'stats' };
+  | { type: 'stats' }
+  /** Call c's answer: its status and JSON body (an error's `{ error: { code, message } }` below 200 or from 300). */
+  | { type: 'call_result'; c: number; status: number; body: string }
+  /** One chunk (its JSON) the callee of a streamed call yielded. */
+  | { type: 'call_chunk'; c: number; data: string };
 
 export interface UserStats {
   liveFirst: { yields: number; heldMs: number };
@@ -108,7 +126,11 @@ export type FromUserCode =
   /** Run n's handler ran past its timeout and grace and will not stop: replace the process. */
   | { type: 'stuck'; n: number }
   /** In answer to the replica's `stats`, one each. */
-  | { type: 'stats'; stats: UserStats };
+  | { type: 'stats'; stats: UserStats }
+  /** Run n's handler calls another function (checked by the replica: runtime/replica/calls.ts). */
+  | ({ type: 'call'; n: number } & CallRequest)
+  /** The handler no longer waits for call c (its signal aborted). */
+  | { type: 'call_abort'; c: number };
 
 /** A start that failed, with the phase it failed in (bundle, model_load, setup, warmup, …). */
 export class StartFailure extends Error {

@@ -180,6 +180,8 @@ export class Delivery {
       bytesIn: data.bin ?? 0,
       bytesOut,
       at: new Date().toISOString(),
+      ...(data.parent ? { parent: data.parent } : {}),
+      ...(t.callMs ? { callMs: Math.round(t.callMs * 100) / 100 } : {}),
       price: this.price,
       cost: chargeOf(this.price, t.handlerMs),
     };

@@ -37,6 +37,8 @@ export interface LiveConsumerOptions {
   /** The consumer's name in the group: the replica id. */
   consumer: string;
   concurrency: number;
+  /** Slots that requests waiting on calls may lend at once (lend). @default 0 */
+  maxLent?: number;
   /** An entry held this long without a sign of life from its replica is taken over by another. */
   lockMs: number;
   /**
@@ -136,9 +138,30 @@ export class LiveConsumer {
     this.looks++;
   }
 
-  /** Requests running now. */
+  /** Requests running now, less those whose slots are lent while they wait on calls (lend). */
   private get active(): number {
-    return this.held.size;
+    return this.held.size - this.lent;
+  }
+
+  /** Slots lent by requests waiting on their calls to other functions. */
+  private lent = 0;
+
+  /**
+   * A request here waits on calls (ctx.call): its slot is lent until reclaim, so the calls it waits
+   * on (its own function's, on this very replica, included) find a slot. At most `maxLent` are
+   * lent at once; false when none was.
+   */
+  lend(): boolean {
+    if (this.lent >= (this.o.maxLent ?? 0)) return false;
+    this.lent++;
+    this.slotFreed?.();
+    this.slotFreed = undefined;
+    return true;
+  }
+
+  /** A request that lent its slot (lend) runs on: the slot is its again. */
+  reclaim(): void {
+    this.lent = Math.max(0, this.lent - 1);
   }
 
   /** Takes no more requests and waits for those it holds; then leaves the group. */
@@ -150,7 +173,7 @@ export class LiveConsumer {
     await Promise.race([this.reading, new Promise((r) => (timer = setTimeout(r, BLOCK_MS + 1000)))]);
     clearTimeout(timer);
     this.reader?.disconnect();
-    if (this.active > 0) await new Promise<void>((resolve) => (this.idle = resolve));
+    if (this.held.size > 0) await new Promise<void>((resolve) => (this.idle = resolve));
     clearInterval(this.tending);
     await this.tendingNow;
     // Finishing calls still under way too: leaving the group checks that nothing is pending.
@@ -189,7 +212,7 @@ export class LiveConsumer {
     while (!this.stopped) {
       // Requests taken over from a replica that died holding them are older than anything new:
       // they go first, one at a time, each alone (see `alone`).
-      if (this.lookForTakeOver && this.active === 0) {
+      if (this.lookForTakeOver && this.held.size === 0) {
         const looks = this.looks;
         let entry: TakenOver | undefined;
         try {
@@ -292,7 +315,7 @@ export class LiveConsumer {
     }
     this.slotFreed?.();
     this.slotFreed = undefined;
-    if (this.active === 0) this.idle?.();
+    if (this.held.size === 0) this.idle?.();
   }
 
   /** Requests finished in one tick are finished in Redis together: one call for all of them. */

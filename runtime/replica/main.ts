@@ -31,6 +31,10 @@ function required(name: string): string {
   return v;
 }
 
+import { LiveQueue } from '../../core/live-queue.ts';
+import { Registry } from '../../core/registry.ts';
+import { FunctionsCache } from '../../gateway/functions-cache.ts';
+
 const config = loadConfig();
 required('EMBERS_REDIS_URL');
 const redis = createRedis(redisTarget(config));
@@ -160,6 +164,7 @@ replica = new Replica({
   // From the agent's environment, as every setting here: records carry the price in force where they ran.
   platformPricing: { perRequest: config.EMBERS_PRICE_PER_REQUEST, perComputeSecond: config.EMBERS_PRICE_PER_COMPUTE_SECOND },
   maxAnswerBytes: config.EMBERS_MAX_ANSWER_BYTES,
+  calls: { live: new LiveQueue(redis), functions: new FunctionsCache(new Registry(redis, store)), maxDepth: config.EMBERS_MAX_CALL_DEPTH, queueTimeoutMs: config.EMBERS_QUEUE_TIMEOUT_MS },
   // Its user code will not stop, or ended: what it answered is delivered, the rest handed over
   // (batch lines when their locks expire), and the agent starts a fresh replica after a wait.
   onStuck: () => {

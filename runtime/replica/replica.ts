@@ -24,6 +24,7 @@ import { LiveConsumer } from './live-consumer.ts';
 import { loadFunction, type LoadOptions } from './load.ts';
 import { refusal } from './refusals.ts';
 import { runOnUserCode, type RunContext, type RunEnd } from './run-request.ts';
+import { Calls, type CallsOptions } from './calls.ts';
 import { Stops } from './stops.ts';
 import { unrunTiming } from '../channel/timing.ts';
 import { StartFailure, type UserStats } from '../channel/messages.ts';
@@ -62,6 +63,8 @@ export interface ReplicaOptions extends LoadOptions {
   onUserCodeExit?: (e: UserCodeExit) => void;
   /** Called with every heartbeat, and once more when it has drained: what it has done so far (for the agent's /metrics). */
   onCounters?: (c: ReplicaCounters) => void;
+  /** What its handlers' calls to other functions need (absent: ctx.call is answered 501). */
+  calls?: Pick<CallsOptions, 'live' | 'functions' | 'maxDepth' | 'queueTimeoutMs'>;
 }
 
 const RAISE_FOOTPRINT = lua('footprint-raise');
@@ -144,7 +147,32 @@ export class Replica {
     this.user.onLogsDropped = (count) => this.tail.writer.dropped(count);
     // Only while it starts: the user code could send such lines at any time.
     this.user.onStartLog = (phase, call) => this.state === 'starting' && this.tail.gate.on() && this.tail.writer.startLog(phase, call);
-    this.runs = { user: this.user, redis: o.redis, stops: this.stops, fn: plainName(fn), timeoutMs: o.manifest.timeoutMs, jobRetentionS: o.jobRetentionS, tail: this.tail };
+    const calls = o.calls && this.callsOf(o.calls);
+    if (calls) this.user.onCallAbort = (c) => calls.abort(c);
+    this.runs = { user: this.user, redis: o.redis, stops: this.stops, fn: plainName(fn), timeoutMs: o.manifest.timeoutMs, jobRetentionS: o.jobRetentionS, tail: this.tail, calls };
+  }
+
+  /** Its handlers' calls to other functions: queued as this replica, answered on its own channel. */
+  private callsOf(c: NonNullable<ReplicaOptions['calls']>): Calls {
+    const lastWake = new Map<string, number>();
+    return new Calls({
+      ...c,
+      redis: this.o.redis,
+      replica: this.o.id,
+      fn: this.o.manifest.name,
+      answer: (n, status, body) => this.user.callResult(n, status, body),
+      chunk: (n, data) => this.user.callChunk(n, data),
+      lend: () => this.live?.lend() ?? false,
+      reclaim: () => this.live?.reclaim(),
+      // At most one wake per callee per second, as a gateway's: enough to cut the scheduler's tick out of its cold start.
+      wake: (name) => {
+        const now = performance.now();
+        if (now - (lastWake.get(name) ?? -Infinity) < 1_000) return;
+        lastWake.set(name, now);
+        void this.o.redis.publish(keys.registryChannel, JSON.stringify({ type: 'wake', name } satisfies PlatformEvent)).catch(() => {});
+      },
+      log: this.log,
+    });
   }
 
   /** The machine whose cores (or GPUs) this replica shares with the others there. */
@@ -233,6 +261,8 @@ export class Replica {
       fn: manifest.name,
       consumer: this.o.id,
       concurrency: this.o.concurrency,
+      // A request waiting on calls lends its slot: a chain of calls back into this function runs here too.
+      maxLent: this.o.calls ? this.o.concurrency * this.o.calls.maxDepth : 0,
       lockMs: this.o.lockMs,
       process: (entry, data, deliveries) => this.process(liveJobId(manifest.name, entry, data), data, deliveries - 1),
       log: this.log,
@@ -291,6 +321,7 @@ export class Replica {
     this.live?.stop();
     clearInterval(this.heartbeat);
     this.cancelSub?.disconnect();
+    this.runs.calls?.close();
     this.liveWindow.close();
     this.stopping = true;
     await waitAtMost(this.user.kill(), KILL_WAIT_MS, this.log, 'the user-code process to end');
@@ -310,6 +341,7 @@ export class Replica {
     clearInterval(this.heartbeat);
     this.reportCounters();
     this.cancelSub?.disconnect();
+    this.runs.calls?.close();
     this.liveWindow.close();
     await this.delivery.close();
     this.stopping = true;
@@ -407,7 +439,7 @@ export class Replica {
     if (end.chunks !== undefined) header.chunks = end.chunks;
     if (this.tail.gate.on()) {
       const kind = USAGE_KIND[destinationOf(data)?.to ?? 'batch'];
-      this.tail.writer.request({ rid, status: end.status, ms: end.timing.handlerMs, queueMs: end.timing.queueMs, cold: cold !== undefined, ...(cold ? { coldMs: cold.waitedMs } : {}), kind });
+      this.tail.writer.request({ rid, status: end.status, ms: end.timing.handlerMs, queueMs: end.timing.queueMs, cold: cold !== undefined, ...(cold ? { coldMs: cold.waitedMs } : {}), kind, ...(data.parent ? { parent: data.parent } : {}) });
     }
     const delivered = this.delivery.deliver(jobId, data, header, end.body, end);
     this.delivering.add(delivered);

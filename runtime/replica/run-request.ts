@@ -7,12 +7,13 @@ import { errorBody, type ReplyHeader, type RunJobData } from '../../core/contrac
 import { CANCELED_BODY } from '../../core/jobs.ts';
 import { keys } from '../../core/keys.ts';
 import { ChunkSink } from './chunk-sink.ts';
+import type { Calls } from './calls.ts';
 import type { Delivered } from './delivery.ts';
 import type { Stops } from './stops.ts';
 import type { TailGate, TailWriter } from './tail.ts';
 import { unrunTiming } from '../channel/timing.ts';
 import type { UserCodeProcess } from './user-code-process.ts';
-import type { RunMessage } from '../channel/messages.ts';
+import type { CallRequest, RunMessage } from '../channel/messages.ts';
 
 export interface RunContext {
   user: UserCodeProcess;
@@ -23,6 +24,8 @@ export interface RunContext {
   timeoutMs: number;
   /** How long an async job's result is kept (s): its chunks live as long. */
   jobRetentionS: number;
+  /** Where its handlers' calls to other functions go (absent: they are answered 501). */
+  calls?: Calls;
   /** Whether the function is tailed, and where its tailed runs' `ctx.log` lines go. */
   tail?: { gate: TailGate; writer: TailWriter };
 }
@@ -46,26 +49,34 @@ export async function runOnUserCode(c: RunContext, data: RunJobData, queueMs: nu
   // The caller's handle on it: an async job's id, or a sync run's gateway-minted id.
   const stopId = data.job ?? (data.gw ? data.id : undefined);
   const stop = stopId === undefined ? undefined : c.stops.enter(stopId);
+  let n = 0;
   try {
     // Its caller left (or canceled) between this replica reading it and starting it.
     if (stop?.requested) return data.job ? { status: 499, body: CANCELED_BODY, canceled: true, timing: unrunTiming(queueMs) } : { status: 499, body: DISCONNECTED_BODY, disconnected: true, timing: unrunTiming(queueMs) };
     const streamId = data.job ?? (data.stream && data.gw ? data.id : undefined);
     const streamTo = streamId === undefined ? undefined : data.job ? 'job' : 'caller';
-    let n = 0;
     const sink = streamId === undefined ? undefined : chunkSink(c, streamId, streamTo === 'job', () => n);
     const tail = c.tail?.gate.on() ? c.tail.writer : undefined;
     // The user code checks the input against the function's schema and runs the handler.
-    const message: Omit<RunMessage, 'type' | 'n' | 'rawBytes'> = { rid: data.rid, input: data.input, raw: data.raw, tensors: data.tensors, deadline: data.deadline, batch: data.batch !== undefined, queueMs, streamTo, ...(tail ? { tail: true as const } : {}) };
+    // A call from another function's handler rides below live traffic when its caller is a batch line, and has what its caller has left.
+    const below = data.batch !== undefined || data.below === true;
+    const message: Omit<RunMessage, 'type' | 'n' | 'rawBytes'> = { rid: data.rid, input: data.input, raw: data.raw, tensors: data.tensors, deadline: data.deadline, batch: below, queueMs, streamTo, ...(tail ? { tail: true as const } : {}), ...(data.endBy ? { endBy: data.endBy } : {}) };
+    const budgetMs = data.endBy ? Math.max(1, Math.min(c.timeoutMs, data.endBy - Date.now())) : c.timeoutMs;
+    const endBy = Date.now() + budgetMs;
+    const calls = c.calls;
+    const onCall = calls && ((req: CallRequest) => calls.start({ n, data, endBy, below, lends: data.batch === undefined }, req));
     // A live run's time is bounded here too: its handler may hold the process's thread.
-    const run = c.user.run(message, { onChunk: sink?.take, onLog: tail && ((call: unknown) => tail.log(data.rid, call)), timeoutMs: data.batch === undefined ? c.timeoutMs : undefined });
+    const run = c.user.run(message, { onChunk: sink?.take, onLog: tail && ((call: unknown) => tail.log(data.rid, call)), onCall, timeoutMs: data.batch === undefined ? budgetMs : undefined });
     n = run.n;
     if (stop) stop.onStop = () => c.user.abort(n, true);
     jobSignal?.addEventListener('abort', () => c.user.abort(n, false), { once: true });
     const r = await run.result;
+    const callMs = calls?.endRun(n) ?? 0;
     await sink?.close();
     const handlerMs = Math.round((performance.now() - t0) * 100) / 100;
     const bound = (v: number | undefined) => Math.min(v ?? 0, handlerMs);
-    const timing = { queueMs, handlerMs, inferMs: bound(r.timing.inferMs), execMs: bound(r.timing.execMs), batchMs: bound(r.timing.batchMs), inputMs: bound(r.timing.inputMs), outputMs: bound(r.timing.outputMs) };
+    const timing: RunEnd['timing'] = { queueMs, handlerMs, inferMs: bound(r.timing.inferMs), execMs: bound(r.timing.execMs), batchMs: bound(r.timing.batchMs), inputMs: bound(r.timing.inputMs), outputMs: bound(r.timing.outputMs) };
+    if (callMs > 0) timing.callMs = Math.round(callMs * 100) / 100;
     let end: RunEnd;
     if (stop?.requested && !data.job) {
       // Whatever the handler did, a caller who left gets nothing: 499, metered as such. Its
@@ -89,6 +100,7 @@ export async function runOnUserCode(c: RunContext, data: RunJobData, queueMs: nu
     return end;
   } finally {
     if (stopId !== undefined) c.stops.leave(stopId);
+    if (n) c.calls?.endRun(n);
   }
 }
 

@@ -3,6 +3,7 @@
 // and by when a live one is answered by the replica itself. What the process says is checked
 // against this (user-code-process.ts), never the other way round.
 import type { CheckedResult } from './user-code-channel.ts';
+import type { CallRequest } from '../channel/messages.ts';
 
 /** A run in the process. */
 export interface RunSlot {
@@ -13,6 +14,8 @@ export interface RunSlot {
   chunksLeft: number;
   /** Where its `ctx.log` lines go (runtime/replica/tail.ts checks them). */
   onLog?: (call: unknown) => void;
+  /** Where its handler's calls to other functions go (runtime/replica/calls.ts checks them). */
+  onCall?: (call: CallRequest) => void;
   /** Its bytes frame, come ahead of its result. */
   bytes?: Buffer;
   /** A live run: by when (ms on the caller's clock) the replica answers it itself, and its budget. */

@@ -17,7 +17,8 @@ import { INSIDE_NODE_MODULES, userCodeLaunch } from './user-code-layout.ts';
 import { Outbox } from '../channel/outbox.ts';
 import { BYTES, writeFrame, writeMessages } from '../channel/frames.ts';
 import type { Readable, Writable } from 'node:stream';
-import { StartFailure, type AssignMessage, type FromUserCode, type RunMessage, type ToUserCode, type UserStats } from '../channel/messages.ts';
+import { StartFailure, type AssignMessage, type CallRequest, type FromUserCode, type RunMessage, type ToUserCode, type UserStats } from '../channel/messages.ts';
+import { errorBody } from '../../core/contracts.ts';
 import { START_PHASES, type StartPhase } from '../../core/log-lines.ts';
 import { SEND_WINDOW } from '../../core/chunk-limits.ts';
 import { checkResult, checkStats, UserCodeReader, type CheckedResult } from './user-code-channel.ts';
@@ -101,6 +102,8 @@ export class UserCodeProcess {
   onExit: (e: UserCodeExit) => void = () => {};
   /** The process dropped `count` log lines of tailed runs (over its budget). */
   onLogsDropped: (count: number) => void = () => {};
+  /** The handler no longer waits for call c (any number: the replica's calls check it). */
+  onCallAbort: (c: number) => void = () => {};
   /** A `ctx.log` line of setup or warmup (unchecked: the replica caps it, as a run's). */
   onStartLog: (phase: StartPhase, call: unknown) => void = () => {};
 
@@ -262,7 +265,7 @@ export class UserCodeProcess {
    * hands them over: UserCodeExit.lost). `onChunk` takes the chunks of a run that streams
    * (`streamTo`); `onLog` the `ctx.log` lines of a tailed one (`tail`).
    */
-  run(m: Omit<RunMessage, 'type' | 'n' | 'rawBytes'>, o: { onChunk?: (data: unknown) => void; onLog?: (call: unknown) => void; timeoutMs?: number } = {}): { n: number; result: Promise<CheckedResult> } {
+  run(m: Omit<RunMessage, 'type' | 'n' | 'rawBytes'>, o: { onChunk?: (data: unknown) => void; onLog?: (call: unknown) => void; onCall?: (call: CallRequest) => void; timeoutMs?: number } = {}): { n: number; result: Promise<CheckedResult> } {
     const n = this.next++;
     const body = m.raw !== undefined ? (m.input as Record<string, unknown> | null)?.[m.raw] : undefined;
     let rawBytes: number | undefined;
@@ -276,7 +279,7 @@ export class UserCodeProcess {
       // answered here; the replica is going away, and the request is handed over with the rest.
       if (this.exitInfo || this.ending) return;
       const live = !m.batch && o.timeoutMs !== undefined;
-      this.runs.add(n, { resolve, onChunk: o.onChunk, chunksLeft: SEND_WINDOW, onLog: o.onLog, rid: m.rid, ...(live ? { answerBy: Date.now() + o.timeoutMs! + TIMEOUT_SLACK_MS, timeoutMs: o.timeoutMs } : {}) });
+      this.runs.add(n, { resolve, onChunk: o.onChunk, chunksLeft: SEND_WINDOW, onLog: o.onLog, onCall: o.onCall, rid: m.rid, ...(live ? { answerBy: Date.now() + o.timeoutMs! + TIMEOUT_SLACK_MS, timeoutMs: o.timeoutMs } : {}) });
       // The bytes before the message that names them, on the same pipe.
       if (rawBytes !== undefined) writeFrame(this.toChild, BYTES, n, body as Uint8Array);
       this.send({ ...m, type: 'run', n, ...(rawBytes !== undefined ? { rawBytes } : {}) });
@@ -294,6 +297,16 @@ export class UserCodeProcess {
     if (!run) return;
     run.chunksLeft += k;
     this.send({ type: 'credit', n, k });
+  }
+
+  /** Call c's answer, for the handler that made it. */
+  callResult(c: number, status: number, body: string): void {
+    this.send({ type: 'call_result', c, status, body });
+  }
+
+  /** One chunk of streamed call c. */
+  callChunk(c: number, data: string): void {
+    this.send({ type: 'call_chunk', c, data });
   }
 
   /** Whether the node's other replicas run live requests now. */
@@ -381,6 +394,17 @@ export class UserCodeProcess {
         this.onStuck(this.runs.get(m.n)?.rid ?? `(run ${m.n}, answered at its timeout)`);
         break;
       }
+      case 'call': {
+        const run = this.runs.get(m.n);
+        if (!run) return this.runs.wasTimedOut(m.n) ? undefined : this.violation(`made a call for run ${m.n}, which it was not running`);
+        const { type: _, n: __, ...call } = m;
+        if (run.onCall) run.onCall(call);
+        else this.callResult(m.c, 501, JSON.stringify(errorBody('calls_unavailable', 'this run cannot call other functions')));
+        break;
+      }
+      case 'call_abort':
+        this.onCallAbort(m.c);
+        break;
       case 'stats':
         if (this.statsAsked <= 0) return this.violation('sent stats nobody asked for');
         this.statsAsked--;

@@ -93,6 +93,8 @@ const user = new UserCode({
   onStuck: (n) => send({ type: 'stuck', n }),
   sendChunk: (n, data) => send({ type: 'chunk', n, data }),
   sendLog,
+  sendCall: (n, call) => send({ type: 'call', n, ...call }),
+  abortCall: (c) => send({ type: 'call_abort', c }),
 });
 
 function receive(m: ToUserCode): void {
@@ -120,6 +122,12 @@ function receive(m: ToUserCode): void {
       break;
     case 'stats':
       send({ type: 'stats', stats: user.stats() });
+      break;
+    case 'call_result':
+      user.calls.result(m.c, m.status, m.body);
+      break;
+    case 'call_chunk':
+      user.calls.chunk(m.c, m.data);
       break;
   }
 }

@@ -23,7 +23,8 @@ import { isFunctionDefinition, type FunctionDefinition, type HandlerContext, typ
 import { tailedLogger } from './tail-log.ts';
 import type { LogCall, StartPhase } from '../../core/log-lines.ts';
 import { heldMs, holdCall, newCallTimes, splitTiming, type CallTimes } from '../channel/timing.ts';
-import { StartFailure, type AssignMessage, type FromUserCode, type RunMessage, type UserStats } from '../channel/messages.ts';
+import { StartFailure, type AssignMessage, type CallRequest, type FromUserCode, type RunMessage, type UserStats } from '../channel/messages.ts';
+import { OutgoingCalls } from './calls.ts';
 
 /** What the user code needs of a loaded model: a ModelSession, or a fake one in tests. */
 export type ModelRunner = Pick<ModelSession, 'provider' | 'fallback' | 'instances' | 'lone' | 'inputNames' | 'outputNames' | 'wantsInline' | 'run' | 'noteLone' | 'grow' | 'loadInline' | 'close'>;
@@ -50,6 +51,9 @@ export interface UserCodeOptions {
   sendLog?: (n: number, call: LogCall, phase?: StartPhase) => void;
   /** Run n got control on this thread (watchdog.ts). */
   markRun?: (n: number) => void;
+  /** Where a handler's `ctx.call` goes (its replica; stand-ins in embers/testing), and how one is stopped. */
+  sendCall?: (n: number, call: CallRequest) => void;
+  abortCall?: (c: number) => void;
 }
 
 export class UserCode {
@@ -76,11 +80,17 @@ export class UserCode {
   /** Running requests' abort controllers, by their number on the channel. */
   private readonly running = new Map<number, AbortController>();
   private readonly streams: HandlerStreams;
+  /** The handlers' calls to other functions, waiting for their answers. */
+  readonly calls: OutgoingCalls;
 
   constructor(private readonly o: UserCodeOptions) {
     observeGcPauses();
     writeTypedArraysAsJson();
     this.streams = new HandlerStreams(o.sendChunk ?? (() => {}), o.markRun);
+    this.calls = new OutgoingCalls({
+      send: o.sendCall ?? ((_n, call) => this.calls.result(call.c, 501, JSON.stringify(errorBody('calls_unavailable', 'ctx.call needs the platform (or stand-ins in embers/testing)')))),
+      abort: o.abortCall ?? (() => {}),
+    });
   }
 
   /** Loads the bundle and models, runs setup and warmup; a failure says its phase (StartFailure). */
@@ -229,6 +239,7 @@ export class UserCode {
       this.lanes[lane]--;
       if (lane === 'live') this.gate.liveEnded();
       this.running.delete(m.n);
+      this.calls.endRun(m.n);
       this.maybeGrow();
       this.maybeLoadInline();
     }
@@ -250,7 +261,10 @@ export class UserCode {
     if (example === undefined) return;
     const input = (this.def.input as z.ZodType).parse(example);
     const ctl = new AbortController();
-    const out = await this.def.handler(input, { models: this.handles(), log: this.startLog('warmup'), requestId: 'warmup', signal: ctl.signal, fn: { name: this.a.fn.name, version: this.a.fn.version }, env: this.env });
+    const noCalls = () => {
+      throw new Error('ctx.call and ctx.stream run other functions for requests, not during warmup');
+    };
+    const out = await this.def.handler(input, { models: this.handles(), log: this.startLog('warmup'), requestId: 'warmup', signal: ctl.signal, fn: { name: this.a.fn.name, version: this.a.fn.version }, env: this.env, call: noCalls, stream: noCalls });
     if (isChunkSource(out)) for await (const _ of out);
   }
 
@@ -351,7 +365,8 @@ export class UserCode {
   private async runHandler(input: unknown, m: RunMessage, ctl: AbortController, times: CallTimes, log: () => Logger): Promise<unknown> {
     if (m.deadline !== undefined && Date.now() > m.deadline) throw new TimeoutError(`request waited in the queue past its limit (EMBERS_QUEUE_TIMEOUT_MS) before a replica could run it`);
     const { fn, settings } = this.a;
-    const budget = fn.timeoutMs;
+    // A callee's budget ends when its caller needs the answer, if that is sooner.
+    const budget = m.endBy === undefined ? fn.timeoutMs : Math.max(1, Math.min(fn.timeoutMs, m.endBy - Date.now()));
     const lane: Lane = m.batch ? 'batch' : 'live';
     const ctx: HandlerContext = {
       models: this.handles(
@@ -373,6 +388,8 @@ export class UserCode {
       },
       fn: { name: fn.name, version: fn.version },
       env: this.env,
+      call: (name, input, o) => this.calls.call(m.n, name, input, o, ctl.signal) as Promise<never>,
+      stream: (name, input, o) => this.calls.stream(m.n, name, input, o, ctl.signal) as AsyncIterable<never>,
     };
     let timer: NodeJS.Timeout | undefined;
     let settled = false;
@@ -400,7 +417,7 @@ export class UserCode {
         }
         // Its calls still waiting for their batch are taken back (they reject with this reason).
         ctl.abort(new TimeoutError(`handler ran past ${budget} ms`));
-        reject(new TimeoutError(`${fn.name} did not finish within ${fn.timeoutMs} ms`));
+        reject(new TimeoutError(`${fn.name} did not finish within ${budget} ms${budget < fn.timeoutMs ? ' (what its caller had left)' : ''}`));
         // A handler that ignores its signal holds a slot (and maybe a core) forever: replace the replica.
         setTimeout(() => {
           if (!settled) this.o.onStuck(m.n);

@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { close, invoke, load } from 'embers/testing';
+import { HandlerError } from 'embers';
 import { fixture } from '../helpers/platform.ts';
 
 after(close);
@@ -32,5 +33,30 @@ describe('embers/testing', () => {
     assert.deepEqual((await invoke(fixture('minimal.ts'), [1, 'a'])).output, { got: [1, 'a'] });
     assert.deepEqual((await invoke(new URL(`file://${fixture('minimal.ts')}`), null)).output, { got: null });
     await assert.rejects(invoke(fixture('nope.ts'), {}), /no function file/);
+  });
+
+  it('answers a handler\'s ctx.call and ctx.stream from stand-ins, and a name without one as missing', async () => {
+    const file = fixture('caller.ts');
+    const routed = await invoke(file, { mode: 'route', op: 'upper', text: 'hi' }, { calls: { upper: (input) => ({ text: (input as { text: string }).text.toUpperCase() }) } });
+    assert.deepEqual(routed.output, { by: 'upper', result: { text: 'HI' } });
+    const failed = await invoke(file, { mode: 'catch', to: 'upper', input: {} }, {
+      calls: {
+        upper: () => {
+          throw new HandlerError(422, 'no text', 'no_text');
+        },
+      },
+    });
+    assert.deepEqual(failed.output, { status: 422, code: 'no_text', message: 'no text' });
+    const missing = await invoke(file, { mode: 'catch', to: 'words', input: {} });
+    assert.equal((missing.output as { status: number }).status, 404);
+    const streamed = await invoke(file, { mode: 'stream', to: 'counter', input: {} }, {
+      calls: {
+        counter: async function* () {
+          yield { i: 1 };
+          yield { i: 2 };
+        },
+      },
+    });
+    assert.deepEqual(streamed.output, { chunks: [{ i: 1 }, { i: 2 }] });
   });
 });

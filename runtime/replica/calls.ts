@@ -1,0 +1,355 @@
+// A handler's calls to other functions (`ctx.call`), on the trusted side: the user code only asks
+// (runtime/user-code/calls.ts); this replica decides. The name is looked up among the calling
+// request's tenant's functions only (another tenant's is as missing as none), the call passes the
+// same admission as an HTTP request of the caller's key (budget, rate, in-flight, queue length),
+// and it is queued on the callee's live stream as a sync run whose reply comes to this replica's
+// own channel. It gets what is left of the caller's time, rides below live traffic when the
+// caller is a batch line, and is stopped (taken back, or canceled where it runs) when the caller
+// ends or lets go of it. decisions/043 records how slots, deadlines and metering work.
+import { randomUUID } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { enqueueStamp } from '../../core/clock.ts';
+import { errorBody, type RunJobData } from '../../core/contracts.ts';
+import { FunctionGoneError, KeyRejectedError, type LiveQueue } from '../../core/live-queue.ts';
+import { keys, tenantKeys } from '../../core/keys.ts';
+import type { Logger } from '../../core/log.ts';
+import type { KeyLimits, AuthContext } from '../../core/tenants.ts';
+import { BudgetGate } from '../../gateway/budget-gate.ts';
+import { ChunkReader } from '../../gateway/chunk-reader.ts';
+import type { FunctionsCache } from '../../gateway/functions-cache.ts';
+import { acquireSlot, checkRate, QueueDepth } from '../../gateway/quotas.ts';
+import { ReplyHub, type Reply } from '../../gateway/replies.ts';
+import type { CallRequest } from '../channel/messages.ts';
+
+/** Calls one run may have waiting at once, and this replica in all: more are answered 429. */
+export const CALLS_PER_RUN = 64;
+export const CALLS_PER_REPLICA = 1024;
+/** A reply on its way when the call's time ran out still gets this long. */
+const REPLY_GRACE_MS = 1_000;
+/** How long a key's record (its hash and limits) is taken from memory. */
+const KEY_FRESH_MS = 5_000;
+/** A caller → callee edge is written at most this often (the console's "calls" lists). */
+const EDGE_EVERY_MS = 10_000;
+/** Edges are kept this long: the console lists the last hour's. */
+export const EDGE_TTL_S = 2 * 3600;
+
+/** The calling request, as this replica knows it (never as its user code says). */
+export interface CallingRun {
+  n: number;
+  data: RunJobData;
+  /** By when (ms since epoch) its own answer is due: its calls get what is left. */
+  endBy: number;
+  /** A batch line's calls ride below live traffic. */
+  below: boolean;
+  /** It holds a live slot, which it lends while it waits on calls. */
+  lends: boolean;
+}
+
+/** What the replica's calls need. */
+export interface CallsOptions {
+  redis: Redis;
+  /** This replica's id: its calls' replies come to its channel. */
+  replica: string;
+  /** The calling function's key, for the edges the console lists. */
+  fn: string;
+  live: LiveQueue;
+  functions: FunctionsCache;
+  maxDepth: number;
+  queueTimeoutMs: number;
+  /** Answers and chunks, to the user code. */
+  answer: (c: number, status: number, body: string) => void;
+  chunk: (c: number, data: string) => void;
+  /** Lends a live slot while a run waits on calls (false: none could be lent), and takes it back. */
+  lend: () => boolean;
+  reclaim: () => void;
+  wake: (key: string) => void;
+  log: Logger;
+}
+
+interface OpenCall {
+  n: number;
+  key?: string;
+  entry?: string;
+  id: string;
+  startedAt: number;
+  /** Ends the call now: its reply is no longer awaited. */
+  stop: () => void;
+}
+
+/** A run's calls: those open, and their time so far (ms, calls in parallel counted each). */
+interface RunCalls {
+  open: Set<number>;
+  ms: number;
+  /** Its slot is lent now. */
+  lent: boolean;
+}
+
+class CallRefused extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export class Calls {
+  private readonly open = new Map<number, OpenCall>();
+  private readonly runs = new Map<number, RunCalls>();
+  private hub?: Promise<ReplyHub>;
+  private sub?: Redis;
+  private readonly budgets: BudgetGate;
+  private readonly depth: QueueDepth;
+  private readonly keyRecords = new Map<string, { at: number; value: Promise<{ hash: string; limits?: KeyLimits } | null> }>();
+  private readonly edges = new Map<string, number>();
+
+  constructor(private readonly o: CallsOptions) {
+    this.budgets = new BudgetGate(o.redis);
+    this.depth = new QueueDepth(o.live);
+  }
+
+  /** Time run n spent waiting on its calls so far (ms). */
+  msOf(n: number): number {
+    return this.runs.get(n)?.ms ?? 0;
+  }
+
+  /** Starts a call of `run`'s handler; its answer goes back through `answer`. */
+  start(run: CallingRun, req: CallRequest): void {
+    const { c } = req;
+    if (this.open.has(c)) return this.o.answer(c, 400, JSON.stringify(errorBody('invalid_call', `call number ${c} is in use`)));
+    let calls = this.runs.get(run.n);
+    if ((calls?.open.size ?? 0) >= CALLS_PER_RUN || this.open.size >= CALLS_PER_REPLICA) {
+      return this.o.answer(c, 429, JSON.stringify(errorBody('too_many_calls', `a request may wait on ${CALLS_PER_RUN} calls at once (a replica on ${CALLS_PER_REPLICA}); await some before making more`)));
+    }
+    if (!calls) this.runs.set(run.n, (calls = { open: new Set(), ms: 0, lent: false }));
+    const call: OpenCall = { n: run.n, id: randomUUID(), startedAt: performance.now(), stop: () => {} };
+    this.open.set(c, call);
+    calls.open.add(c);
+    if (calls.open.size === 1 && run.lends) calls.lent = this.o.lend();
+    void this.run(run, req, call).then(
+      ({ status, body }) => this.end(c, status, body),
+      (err: unknown) => {
+        const e = err instanceof CallRefused ? err : new CallRefused(503, 'unavailable', `the call could not be made: ${(err as Error)?.message ?? err}`);
+        if (!(err instanceof CallRefused)) this.o.log.warn({ err: (err as Error)?.message, rid: run.data.rid, callee: req.name }, 'call failed');
+        this.end(c, e.status, JSON.stringify(errorBody(e.code, e.message)));
+      },
+    );
+  }
+
+  /** The handler let go of call c (its signal aborted, it stopped reading a stream). */
+  abort(c: number): void {
+    this.open.get(c)?.stop();
+  }
+
+  /** Run n ended: its calls still open are stopped; resolves its time in calls (ms). */
+  endRun(n: number): number {
+    const calls = this.runs.get(n);
+    if (!calls) return 0;
+    for (const c of calls.open) this.open.get(c)?.stop();
+    this.runs.delete(n);
+    this.giveBack(calls);
+    return calls.ms;
+  }
+
+  /** Stops every call (the replica is going away) and closes the reply channel. */
+  close(): void {
+    for (const call of this.open.values()) call.stop();
+    this.sub?.disconnect();
+  }
+
+  private end(c: number, status: number, body: string): void {
+    const call = this.open.get(c);
+    if (!call) return;
+    this.open.delete(c);
+    const calls = this.runs.get(call.n);
+    if (calls?.open.delete(c)) {
+      calls.ms += performance.now() - call.startedAt;
+      if (calls.open.size === 0) this.giveBack(calls);
+    }
+    // The run may have ended meanwhile: its user code ignores an answer nobody waits for.
+    this.o.answer(c, status, body);
+  }
+
+  private giveBack(calls: RunCalls): void {
+    if (!calls.lent) return;
+    calls.lent = false;
+    this.o.reclaim();
+  }
+
+  private async run(run: CallingRun, req: CallRequest, call: OpenCall): Promise<{ status: number; body: string }> {
+    const { data } = run;
+    const depth = (data.depth ?? 0) + 1;
+    if (depth > this.o.maxDepth) throw new CallRefused(508, 'call_depth_exceeded', `calling ${req.name} would make a chain of ${depth} calls; the platform allows ${this.o.maxDepth} (EMBERS_MAX_CALL_DEPTH)`);
+    let input: unknown;
+    try {
+      input = JSON.parse(req.input);
+    } catch {
+      throw new CallRefused(400, 'invalid_input', `the input of the call to ${req.name} is not JSON`);
+    }
+    const tenant = data.t ?? 'default';
+    const found = await this.o.functions.find(tenant, req.name);
+    // Another tenant's function answers exactly as one that does not exist.
+    if (!found) throw new CallRefused(404, 'function_not_found', `no function named ${req.name}`);
+    const served = this.o.functions.serving(found, undefined);
+    const { key, fn } = served instanceof Promise ? await served : served;
+    const left = run.endBy - Date.now();
+    const timeoutMs = Math.min(left, req.timeoutMs ?? Infinity);
+    if (timeoutMs <= 0) throw new CallRefused(504, 'timeout', `the calling request has no time left to call ${req.name}`);
+    // The same admission as the caller's own HTTP request: its tenant's budget, its key's limits, the callee's queue.
+    const keyRecord = data.k ? await this.keyRecord(tenant, data.k) : null;
+    const auth: AuthContext = { tenant, keyId: data.k ?? 'unknown', scopes: ['run'], admin: false, ...(keyRecord?.limits ? { limits: keyRecord.limits } : {}) };
+    let release = () => {};
+    try {
+      const budget = this.budgets.check(fn.tenant);
+      if (budget) await budget;
+      await checkRate(this.o.redis, auth);
+      await this.depth.check(key, fn.manifest.maxQueueLength ?? 10_000);
+      release = await acquireSlot(this.o.redis, auth, call.id, timeoutMs + REPLY_GRACE_MS);
+    } catch (err) {
+      const e = err as { status?: number; code?: string; message?: string };
+      if (typeof e.status === 'number' && typeof e.code === 'string') throw new CallRefused(e.status, e.code, e.message ?? e.code);
+      throw err;
+    }
+    try {
+      return await this.queue(run, req, call, { key, input, depth, timeoutMs, keyHash: keyRecord?.hash });
+    } finally {
+      release();
+    }
+  }
+
+  private async queue(run: CallingRun, req: CallRequest, call: OpenCall, q: { key: string; input: unknown; depth: number; timeoutMs: number; keyHash?: string }): Promise<{ status: number; body: string }> {
+    const { data } = run;
+    const hub = await this.replies();
+    const stamp = enqueueStamp();
+    const endBy = stamp.enq + q.timeoutMs;
+    const callee: RunJobData = {
+      rid: `${data.rid}.${req.c}`,
+      id: call.id,
+      gw: this.o.replica,
+      input: q.input,
+      ...stamp,
+      deadline: Math.min(stamp.enq + this.o.queueTimeoutMs, endBy),
+      endBy,
+      parent: data.rid,
+      depth: q.depth,
+      ...(req.stream ? { stream: true as const } : {}),
+      ...(run.below ? { below: true as const } : {}),
+      t: data.t,
+      k: data.k,
+      bin: Buffer.byteLength(req.input),
+    };
+    let stopped = false;
+    let wakeStop = () => {};
+    const stoppedNow = new Promise<null>((resolve) => (wakeStop = () => resolve(null)));
+    call.stop = () => {
+      stopped = true;
+      hub.cancel(call.id);
+      wakeStop();
+    };
+    const reply = hub.expect(call.id, q.timeoutMs + REPLY_GRACE_MS);
+    let entry: string;
+    try {
+      entry = await this.o.live.add(q.key, callee, { inputJson: req.input, mustBeDeployed: true, ...(q.keyHash ? { keyHash: q.keyHash } : {}) });
+    } catch (err) {
+      hub.cancel(call.id);
+      if (err instanceof KeyRejectedError) throw new CallRefused(401, 'invalid_api_key', `the API key of the calling request was ${err.reason === 'revoked' ? 'revoked' : 'removed'}`);
+      if (err instanceof FunctionGoneError) throw new CallRefused(404, 'function_not_found', `no function named ${req.name}`);
+      throw err;
+    }
+    call.key = q.key;
+    call.entry = entry;
+    this.o.wake(q.key);
+    this.noteEdge(q.key);
+    const takeBack = () => this.o.live.takeBack(q.key, entry, `${q.key} ${call.id}`).catch(() => false);
+    if (stopped) {
+      await takeBack();
+      throw new CallRefused(499, 'call_canceled', `the call to ${req.name} was stopped by its caller`);
+    }
+    const reader = req.stream ? new ChunkReader({ redis: this.o.redis, hub, id: call.id, consume: true }) : undefined;
+    const streaming = reader ? this.forward(reader, req.c, () => stopped) : undefined;
+    try {
+      await reader?.open();
+      const r = await Promise.race([reply, stoppedNow]);
+      if (!r) {
+        await takeBack();
+        if (stopped) throw new CallRefused(499, 'call_canceled', `the call to ${req.name} was stopped by its caller`);
+        throw new CallRefused(504, 'timeout', `${req.name} did not answer within ${q.timeoutMs} ms`);
+      }
+      if (reader) await streaming!.through(r.header.chunks ?? 0);
+      return { status: r.header.status, body: bodyOf(r) };
+    } finally {
+      streaming?.stop();
+      await reader?.close();
+    }
+  }
+
+  /** Passes a streamed call's chunks to the user code as they come, until told the last one's number. */
+  private forward(reader: ChunkReader, c: number, stopped: () => boolean): { through: (last: number) => Promise<void>; stop: () => void } {
+    let last: number | undefined;
+    let ended = false;
+    const done = (async () => {
+      while (!ended && !stopped()) {
+        if (last !== undefined && reader.after >= last) return;
+        for (const chunk of await reader.next(last === undefined ? 1_000 : 50)) this.o.chunk(c, chunk.data);
+      }
+    })();
+    return {
+      through: async (n) => {
+        last = n;
+        reader.poke();
+        await done;
+      },
+      stop: () => {
+        ended = true;
+        reader.poke();
+      },
+    };
+  }
+
+  /** The reply channel of this replica, subscribed on first use. */
+  private replies(): Promise<ReplyHub> {
+    return (this.hub ??= (async () => {
+      const sub = (this.sub = this.o.redis.duplicate());
+      sub.on('error', () => {});
+      const hub = new ReplyHub(sub, this.o.replica, undefined, (channel, err) => this.o.log.warn({ channel, err: err.message }, 'unreadable reply dropped'));
+      await hub.start();
+      return hub;
+    })().catch((err: unknown) => {
+      this.hub = undefined;
+      throw err;
+    }));
+  }
+
+  /** The caller's key's hash (the queueing call checks it is still valid) and limits. */
+  private keyRecord(tenant: string, keyId: string): Promise<{ hash: string; limits?: KeyLimits } | null> {
+    const id = `${tenant} ${keyId}`;
+    const hit = this.keyRecords.get(id);
+    if (hit && performance.now() - hit.at < KEY_FRESH_MS) return hit.value;
+    const value = (async () => {
+      const hash = await this.o.redis.hget(tenantKeys.tenantKeys(tenant), keyId);
+      const raw = hash ? await this.o.redis.hget(tenantKeys.keysByHash, hash) : null;
+      if (!hash || !raw) return null;
+      const record = JSON.parse(raw) as { limits?: KeyLimits };
+      return { hash, ...(record.limits ? { limits: record.limits } : {}) };
+    })();
+    this.keyRecords.set(id, { at: performance.now(), value });
+    value.catch(() => this.keyRecords.delete(id));
+    return value;
+  }
+
+  /** Who called whom in the last hour, for the console (EDGE_EVERY_MS apart at most per pair). */
+  private noteEdge(callee: string): void {
+    const now = Date.now();
+    if (now - (this.edges.get(callee) ?? -Infinity) < EDGE_EVERY_MS) return;
+    this.edges.set(callee, now);
+    const [out, into] = [keys.callsOut(this.o.fn), keys.callsIn(callee)];
+    void this.o.redis.multi().zadd(out, now, callee).expire(out, EDGE_TTL_S).zadd(into, now, this.o.fn).expire(into, EDGE_TTL_S).exec().catch(() => {});
+  }
+}
+
+/** A reply's body for the calling handler: JSON as it came; bytes as `{ contentType, base64 }`, as async jobs carry them. */
+function bodyOf(r: Reply): string {
+  if (!r.header.type) return r.body.toString('utf8');
+  return JSON.stringify({ contentType: r.header.type, base64: r.body.toString('base64') });
+}

@@ -1,0 +1,159 @@
+// Composition (ctx.call) on the real platform: a router calling two functions, a caller's
+// deadline reaching its callee, a caller who leaves stopping it, a chain of calls bounded in
+// depth (and a function calling itself on one replica that takes one request at a time), another
+// tenant's function answered as missing, the key's limits applied to calls, a streaming callee's
+// chunks, and the usage records, Server-Timing and tail lines that link a call to its caller.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { readEvents, type ServerEvent } from '../../cli/sse.ts';
+import { EmbersClient } from '../../cli/client.ts';
+import { deployFile } from '../../cli/deploy.ts';
+import { keys, usageKeys } from '../../core/keys.ts';
+import type { TailLine } from '../../core/tail.ts';
+import type { UsageRecord } from '../../core/usage.ts';
+import { eventually, fixture, startTestPlatform, tenantWithKey, type TestPlatform } from '../helpers/platform.ts';
+
+let p: TestPlatform;
+
+before(async () => {
+  // One request at a time per replica: a function calling itself needs the slots its waiting requests lend.
+  p = await startTestPlatform({ EMBERS_REPLICA_CONCURRENCY: '1', EMBERS_SCHEDULER_TICK_MS: '100', EMBERS_MAX_CALL_DEPTH: '4' });
+  for (const f of ['caller.ts', 'upper.ts', 'words.ts', 'chain.ts', 'holder.ts', 'counter.ts']) await p.deploy(fixture(f));
+});
+after(() => p.close());
+
+const run = (fn: string, input: unknown, o: { key?: string; signal?: AbortSignal } = {}) =>
+  p.fetch(`/v1/run/${fn}`, { method: 'POST', headers: { 'content-type': 'application/json', ...(o.key ? { authorization: `Bearer ${o.key}` } : {}) }, body: JSON.stringify(input), signal: o.signal });
+
+const json = async (res: Response) => ({ status: res.status, body: (await res.json()) as Record<string, unknown>, headers: res.headers });
+
+async function usage(fn: string): Promise<UsageRecord[]> {
+  const entries = await p.redis().xrange(usageKeys.records, '-', '+');
+  return entries.map(([, f]) => JSON.parse(f[1]) as UsageRecord).filter((r) => r.fn === fn);
+}
+
+const holderEnds = async (tag: string) => (await json(await run('holder', { report: true, tag }))).body as unknown as { how: string; afterMs: number }[];
+
+describe('ctx.call', () => {
+  test('a router calls two functions; usage records link each call to its caller, and Server-Timing shows the time in calls', async () => {
+    const upper = await json(await run('caller', { mode: 'route', op: 'upper', text: 'hello embers' }));
+    assert.equal(upper.status, 200, JSON.stringify(upper.body));
+    assert.deepEqual(upper.body, { by: 'upper', result: { text: 'HELLO EMBERS' } });
+    const words = await json(await run('caller', { mode: 'route', op: 'words', text: 'one two three' }));
+    assert.deepEqual(words.body, { by: 'words', result: { words: 3 } });
+    assert.match(words.headers.get('server-timing')!, /call;dur=\d/);
+    const rid = words.headers.get('x-request-id')!;
+    const callee = await eventually(async () => (await usage('words')).find((r) => r.parent === rid), 'the callee\'s usage record');
+    assert.equal(callee.status, 200);
+    assert.equal(callee.kind, 'sync');
+    assert.equal(callee.tenant, 'default');
+    const parent = await eventually(async () => (await usage('caller')).find((r) => r.id && r.parent === undefined && r.callMs !== undefined && r.callMs > 0), 'the caller\'s usage record with its time in calls');
+    assert.ok(parent.callMs! <= parent.computeMs, `${parent.callMs} ≤ ${parent.computeMs}`);
+    // Who called whom, for the console.
+    assert.ok((await p.redis().zscore(keys.callsOut('caller'), 'words')) !== null);
+    assert.ok((await p.redis().zscore(keys.callsIn('words'), 'caller')) !== null);
+  });
+
+  test('a callee\'s error reaches its caller as a HandlerError with its status and code; an uncaught one is the caller\'s answer', async () => {
+    const caught = await json(await run('caller', { mode: 'catch', to: 'upper', input: { text: 42 } }));
+    assert.equal(caught.status, 200);
+    assert.equal(caught.body.status, 400);
+    assert.equal(caught.body.code, 'invalid_input');
+    const uncaught = await json(await run('caller', { mode: 'call', to: 'upper', input: {} }));
+    assert.equal(uncaught.status, 400);
+    assert.equal((uncaught.body.error as { code: string }).code, 'invalid_input');
+  });
+
+  test('a chain of calls runs to the depth limit on one replica taking one request at a time, and one deeper is refused with 508', async () => {
+    const ok = await json(await run('chain', { n: 4 }));
+    assert.equal(ok.status, 200, JSON.stringify(ok.body));
+    assert.equal(ok.body.depth, 4);
+    const rids = ok.body.rids as string[];
+    assert.equal(rids.length, 5);
+    // Each call's request id names its caller's.
+    for (let i = 1; i < rids.length; i++) assert.ok(rids[i].startsWith(`${rids[i - 1]}.`), `${rids[i]} under ${rids[i - 1]}`);
+    const deep = await json(await run('chain', { n: 5 }));
+    assert.equal(deep.status, 508);
+    assert.equal((deep.body.error as { code: string }).code, 'call_depth_exceeded');
+  });
+
+  test('the callee gets what is left of its caller\'s time, and is stopped when it runs out', async () => {
+    const t0 = Date.now();
+    const res = await json(await run('caller', { mode: 'catch', to: 'holder', input: { ms: 30_000, tag: 'deadline' }, timeoutMs: 1_500 }));
+    assert.equal(res.status, 200);
+    assert.equal(res.body.status, 504);
+    assert.equal(res.body.code, 'timeout');
+    assert.ok(Date.now() - t0 < 10_000);
+    const [end] = await eventually(async () => {
+      const ends = await holderEnds('deadline');
+      return ends.length ? ends : undefined;
+    }, 'the holder to end');
+    assert.equal(end.how, 'aborted');
+    assert.ok(end.afterMs < 5_000, `stopped after ${end.afterMs} ms`);
+  });
+
+  test('a caller who disconnects cancels its calls (their ctx.signal); a handler\'s own signal cancels one', async () => {
+    await assert.rejects(run('caller', { mode: 'call', to: 'holder', input: { ms: 30_000, tag: 'left' } }, { signal: AbortSignal.timeout(1_500) }));
+    const [end] = await eventually(async () => {
+      const ends = await holderEnds('left');
+      return ends.length ? ends : undefined;
+    }, 'the holder to be stopped');
+    assert.equal(end.how, 'aborted');
+    assert.ok(end.afterMs < 10_000, `stopped after ${end.afterMs} ms`);
+    const aborted = await json(await run('caller', { mode: 'abort', to: 'holder', input: { ms: 30_000, tag: 'signal' }, abortAfterMs: 300 }));
+    assert.equal(aborted.status, 200);
+    assert.equal(aborted.body.aborted, true);
+    const [own] = await eventually(async () => {
+      const ends = await holderEnds('signal');
+      return ends.length ? ends : undefined;
+    }, 'the holder to be stopped by the signal');
+    assert.equal(own.how, 'aborted');
+  });
+
+  test('a streaming callee\'s chunks reach ctx.stream in order', async () => {
+    const res = await json(await run('caller', { mode: 'stream', to: 'counter', input: { n: 4, ms: 50 } }));
+    assert.equal(res.status, 200, JSON.stringify(res.body));
+    assert.deepEqual(res.body.chunks, [1, 2, 3, 4].map((i) => ({ i })));
+  });
+
+  test('another tenant\'s function is answered exactly as a missing one, and the key\'s limits apply to calls', async () => {
+    const b = await tenantWithKey(p, 'calls-b');
+    await deployFile(new EmbersClient({ url: p.url, apiKey: b.key }), fixture('caller.ts'));
+    const other = await json(await run('caller', { mode: 'catch', to: 'upper', input: { text: 'x' } }, { key: b.key }));
+    const missing = await json(await run('caller', { mode: 'catch', to: 'no-such', input: { text: 'x' } }, { key: b.key }));
+    assert.equal(other.body.status, 404);
+    assert.deepEqual({ ...other.body, message: String(other.body.message).replace('upper', 'NAME') }, { ...missing.body, message: String(missing.body.message).replace('no-such', 'NAME') });
+    // One request in flight for this key: the call would be a second.
+    const admin = (route: string, body: unknown) => p.fetch(route, { method: 'POST', body: JSON.stringify(body), headers: { authorization: `Bearer ${p.adminKey}`, 'content-type': 'application/json' } });
+    const created = await admin(`/v1/tenants/${b.id}/keys`, { limits: { concurrency: 1 } });
+    assert.equal(created.status, 201);
+    const single = ((await created.json()) as { key: string }).key;
+    await deployFile(new EmbersClient({ url: p.url, apiKey: b.key }), fixture('words.ts'));
+    const limited = await json(await run('caller', { mode: 'catch', to: 'words', input: { text: 'a b' } }, { key: single }));
+    assert.equal(limited.status, 200);
+    assert.equal(limited.body.status, 429);
+    assert.equal(limited.body.code, 'too_many_in_flight');
+    const free = await json(await run('caller', { mode: 'catch', to: 'words', input: { text: 'a b' } }, { key: b.key }));
+    assert.deepEqual(free.body, { got: { words: 2 } });
+  });
+
+  test('the tail shows a call with its parent request id', async () => {
+    const stop = new AbortController();
+    const res = await p.fetch('/v1/functions/upper/tail', { signal: stop.signal });
+    assert.equal(res.status, 200);
+    const events: ServerEvent[] = [];
+    void (async () => {
+      for await (const e of readEvents(res.body!)) events.push(e);
+    })().catch(() => {});
+    try {
+      await eventually(async () => events.some((e) => e.event === 'tailing'), 'the tail to start');
+      const called = await run('caller', { mode: 'route', op: 'upper', text: 'tailed' });
+      const rid = called.headers.get('x-request-id')!;
+      await called.arrayBuffer();
+      const line = await eventually(async () => events.filter((e) => e.event === 'request').map((e) => JSON.parse(e.data) as TailLine).find((l) => l.type === 'request' && l.parent === rid), 'the call\'s tail line', 15_000);
+      assert.ok(line.rid!.startsWith(`${rid}.`));
+    } finally {
+      stop.abort();
+    }
+  });
+});
