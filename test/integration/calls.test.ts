@@ -18,7 +18,7 @@ let p: TestPlatform;
 before(async () => {
   // One request at a time per replica: a function calling itself needs the slots its waiting requests lend.
   p = await startTestPlatform({ EMBERS_REPLICA_CONCURRENCY: '1', EMBERS_SCHEDULER_TICK_MS: '100', EMBERS_MAX_CALL_DEPTH: '4' });
-  for (const f of ['caller.ts', 'upper.ts', 'words.ts', 'chain.ts', 'holder.ts', 'counter.ts']) await p.deploy(fixture(f));
+  for (const f of ['caller.ts', 'upper.ts', 'words.ts', 'chain.ts', 'holder.ts', 'counter.ts', 'call-forger.ts']) await p.deploy(fixture(f));
 });
 after(() => p.close());
 
@@ -155,5 +155,33 @@ describe('ctx.call', () => {
     } finally {
       stop.abort();
     }
+  });
+
+  test('an async job and a batch line call too, their calls linked to them', async () => {
+    const queued = await p.fetch('/v1/run/caller', { method: 'POST', headers: { prefer: 'respond-async', 'content-type': 'application/json' }, body: JSON.stringify({ mode: 'route', op: 'words', text: 'a b c d' }) });
+    assert.equal(queued.status, 202);
+    const { id } = (await queued.json()) as { id: string };
+    const job = await eventually(async () => {
+      const j = (await (await p.fetch(`/v1/jobs/${id}`)).json()) as { status: string; output?: unknown };
+      return j.status === 'succeeded' || j.status === 'failed' ? j : undefined;
+    }, 'the async job');
+    assert.deepEqual(job.output, { by: 'words', result: { words: 4 } });
+    const lines = ['one', 'two three'].map((text, i) => JSON.stringify({ custom_id: `l${i}`, input: { mode: 'route', op: 'upper', text } }));
+    const created = await p.fetch('/v1/batches?function=caller', { method: 'POST', body: lines.join('\n') + '\n', headers: { 'content-type': 'application/jsonl' } });
+    assert.equal(created.status, 201, await created.clone().text());
+    const batch = (await created.json()) as { id: string };
+    await eventually(async () => ((await (await p.fetch(`/v1/batches/${batch.id}`)).json()) as { status: string }).status === 'completed', 'the batch', 60_000);
+    const output = (await (await p.fetch(`/v1/batches/${batch.id}/output`)).text()).split('\n').filter(Boolean).map((l) => JSON.parse(l) as { custom_id: string; output: unknown });
+    assert.deepEqual(output.sort((a, b) => a.custom_id.localeCompare(b.custom_id)).map((o) => o.output), [{ by: 'upper', result: { text: 'ONE' } }, { by: 'upper', result: { text: 'TWO THREE' } }]);
+    const calls = (await usage('upper')).filter((r) => r.parent !== undefined);
+    assert.ok(calls.length >= 2);
+  });
+
+  test('a call message forged past the SDK, for a run its process was not sent, ends that process and nothing else', async () => {
+    const forged = await json(await run('call-forger', {}));
+    assert.equal(forged.status, 500, JSON.stringify(forged.body));
+    assert.equal((forged.body.error as { code: string }).code, 'user_code_violation');
+    const fine = await json(await run('caller', { mode: 'route', op: 'upper', text: 'still here' }));
+    assert.deepEqual(fine.body, { by: 'upper', result: { text: 'STILL HERE' } });
   });
 });

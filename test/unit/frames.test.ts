@@ -155,6 +155,19 @@ describe('UserCodeReader', () => {
     assert.match(shapeProblem('standby')!, /not an object/);
     assert.match(shapeProblem({ type: 'peer', id: 'x' })!, /unknown type/);
   });
+
+  it('takes a call only with a run, a call number, a name and JSON text', () => {
+    assert.equal(shapeProblem({ type: 'call', n: 1, c: 1, name: 'upper', input: '{}' }), undefined);
+    assert.equal(shapeProblem({ type: 'call', n: 1, c: 2, name: 'upper', input: '{}', timeoutMs: 500, stream: true }), undefined);
+    assert.match(shapeProblem({ type: 'call', c: 1, name: 'upper', input: '{}' })!, /without a run number/);
+    assert.match(shapeProblem({ type: 'call', n: 1, c: -1, name: 'upper', input: '{}' })!, /without a call number/);
+    assert.match(shapeProblem({ type: 'call', n: 1, c: 1, name: 'x'.repeat(64), input: '{}' })!, /without a function name/);
+    assert.match(shapeProblem({ type: 'call', n: 1, c: 1, name: 'upper', input: {} })!, /not JSON text/);
+    assert.match(shapeProblem({ type: 'call', n: 1, c: 1, name: 'upper', input: '{}', timeoutMs: 1.5 })!, /timeout/);
+    assert.match(shapeProblem({ type: 'call', n: 1, c: 1, name: 'upper', input: '{}', stream: 1 })!, /stream flag/);
+    assert.equal(shapeProblem({ type: 'call_abort', c: 3 }), undefined);
+    assert.match(shapeProblem({ type: 'call_abort' })!, /without a call number/);
+  });
 });
 
 describe('Bucket', () => {
