@@ -2,7 +2,8 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { close, invoke, load } from 'embers/testing';
-import { HandlerError } from 'embers';
+import { HandlerError, type CallInput, type CallOutput } from 'embers';
+import type Upper from '../fixtures/functions/upper.ts';
 import { fixture } from '../helpers/platform.ts';
 
 after(close);
@@ -58,5 +59,14 @@ describe('embers/testing', () => {
       },
     });
     assert.deepEqual(streamed.output, { chunks: [{ i: 1 }, { i: 2 }] });
+  });
+
+  it('types a call by its callee\'s definition', () => {
+    // Checked by tsc: the callee's input schema and handler's return type.
+    const input: CallInput<typeof Upper> = { text: 'a' };
+    const output: CallOutput<typeof Upper> = { text: 'A' };
+    // @ts-expect-error: upper takes { text: string }
+    const wrong: CallInput<typeof Upper> = { txt: 'a' };
+    assert.deepEqual([input, output, wrong], [{ text: 'a' }, { text: 'A' }, { txt: 'a' }]);
   });
 });
