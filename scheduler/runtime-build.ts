@@ -56,7 +56,8 @@ export async function buildRuntime(dir: string): Promise<BuiltRuntime> {
  */
 async function sourceKey(): Promise<string> {
   const hash = createHash('sha256');
-  for (const folder of ['runtime/channel', 'runtime/replica', 'runtime/user-code', 'native', 'core', 'core/lua', 'core/oip', 'sdk']) {
+  // gateway: a replica's calls to other functions use its admission, reply hub and chunk reader.
+  for (const folder of ['runtime/channel', 'runtime/replica', 'runtime/user-code', 'native', 'core', 'core/lua', 'core/oip', 'sdk', 'gateway']) {
     for (const f of (await readdir(path.join(ROOT, folder))).sort()) {
       if (!/\.(ts|mjs|lua)$/.test(f)) continue;
       hash.update(f).update(await readFile(path.join(ROOT, folder, f)));
