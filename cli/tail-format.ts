@@ -1,6 +1,7 @@
 // How `embers tail` prints a tail's events (gateway/tail-events.ts): `pretty`, a line per event
-// for a person (time, level, request id, message; a request's summary set apart), or `json`,
-// each event's data as one JSON line with its `type`, for a program.
+// for a person (time, level, request id, message; a request's summary set apart, with the calling
+// request's id when another function called it), or `json`, each event's data as one JSON line
+// with its `type`, for a program.
 import type { TailLine } from '../core/tail.ts';
 import type { ServerEvent } from './sse.ts';
 
@@ -29,7 +30,9 @@ export function prettyLine(line: TailLine): string {
   }
   const outcome = line.status < 400 ? 'ok' : 'error';
   const cold = line.cold ? ` · cold${line.coldMs !== undefined ? ` ${round(line.coldMs)} ms` : ''}` : '';
-  return `${time} ═════ ${line.rid}  ${line.status} ${outcome} in ${round(line.ms)} ms (queued ${round(line.queueMs)} ms) · ${line.version} · ${line.kind}${cold}`;
+  // A call from another function's handler names the calling request.
+  const parent = line.parent ? ` ← ${line.parent}` : '';
+  return `${time} ═════ ${line.rid}${parent}  ${line.status} ${outcome} in ${round(line.ms)} ms (queued ${round(line.queueMs)} ms) · ${line.version} · ${line.kind}${cold}`;
 }
 
 /** HH:MM:SS.mmm, local time. */

@@ -3,6 +3,7 @@ import type { TensorSpec } from '../../core/oip/datatypes.ts';
 import { clientFrom, notACommand, printJson, table, withConnection, withTenant } from './common.ts';
 import type { Manifest } from '../../core/contracts.ts';
 
+interface CallEdge { name: string; lastAt: string }
 interface Summary { name: string; active: string; versions: number; updatedAt: string; tenant: string }
 interface ReplicaView {
   id: string;
@@ -43,6 +44,7 @@ export function functionsCommand(): Command {
         coldStarts: ({ replica: string; at: string } & Record<string, number | string>)[];
         split: { version: string; percent: number; auto: { step: number; steps: number[] } | null } | null;
         rollout: { version: string; outcome: string; reason: string; at: string } | null;
+        calls: { out: CallEdge[]; in: CallEdge[] };
       }>(
         'GET',
         `/v1/functions/${encodeURIComponent(name)}`,
@@ -76,6 +78,8 @@ export function functionsCommand(): Command {
           out.write(`  model ${m} on ${s.provider}: ${s.executions} batches, ${s.inferences} rows, avg batch ${avg}, most calls in one batch ${s.maxCallsPerBatch}${s.cap === undefined ? '' : `, batches capped at ${s.cap} rows (the cheapest per row so far)`}${s.instances === undefined ? '' : `, ${s.instances} instance(s)`}${s.wide ? `, ${s.wide} batches alone on every core` : ''}${s.lone ? `; a lone request runs ${s.lone.choice === 'wide' ? 'on every core' : 'on a narrow session'} (median ms per million input values: every core ${ms(s.lone.wide)}, narrow ${ms(s.lone.narrow)})` : ''}\n`);
         }
       }
+      if (fn.calls.out.length) out.write(`calls (last hour): ${edgeList(fn.calls.out)}\n`);
+      if (fn.calls.in.length) out.write(`called by (last hour): ${edgeList(fn.calls.in)}\n`);
       if (fn.coldStarts.length) out.write('last cold starts (ms):\n');
       for (const c of fn.coldStarts.slice(0, 5)) {
         const failed = c.error as unknown as { phase: string; message: string } | undefined;
@@ -100,6 +104,16 @@ export function functionsCommand(): Command {
 function phaseLine(p: Record<string, unknown>): string {
   const names: [string, string][] = [['spawnMs', 'spawn'], ['bundleMs', 'bundle'], ['modelFetchMs', 'model_fetch'], ['modelLoadMs', 'model_load'], ['setupMs', 'setup'], ['warmupMs', 'warmup'], ['totalMs', 'total']];
   return names.map(([k, label]) => `${label} ${Math.round(Number(p[k] ?? 0))}`).join(', ');
+}
+
+/** Functions at the other end of calls, newest first: `upper (12 s ago), words (3 min ago)`. */
+function edgeList(edges: CallEdge[], now = Date.now()): string {
+  return edges.map((e) => `${e.name} (${ago(now - Date.parse(e.lastAt))})`).join(', ');
+}
+
+function ago(ms: number): string {
+  const s = Math.max(0, ms / 1000);
+  return s < 60 ? `${Math.round(s)} s ago` : s < 3600 ? `${Math.round(s / 60)} min ago` : `${(s / 3600).toFixed(1)} h ago`;
 }
 
 /** A median that may not be measured yet (null in JSON). */

@@ -14,11 +14,13 @@ import { actingTenant, requireScope } from '../middleware/auth.ts';
 import { readQuery } from '../request-query.ts';
 import type { RouteGroup } from '../openapi/operation.ts';
 import { replicasOf } from '../replicas.ts';
+import { callEdges, CALLS_SHOWN } from '../call-edges.ts';
 import { BARE_MODEL_BUNDLE, bareModelSpec } from '../bare-model.ts';
 import type { GatewayDeps, GatewayEnv } from '../deps.ts';
 import { keys, liveStream } from '../../core/keys.ts';
 import { tailEvents } from '../tail-events.ts';
 import type { TailFilterSpec } from '../tail-filter.ts';
+import type { Routing } from '../../core/traffic.ts';
 import { describeTraffic, RolloutSchema, SplitSchema } from './versions.ts';
 
 const FunctionParams = z.object({ name: FunctionName });
@@ -57,6 +59,8 @@ const DeployResultSchema = z.object({
 
 const FunctionSummarySchema = z.object({ name: FunctionName, active: z.string(), versions: z.number().int(), updatedAt: z.string(), tenant: z.string() });
 
+const CallEdgeSchema = z.object({ name: FunctionName, lastAt: z.iso.datetime().describe('the last call between the two (recorded at most every 10 s)') }).meta({ id: 'CallEdge' });
+
 const FunctionDetailSchema = z.object({
   name: FunctionName,
   tenant: z.string(),
@@ -69,6 +73,12 @@ const FunctionDetailSchema = z.object({
   coldStarts: z.array(z.unknown()).describe('its latest cold starts, phase by phase, newest first'),
   split: SplitSchema.nullable().describe('a second version taking a share of its requests (`embers versions`)'),
   rollout: RolloutSchema.nullable().describe('how its last automatic rollout ended'),
+  calls: z
+    .object({
+      out: z.array(CallEdgeSchema).describe('the functions it called'),
+      in: z.array(CallEdgeSchema).describe('the functions that called it'),
+    })
+    .describe(`its calls (\`ctx.call\`) to and from its tenant's functions, itself included, in the last hour, newest first, ${CALLS_SHOWN} each at most`),
 });
 
 const TailQuery = z.object({
@@ -150,6 +160,7 @@ export function functionRoutes(deps: GatewayDeps) {
       scale: await redis.hget(keys.desired, key).then((r) => (r ? JSON.parse(r) : null)),
       coldStarts: (await redis.lrange(keys.coldStarts(key), 0, 19)).map((r) => JSON.parse(r)),
       ...describeTraffic(routing),
+      calls: await callEdges(redis, callKeys(key, routing), tenant, (k) => registry.owner(k)),
     } satisfies z.output<typeof FunctionDetailSchema>);
   });
 
@@ -237,6 +248,16 @@ function bareModelBundle(base64: string | undefined): Buffer {
   return BARE_MODEL_BUNDLE;
 }
 
+/**
+ * The keys a function's call edges are under: its own, and those of the versions that took a
+ * share of its traffic lately (its split, its active and previous versions, which may have been
+ * split before), as their replicas record edges under the key they serve.
+ */
+function callKeys(key: string, routing: Routing): string[] {
+  const versions = new Set([routing.split?.version, routing.active, routing.previous].filter((v): v is string => !!v));
+  return [key, ...[...versions].map((v) => versionKey(key, v))];
+}
+
 /** A malformed name is as unknown as a missing one. */
 function checkName(name: string): string {
   if (!FunctionParams.shape.name.safeParse(name).success) throw functionNotFound(name, 'malformed');
@@ -299,7 +320,7 @@ export const functionOperations: RouteGroup = {
       path: '/:name',
       id: 'getFunction',
       summary: 'Show a function',
-      description: 'Its versions, active manifest, replicas, scale and latest cold starts.',
+      description: 'Its versions, active manifest, replicas, scale, latest cold starts, and the functions it called and was called by in the last hour.',
       access: 'read',
       actsForTenant: true,
       params: FunctionParams,

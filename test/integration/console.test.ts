@@ -1,8 +1,10 @@
 // The web console in a real browser: headless Chromium (Debian's `chromium`, driven by
 // playwright-core) against a running platform. A tenant signs in, sees its function, runs it and
-// sees the run in the charts; another tenant never sees it; the page logs no errors. The
-// screenshots are kept under test-results/.
+// sees the run in the charts; another tenant never sees it; a function's page lists the functions
+// it called and was called by (as do the API and `embers functions show`); the page logs no
+// errors. The screenshots are kept under test-results/.
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
@@ -10,7 +12,9 @@ import { after, before, describe, it } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { EmbersClient } from '../../cli/client.ts';
 import { deployFile } from '../../cli/deploy.ts';
-import { fixture, ROOT, shipped, startTestPlatform, tenantWithKey, type TestPlatform } from '../helpers/platform.ts';
+import { keys } from '../../core/keys.ts';
+import { qualifiedName } from '../../core/names.ts';
+import { eventually, fixture, ROOT, shipped, startTestPlatform, tenantWithKey, type TestPlatform } from '../helpers/platform.ts';
 
 const CHROMIUM = [process.env.EMBERS_CHROMIUM, '/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome'].find((p) => p && existsSync(p));
 const ARTEFACTS = path.join(ROOT, 'test-results');
@@ -99,6 +103,49 @@ describe('the web console in Chromium', { skip: CHROMIUM ? false : 'Chromium is 
     await page.screenshot({ path: path.join(ARTEFACTS, 'console-other-tenant.png'), fullPage: true });
     await page.close();
     assert.deepEqual(errors, []);
+  });
+
+  it('lists the functions a function called and was called by in the last hour, its tenant\'s only', async () => {
+    const c = await tenantWithKey(p, 'console-c');
+    const client = new EmbersClient({ url: p.url, apiKey: c.key });
+    await deployFile(client, fixture('upper.ts'));
+    await deployFile(client, fixture('caller.ts'));
+    assert.deepEqual(await client.call('POST', '/v1/run/caller', { mode: 'route', op: 'upper', text: 'x' }), { by: 'upper', result: { text: 'X' } });
+    // Edges the lists must not show: another tenant's function, and a call over an hour ago.
+    const redis = p.redis();
+    const [caller, upper] = [qualifiedName(c.id, 'caller'), qualifiedName(c.id, 'upper')];
+    await redis.zadd(keys.callsIn(upper), Date.now(), qualifiedName(b.id, 'echo'));
+    await redis.zadd(keys.callsIn(caller), Date.now() - 2 * 3600_000, upper);
+    type Detail = { calls: { out: { name: string; lastAt: string }[]; in: { name: string; lastAt: string }[] } };
+    const shown = (name: string) => client.call<Detail>('GET', `/v1/functions/${name}`).then((d) => d.calls);
+    const callerCalls = await eventually(async () => {
+      const calls = await shown('caller');
+      return calls.out.length > 0 && calls;
+    }, 'the call edge');
+    assert.deepEqual(callerCalls.out.map((e) => e.name), ['upper']);
+    assert.deepEqual(callerCalls.in, []);
+    assert.ok(Date.now() - Date.parse(callerCalls.out[0].lastAt) < 60_000, `lastAt ${callerCalls.out[0].lastAt} is recent`);
+    const upperCalls = await shown('upper');
+    assert.deepEqual([upperCalls.out, upperCalls.in.map((e) => e.name)], [[], ['caller']]);
+
+    const page = await signedIn(c.key);
+    await page.goto(`${p.url}/console#/functions/caller`);
+    await page.waitForSelector('#calls-out a.fn:text-is("upper")');
+    assert.match(await page.locator('#calls-out').textContent() ?? '', /^Calls: upper \d+ s ago$/);
+    assert.equal(await page.locator('#calls-in').textContent(), 'Called by: none');
+    await page.screenshot({ path: path.join(ARTEFACTS, 'console-calls.png'), fullPage: true });
+    await page.click('#calls-out a.fn');
+    await page.waitForSelector('#calls-in a.fn:text-is("caller")');
+    assert.match(await page.locator('#calls-in').textContent() ?? '', /^Called by: caller \d+ s ago$/);
+    assert.equal(await page.locator('#calls-out').textContent(), 'Calls: none');
+    await page.close();
+    assert.deepEqual(errors, []);
+
+    const show = await new Promise<{ stdout: string; stderr: string }>((resolve, reject) =>
+      execFile(process.execPath, [path.join(ROOT, 'cli/bin.mjs'), 'functions', 'show', 'caller'], { env: { ...process.env, EMBERS_URL: p.url, EMBERS_API_KEY: c.key }, timeout: 60_000 }, (err, stdout, stderr) => (err ? reject(new Error(`${err.message}\n${stderr}`)) : resolve({ stdout, stderr }))),
+    );
+    assert.match(show.stdout, /^calls \(last hour\): upper \(\d+ s ago\)$/m);
+    assert.doesNotMatch(show.stdout, /called by/);
   });
 
   it('lets the admin key look at any tenant', async () => {

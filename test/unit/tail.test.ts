@@ -233,12 +233,13 @@ describe('the gateway\'s side', () => {
 
 describe('embers tail\'s formats', () => {
   const time = new Date(2026, 0, 2, 3, 4, 5, 6).getTime();
-  test('pretty: time, level, request id, message; summaries set apart; drops said', () => {
+  test('pretty: time, level, request id, message; summaries set apart, a call\'s with its parent; drops said', () => {
     assert.equal(prettyLine(log('req_1', 'hello', { time, fields: { k: 1 } })), '03:04:05.006 INFO  req_1  hello {"k":1}');
     assert.equal(prettyLine(log('req_1', 'boom', { time, level: 'error' })), '03:04:05.006 ERROR req_1  boom');
     assert.equal(prettyLine({ type: 'log', time, phase: 'setup', level: 'info', msg: 'vocab loaded', version: 'v2', replica: 'fn-v2-a1b2c3' }), '03:04:05.006 INFO  setup v2 fn-v2-a1b2c3  vocab loaded');
     assert.equal(prettyLine(done('req_1', 200, { time, ms: 12.345, queueMs: 0.25 })), '03:04:05.006 ═════ req_1  200 ok in 12 ms (queued 0.3 ms) · v1 · sync');
     assert.equal(prettyLine(done('req_2', 503, { time, cold: true, coldMs: 1500, kind: 'async', version: 'v3' })), '03:04:05.006 ═════ req_2  503 error in 3 ms (queued 1 ms) · v3 · async · cold 1500 ms');
+    assert.equal(prettyLine(done('req_3.1', 200, { time, parent: 'req_3' })), '03:04:05.006 ═════ req_3.1 ← req_3  200 ok in 3 ms (queued 1 ms) · v1 · sync');
     assert.equal(formatTailEvent({ event: 'dropped', data: '{"count":7}' }, 'pretty'), '… 7 lines dropped\n');
     assert.equal(formatTailEvent({ event: 'tailing', data: '{}' }, 'pretty'), null);
   });

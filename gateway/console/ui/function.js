@@ -1,9 +1,10 @@
-// #/functions/<name>: one function over the last hour (requests, latency, queue depth, replicas),
-// its versions, replicas, cold starts and batching, and a form to run it.
+// #/functions/<name>: one function over the last hour (requests, latency, queue depth, replicas,
+// the functions it called and was called by), its versions, replicas, cold starts and batching,
+// and a form to run it.
 import { api, ApiError } from './api.js';
 import { coldStartBars, plot } from './charts.js';
 import { stateOf } from './functions.js';
-import { badge, errorBox, fmt, h, section, table } from './view.js';
+import { badge, errorBox, fmt, fnLink, h, section, table } from './view.js';
 
 const WINDOW_MIN = 60;
 
@@ -11,11 +12,12 @@ export async function functionPage(main, name) {
   const charts = { requests: h('div', { class: 'chart', id: 'chart-requests' }), latency: h('div', { class: 'chart', id: 'chart-latency' }), depth: h('div', { class: 'chart', id: 'chart-depth' }) };
   const head = h('div');
   const totals = h('p', { id: 'totals' });
-  const parts = { versions: h('div'), replicas: h('div'), coldStarts: h('div'), batching: h('div') };
+  const parts = { versions: h('div'), replicas: h('div'), coldStarts: h('div'), batching: h('div'), calls: h('div') };
   main.replaceChildren(
     head,
     runForm(name, () => update()),
     section('Last hour', totals, h('div', { class: 'charts' }, charts.requests, charts.latency, charts.depth)),
+    section('Calls (last hour)', parts.calls),
     section('Cold starts', parts.coldStarts),
     section('Replicas', parts.replicas),
     section('Batching', parts.batching),
@@ -41,6 +43,7 @@ export async function functionPage(main, name) {
     plot(charts.requests, { title: 'Requests and errors per minute', times, series: [{ label: 'requests', values: values('requests'), bars: true }, { label: 'errors', values: values('errors'), bars: true }] });
     plot(charts.latency, { title: 'Latency (queue wait + handler)', times, unit: ' ms', series: [{ label: 'p50', values: values('p50Ms') }, { label: 'p99', values: values('p99Ms') }] });
     plot(charts.depth, { title: 'Queue depth and ready replicas', times, series: [{ label: 'waiting or running', values: values('depth') }, { label: 'ready replicas', values: values('ready') }] });
+    parts.calls.replaceChildren(callList('Calls:', 'calls-out', detail.calls.out), callList('Called by:', 'calls-in', detail.calls.in));
     parts.coldStarts.replaceChildren(coldStartBars(detail.coldStarts.filter((s) => s.totalMs !== undefined)));
     parts.replicas.replaceChildren(
       table(
@@ -71,6 +74,12 @@ export async function functionPage(main, name) {
   };
   await update();
   return { update };
+}
+
+/** The functions at the other end of its calls (`ctx.call`), each with its last call, or "none". */
+function callList(label, id, edges) {
+  const list = edges.length ? edges.flatMap((e, i) => [...(i ? [', '] : []), fnLink(e.name), h('span', { class: 'muted' }, ` ${fmt.ago(e.lastAt)}`)]) : [h('span', { class: 'muted' }, 'none')];
+  return h('p', { id }, h('b', {}, label), ' ', ...list);
 }
 
 /** Each model's batcher counters, summed over the replicas (Triton's inference and execution counts). */

@@ -1,6 +1,6 @@
 // #/functions: every function of the tenant with its state, replicas and the last 15 minutes.
 import { api } from './api.js';
-import { badge, fmt, h, section, table } from './view.js';
+import { badge, fmt, fnLink, h, section, table } from './view.js';
 
 const WINDOW_MIN = 15;
 
@@ -16,7 +16,7 @@ export async function functionsPage(main) {
     body.replaceChildren(
       table(
         [
-          ['Function', (f) => h('a', { href: `#/functions/${encodeURIComponent(f.name)}`, class: 'fn' }, f.name)],
+          ['Function', (f) => fnLink(f.name)],
           ['State', (f) => badge(stateOf(f.detail))],
           ['Replicas', (f) => replicaCounts(f.detail?.replicas ?? [])],
           ['Version', (f) => f.active],

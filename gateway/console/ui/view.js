@@ -29,6 +29,10 @@ export const fmt = {
   rate: (x) => (x >= 10 ? x.toFixed(0) : x >= 0.1 ? x.toFixed(2) : x > 0 ? x.toFixed(3) : '0'),
   bytes: (x) => (x >= 2 ** 30 ? `${(x / 2 ** 30).toFixed(1)} GiB` : x >= 2 ** 20 ? `${(x / 2 ** 20).toFixed(1)} MiB` : x >= 1024 ? `${(x / 1024).toFixed(1)} KiB` : `${x} B`),
   time: (iso) => (iso ? new Date(iso).toLocaleString('en-GB', { hour12: false }) : '–'),
+  ago: (iso) => {
+    const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+    return s < 60 ? `${Math.round(s)} s ago` : s < 3600 ? `${Math.round(s / 60)} min ago` : `${(s / 3600).toFixed(1)} h ago`;
+  },
   money: (x) => (x === 0 ? '0' : x < 0.01 ? x.toPrecision(2) : x.toFixed(2)),
 };
 
@@ -37,6 +41,9 @@ export function progress(done, total) {
   const pct = total ? Math.round((100 * done) / total) : 0;
   return h('span', { class: 'progress', title: `${done} of ${total}` }, h('span', { class: 'fill', style: `width:${pct}%` }), h('span', { class: 'label' }, `${done} / ${total}`));
 }
+
+/** A function's name, linking to its page. */
+export const fnLink = (name) => h('a', { href: `#/functions/${encodeURIComponent(name)}`, class: 'fn' }, name);
 
 /** A state as a coloured tag. */
 export const badge = (text) => h('span', { class: `badge ${String(text).replace(/[^a-z_]/g, '')}` }, text);
