@@ -2,9 +2,6 @@
 import { EMBERS_VERSION } from '../core/version.ts';
 import { Command, CommanderError } from 'commander';
 import { ConfigError } from '../core/config.ts';
-import { DataDirInUseError, MissingDependencyError } from '../platform/local-redis.ts';
-import { GatewayStartError } from '../gateway/server.ts';
-import { MetricsServerError } from '../scheduler/metrics-server.ts';
 import { CliError } from './errors.ts';
 import { devCommand } from './commands/dev.ts';
 import { deployCommand } from './commands/deploy.ts';
@@ -23,6 +20,12 @@ import { agentCommand, gatewayCommand } from './commands/components.ts';
 import { tenantsCommand } from './commands/tenants.ts';
 import { keysCommand } from './commands/keys.ts';
 import { tailCommand } from './commands/tail.ts';
+
+/**
+ * The platform's start-up failures a person can act on (platform/local-redis.ts, gateway/server.ts,
+ * scheduler/metrics-server.ts), told by name: their modules load only with the commands that start it.
+ */
+const PLATFORM_START_ERRORS = ['MissingDependencyError', 'DataDirInUseError', 'GatewayStartError', 'MetricsServerError'];
 
 const program = new Command('embers')
   .description('Serverless inference endpoints on your own machines: TypeScript handlers, ONNX models, one command to deploy.')
@@ -67,8 +70,8 @@ try {
   // Help and --version exit 0; the parser's complaints (unknown command or option, a missing
   // value) are usage errors, 2 like the CLI's own (cli/errors.ts).
   if (err instanceof CommanderError) process.exit(err.exitCode === 0 ? 0 : 2);
-  if (err instanceof CliError || err instanceof ConfigError || err instanceof MissingDependencyError || err instanceof DataDirInUseError || err instanceof GatewayStartError || err instanceof MetricsServerError) {
-    process.stderr.write(`embers: ${err.message}\n`);
+  if (err instanceof CliError || err instanceof ConfigError || PLATFORM_START_ERRORS.includes((err as Error)?.name)) {
+    process.stderr.write(`embers: ${(err as Error).message}\n`);
     process.exit(err instanceof CliError ? err.exitCode : 2);
   }
   throw err;

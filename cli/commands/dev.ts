@@ -6,7 +6,6 @@ import { createLogger } from '../../core/log.ts';
 import { caCert, EmbersClient } from '../client.ts';
 import { deployFile } from '../deploy.ts';
 import { discoverFunctions } from '../discover.ts';
-import { startPlatform } from '../../platform/embedded.ts';
 import { onStop } from './common.ts';
 import { CliError } from '../errors.ts';
 import { FunctionWatcher } from '../watch.ts';
@@ -30,6 +29,8 @@ export function devCommand(name: 'dev' | 'start'): Command {
       }
       const config = loadConfig();
       const log = createLogger('embers', config.EMBERS_LOG_LEVEL);
+      // Loaded here: the platform's modules are most of the CLI, and other commands never need them.
+      const { startPlatform } = await import('../../platform/embedded.ts');
       const platform = await startPlatform(config, log);
       // Replicas drain what they hold first; a stop that cannot finish (Redis killed from
       // outside, a replica that will not exit) must not leave the terminal waiting for ever.
