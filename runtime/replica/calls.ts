@@ -13,6 +13,7 @@ import { errorBody, type RunJobData } from '../../core/contracts.ts';
 import { FunctionGoneError, KeyRejectedError, type LiveQueue } from '../../core/live-queue.ts';
 import { keys, tenantKeys } from '../../core/keys.ts';
 import type { Logger } from '../../core/log.ts';
+import { baseKey } from '../../core/names.ts';
 import type { KeyLimits, AuthContext } from '../../core/tenants.ts';
 import { BudgetGate } from '../../gateway/budget-gate.ts';
 import { ChunkReader } from '../../gateway/chunk-reader.ts';
@@ -343,8 +344,10 @@ export class Calls {
     const now = Date.now();
     if (now - (this.edges.get(callee) ?? -Infinity) < EDGE_EVERY_MS) return;
     this.edges.set(callee, now);
-    const [out, into] = [keys.callsOut(this.o.fn), keys.callsIn(callee)];
-    void this.o.redis.multi().zadd(out, now, callee).expire(out, EDGE_TTL_S).zadd(into, now, this.o.fn).expire(into, EDGE_TTL_S).exec().catch(() => {});
+    // By function, not version: a split's version key at either end counts toward its function.
+    const [from, to] = [baseKey(this.o.fn), baseKey(callee)];
+    const [out, into] = [keys.callsOut(from), keys.callsIn(to)];
+    void this.o.redis.multi().zadd(out, now, to).expire(out, EDGE_TTL_S).zadd(into, now, from).expire(into, EDGE_TTL_S).exec().catch(() => {});
   }
 }
 
