@@ -18,7 +18,7 @@ import type { KeyLimits, AuthContext } from '../../core/tenants.ts';
 import { BudgetGate } from '../../gateway/budget-gate.ts';
 import { ChunkReader } from '../../gateway/chunk-reader.ts';
 import type { FunctionsCache } from '../../gateway/functions-cache.ts';
-import { acquireSlot, checkRate, QueueDepth } from '../../gateway/quotas.ts';
+import { acquireSlot, checkRate, QueueDepth, RedisMemory } from '../../gateway/quotas.ts';
 import { ReplyHub, type Reply } from '../../gateway/replies.ts';
 import type { CallRequest } from '../channel/messages.ts';
 
@@ -57,6 +57,8 @@ export interface CallsOptions {
   functions: FunctionsCache;
   maxDepth: number;
   queueTimeoutMs: number;
+  /** EMBERS_REDIS_MEMORY_LIMIT_MB in bytes, as the gateways admit by it (undefined: their default). */
+  redisMemoryLimitBytes?: number;
   /** Answers and chunks, to the user code. */
   answer: (c: number, status: number, body: string) => void;
   chunk: (c: number, data: string) => void;
@@ -102,12 +104,14 @@ export class Calls {
   private sub?: Redis;
   private readonly budgets: BudgetGate;
   private readonly depth: QueueDepth;
+  private readonly memory: RedisMemory;
   private readonly keyRecords = new Map<string, { at: number; value: Promise<{ hash: string; limits?: KeyLimits } | null> }>();
   private readonly edges = new Map<string, number>();
 
   constructor(private readonly o: CallsOptions) {
     this.budgets = new BudgetGate(o.redis);
     this.depth = new QueueDepth(o.live);
+    this.memory = new RedisMemory(o.redis, o.redisMemoryLimitBytes);
   }
 
   /** Time run n spent waiting on its calls so far (ms). */
@@ -197,7 +201,7 @@ export class Calls {
     const left = run.endBy - Date.now();
     const timeoutMs = Math.min(left, req.timeoutMs ?? Infinity);
     if (timeoutMs <= 0) throw new CallRefused(504, 'timeout', `the calling request has no time left to call ${req.name}`);
-    // The same admission as the caller's own HTTP request: its tenant's budget, its key's limits, the callee's queue.
+    // The same admission as the caller's own HTTP request: its tenant's budget, its key's limits, the callee's queue, Redis's memory.
     const keyRecord = data.k ? await this.keyRecord(tenant, data.k) : null;
     const auth: AuthContext = { tenant, keyId: data.k ?? 'unknown', scopes: ['run'], admin: false, ...(keyRecord?.limits ? { limits: keyRecord.limits } : {}) };
     let release = () => {};
@@ -206,6 +210,7 @@ export class Calls {
       if (budget) await budget;
       await checkRate(this.o.redis, auth);
       await this.depth.check(key, fn.manifest.maxQueueLength ?? 10_000);
+      await this.memory.check(Buffer.byteLength(req.input));
       release = await acquireSlot(this.o.redis, auth, call.id, timeoutMs + REPLY_GRACE_MS);
     } catch (err) {
       const e = err as { status?: number; code?: string; message?: string };

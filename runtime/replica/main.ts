@@ -4,6 +4,9 @@
 // process and module start-up. Started without EMBERS_REPLICA_STANDBY, it reads its assignment
 // from the environment instead.
 import { readdir } from 'node:fs/promises';
+import { LiveQueue } from '../../core/live-queue.ts';
+import { Registry } from '../../core/registry.ts';
+import { FunctionsCache } from '../../gateway/functions-cache.ts';
 import { loadConfig, ortInstances, redisTarget } from '../../core/config.ts';
 import { EXIT_BROKE_CHANNEL, EXIT_REPLACE_ME, type Manifest } from '../../core/contracts.ts';
 import { createLogger } from '../../core/log.ts';
@@ -30,10 +33,6 @@ function required(name: string): string {
   }
   return v;
 }
-
-import { LiveQueue } from '../../core/live-queue.ts';
-import { Registry } from '../../core/registry.ts';
-import { FunctionsCache } from '../../gateway/functions-cache.ts';
 
 const config = loadConfig();
 required('EMBERS_REDIS_URL');
@@ -164,7 +163,13 @@ replica = new Replica({
   // From the agent's environment, as every setting here: records carry the price in force where they ran.
   platformPricing: { perRequest: config.EMBERS_PRICE_PER_REQUEST, perComputeSecond: config.EMBERS_PRICE_PER_COMPUTE_SECOND },
   maxAnswerBytes: config.EMBERS_MAX_ANSWER_BYTES,
-  calls: { live: new LiveQueue(redis), functions: new FunctionsCache(new Registry(redis, store)), maxDepth: config.EMBERS_MAX_CALL_DEPTH, queueTimeoutMs: config.EMBERS_QUEUE_TIMEOUT_MS },
+  calls: {
+    live: new LiveQueue(redis),
+    functions: new FunctionsCache(new Registry(redis, store)),
+    maxDepth: config.EMBERS_MAX_CALL_DEPTH,
+    queueTimeoutMs: config.EMBERS_QUEUE_TIMEOUT_MS,
+    redisMemoryLimitBytes: config.EMBERS_REDIS_MEMORY_LIMIT_MB === undefined ? undefined : config.EMBERS_REDIS_MEMORY_LIMIT_MB * 2 ** 20,
+  },
   // Its user code will not stop, or ended: what it answered is delivered, the rest handed over
   // (batch lines when their locks expire), and the agent starts a fresh replica after a wait.
   onStuck: () => {

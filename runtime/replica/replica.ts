@@ -64,7 +64,7 @@ export interface ReplicaOptions extends LoadOptions {
   /** Called with every heartbeat, and once more when it has drained: what it has done so far (for the agent's /metrics). */
   onCounters?: (c: ReplicaCounters) => void;
   /** What its handlers' calls to other functions need (absent: ctx.call is answered 501). */
-  calls?: Pick<CallsOptions, 'live' | 'functions' | 'maxDepth' | 'queueTimeoutMs'>;
+  calls?: Pick<CallsOptions, 'live' | 'functions' | 'maxDepth' | 'queueTimeoutMs' | 'redisMemoryLimitBytes'>;
 }
 
 const RAISE_FOOTPRINT = lua('footprint-raise');
