@@ -9,3 +9,9 @@ export async function testImage(): Promise<string> {
     `<text x="16" y="60" font-size="40" font-family="DejaVu Sans">${IMAGE_TEXT}</text></svg>`;
   return (await sharp(Buffer.from(svg)).png().toBuffer()).toString('base64');
 }
+
+/** The recognised text of an ocr answer, lines joined by " | ". */
+export function ocrText(output: unknown): string {
+  const lines = (output as { lines?: { text: string }[] } | null)?.lines;
+  return Array.isArray(lines) ? lines.map((l) => l.text).join(' | ') : `unexpected: ${JSON.stringify(output).slice(0, 200)}`;
+}

@@ -10,6 +10,7 @@ import type { ClsPoint, RawPipeline } from './raw.ts';
 import type { BatchDelta } from './servers.ts';
 import type { LightSection } from './light.ts';
 import type { FloorSection } from './floor.ts';
+import type { SplitSection } from './split.ts';
 
 /** A load point with the CPU each part used meanwhile (cores busy, warm-up and drain included). */
 export interface Measured extends LoadResult {
@@ -193,6 +194,9 @@ export interface BenchResult {
   /** The design's bare path against `echo` and ping (bench/floor.ts). */
   floor?: FloorSection;
   floorError?: string;
+  /** `ocr` against the pipeline split into functions that call each other, and one call hop (bench/split.ts). */
+  split?: SplitSection;
+  splitError?: string;
 }
 
 /** What `BENCH_ONLY=cold` writes (bench/results/latest-cold.json). */

@@ -11,6 +11,8 @@
 // `BENCH_ONLY=hostile`: a hostile second tenant's cost to its neighbours (latest-hostile.json).
 // `BENCH_ONLY=light`: a light model against raw and a plain server (latest-light.json).
 // `BENCH_ONLY=floor`: the design's bare path against `echo` and ping (latest-floor.json).
+// `BENCH_ONLY=split`: `ocr` against the same pipeline split into functions calling each other, and
+// one call hop's cost (latest-split.json).
 import { execFileSync } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -25,8 +27,9 @@ import { soakOnly } from './soak.ts';
 import { hostileOnly } from './hostile.ts';
 import { formatLight, lightOnFreshEmbers, lightOnly, lightSummaryLine } from './light.ts';
 import { floorOnly, floorSection, formatFloor } from './floor.ts';
+import { formatSplit, splitOnFreshEmbers, splitOnly, splitSummaryLines } from './split.ts';
 import { coldStartSection, coldSummaryLine, formatCold, type ColdStartResult } from './cold.ts';
-import { IMAGE_TEXT, testImage } from './image.ts';
+import { IMAGE_TEXT, ocrText, testImage } from './image.ts';
 import { bodySection, formatBodies } from './body.ts';
 import { closedLoop, type Target } from './load.ts';
 import { takeTurns } from './turns.ts';
@@ -60,12 +63,6 @@ function gitInfo(): BenchResult['git'] {
   } catch {
     return { commit: 'unknown', dirtyFiles: 0 };
   }
-}
-
-/** The recognised text of an ocr answer, lines joined by " | ". */
-function ocrText(output: unknown): string {
-  const lines = (output as { lines?: { text: string }[] } | null)?.lines;
-  return Array.isArray(lines) ? lines.map((l) => l.text).join(' | ') : `unexpected: ${JSON.stringify(output).slice(0, 200)}`;
 }
 
 /** The cold-start section, or why it failed (the rest of the results are kept either way). */
@@ -283,7 +280,8 @@ async function main(): Promise<void> {
   if (only === 'hostile') return void (await hostileOnly(RESULTS, log, { date: new Date().toISOString(), machine: machine(), git: gitInfo() }));
   if (only === 'light') return void (await lightOnly(RESULTS, log, { date: new Date().toISOString(), machine: machine(), git: gitInfo() }));
   if (only === 'floor') return void (await floorOnly(RESULTS, log, { date: new Date().toISOString(), machine: machine(), git: gitInfo() }));
-  if (only !== '') throw new Error(`BENCH_ONLY must be "cold", "batch", "body", "overhead", "batching", "light", "floor", "oip", "fleet", "soak", "hostile" or unset, got "${only}"`);
+  if (only === 'split') return void (await splitOnly(RESULTS, log, { date: new Date().toISOString(), machine: machine(), git: gitInfo() }));
+  if (only !== '') throw new Error(`BENCH_ONLY must be "cold", "batch", "body", "overhead", "batching", "light", "floor", "split", "oip", "fleet", "soak", "hostile" or unset, got "${only}"`);
   const began = performance.now();
   const host = machine();
   const window = windowFromEnv();
@@ -352,6 +350,7 @@ async function main(): Promise<void> {
   const [batching, batchingError] = await attempt('dynamic batching', () => batchingOnFreshEmbers(window));
   const [light, lightError] = await attempt('light model', () => lightOnFreshEmbers(window, log));
   const [floor, floorError] = await attempt('floor', () => floorSection(window, log));
+  const [split, splitError] = await attempt('split', () => splitOnFreshEmbers(window, log));
   const [oip, oipError] = await attempt('open inference protocol', () => oipOnFreshEmbers(window, cls));
 
   const { ratios, pass } = computeRatios(ocr, pipeline, saturation, paired, echo, ping, batching, light);
@@ -378,13 +377,14 @@ async function main(): Promise<void> {
     ...(batching ? { batching } : { batchingError }),
     ...(light ? { light } : { lightError }),
     ...(floor ? { floor } : { floorError }),
+    ...(split ? { split } : { splitError }),
     ...(oip ? { oip } : { oipError }),
   };
   await mkdir(RESULTS, { recursive: true });
   await writeFile(path.join(RESULTS, 'latest.json'), `${JSON.stringify(result, null, 2)}\n`);
   await writeFile(path.join(RESULTS, 'latest.svg'), chartSvg(result));
   process.stdout.write(
-    `\n${formatReport(result)}\n${batching ? `\n${formatBatching(batching).join('\n')}\n` : ''}${light ? `\n${formatLight(light).join('\n')}\n${lightSummaryLine(light)}\n` : ''}${floor ? `\n${formatFloor(floor).join('\n')}\n` : ''}${bodies ? `\n${formatBodies(bodies)}\n` : ''}${batches ? `\n${formatBatch(batches)}\n` : ''}${oip ? `\n${formatInferenceProtocol(oip).join('\n')}\n${inferenceProtocolSummaryLines(oip).join('\n')}\n` : ''}`,
+    `\n${formatReport(result)}\n${batching ? `\n${formatBatching(batching).join('\n')}\n` : ''}${light ? `\n${formatLight(light).join('\n')}\n${lightSummaryLine(light)}\n` : ''}${floor ? `\n${formatFloor(floor).join('\n')}\n` : ''}${split ? `\n${formatSplit(split).join('\n')}\n${splitSummaryLines(split).join('\n')}\n` : ''}${bodies ? `\n${formatBodies(bodies)}\n` : ''}${batches ? `\n${formatBatch(batches)}\n` : ''}${oip ? `\n${formatInferenceProtocol(oip).join('\n')}\n${inferenceProtocolSummaryLines(oip).join('\n')}\n` : ''}`,
   );
   log(`wrote ${path.relative(process.cwd(), path.join(RESULTS, 'latest.json'))} and latest.svg`);
   try {

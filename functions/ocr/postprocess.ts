@@ -276,3 +276,26 @@ export function roundQuad(q: Quad): Quad {
   const r = ([x, y]: Point): Point => [Math.round(x), Math.round(y)];
   return [r(q[0]), r(q[1]), r(q[2]), r(q[3])];
 }
+
+/** Lines recognised with less confidence are dropped (PaddleOCR's drop_score). */
+export const DROP_SCORE = 0.5;
+
+export interface OcrLine {
+  text: string;
+  score: number;
+  /** Corners [tl, tr, br, bl] in original-image pixels; tilted when the text is. */
+  box: Quad;
+}
+
+/**
+ * The answer's lines from det's boxes and rec's reading of each box's crop: empty and unsure
+ * readings dropped, the rest in reading order, corners rounded. Here rather than in the pipeline
+ * so that a handler composing the stages as functions of their own (bench/functions/ocr-split.ts)
+ * answers as `ocr` does without loading the image code.
+ */
+export function textLines(quads: readonly Quad[], decoded: readonly Decoded[]): OcrLine[] {
+  const lines = quads
+    .map((quad, i) => ({ quad, text: decoded[i].text.trim(), score: decoded[i].score }))
+    .filter((l) => l.text !== '' && l.score >= DROP_SCORE);
+  return readingOrder(lines).map(({ quad, text, score }) => ({ text, score, box: roundQuad(quad) }));
+}
