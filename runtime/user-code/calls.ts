@@ -6,7 +6,14 @@
 import { setMaxListeners } from 'node:events';
 import { FUNCTION_NAME } from '../../core/contracts.ts';
 import { HandlerError, type CallOptions } from '../../sdk/index.ts';
+import { MAX_MESSAGES_FRAME } from '../channel/frames.ts';
 import type { CallRequest } from '../channel/messages.ts';
+
+/**
+ * Most bytes of a call's input, as it is written inside its message: the message travels in one
+ * frame of the channel, and a larger frame would be the process breaking its bound.
+ */
+export const MAX_CALL_INPUT_BYTES = MAX_MESSAGES_FRAME - 4096;
 
 interface Pending {
   n: number;
@@ -110,9 +117,14 @@ export class OutgoingCalls {
     }
     let text: string | undefined;
     try {
-      text = JSON.stringify(input ?? null);
+      text = JSON.stringify(input ?? null, noBytes);
     } catch (err) {
       p.fail(new TypeError(`ctx.call('${name}'): its input must be JSON (${(err as Error).message})`));
+      return c;
+    }
+    const bytes = Buffer.byteLength(JSON.stringify(text));
+    if (bytes > MAX_CALL_INPUT_BYTES) {
+      p.fail(new HandlerError(413, `ctx.call('${name}'): its input takes ${bytes} bytes as JSON, over the ${MAX_CALL_INPUT_BYTES} a call carries; pass a file's key in the tenant's bucket instead`, 'call_input_too_large'));
       return c;
     }
     const signals = [runSignal, ...(o?.signal ? [o.signal] : [])];
@@ -150,6 +162,13 @@ export class OutgoingCalls {
     this.o.send(n, { c, name, input: text, ...(Number.isFinite(timeoutMs) && timeoutMs! > 0 ? { timeoutMs: Math.ceil(timeoutMs!) } : {}), ...(stream ? { stream: true as const } : {}) });
     return c;
   }
+}
+
+/** Bytes in a call's input would be written as `{"type":"Buffer","data":[…]}`: a callee reads base64. */
+function noBytes(this: unknown, key: string, value: unknown): unknown {
+  const original = (this as Record<string, unknown>)[key];
+  if (original instanceof Uint8Array || original instanceof ArrayBuffer) throw new TypeError(`bytes${key ? ` at "${key}"` : ''} cannot go into a call as they are; send them as a base64 string`);
+  return value;
 }
 
 function parse(text: string): unknown {

@@ -33,6 +33,9 @@ async function usage(fn: string): Promise<UsageRecord[]> {
 }
 
 const holderEnds = async (tag: string) => (await json(await run('holder', { report: true, tag }))).body as unknown as { how: string; afterMs: number }[];
+/** How the holder's first run tagged `tag` ended, once it has. */
+const holderEnded = (tag: string) =>
+  eventually(async () => (await holderEnds(tag))[0], `the holder's run "${tag}" to end`);
 
 describe('ctx.call', () => {
   test('a router calls two functions; usage records link each call to its caller, and Server-Timing shows the time in calls', async () => {
@@ -84,29 +87,20 @@ describe('ctx.call', () => {
     assert.equal(res.body.status, 504);
     assert.equal(res.body.code, 'timeout');
     assert.ok(Date.now() - t0 < 10_000);
-    const [end] = await eventually(async () => {
-      const ends = await holderEnds('deadline');
-      return ends.length ? ends : undefined;
-    }, 'the holder to end');
+    const end = await holderEnded('deadline');
     assert.equal(end.how, 'aborted');
     assert.ok(end.afterMs < 5_000, `stopped after ${end.afterMs} ms`);
   });
 
   test('a caller who disconnects cancels its calls (their ctx.signal); a handler\'s own signal cancels one', async () => {
     await assert.rejects(run('caller', { mode: 'call', to: 'holder', input: { ms: 30_000, tag: 'left' } }, { signal: AbortSignal.timeout(1_500) }));
-    const [end] = await eventually(async () => {
-      const ends = await holderEnds('left');
-      return ends.length ? ends : undefined;
-    }, 'the holder to be stopped');
+    const end = await holderEnded('left');
     assert.equal(end.how, 'aborted');
     assert.ok(end.afterMs < 10_000, `stopped after ${end.afterMs} ms`);
     const aborted = await json(await run('caller', { mode: 'abort', to: 'holder', input: { ms: 30_000, tag: 'signal' }, abortAfterMs: 300 }));
     assert.equal(aborted.status, 200);
     assert.equal(aborted.body.aborted, true);
-    const [own] = await eventually(async () => {
-      const ends = await holderEnds('signal');
-      return ends.length ? ends : undefined;
-    }, 'the holder to be stopped by the signal');
+    const own = await holderEnded('signal');
     assert.equal(own.how, 'aborted');
   });
 
@@ -177,10 +171,14 @@ describe('ctx.call', () => {
     assert.ok(calls.length >= 2);
   });
 
-  test('a call message forged past the SDK, for a run its process was not sent, ends that process and nothing else', async () => {
+  test('a call message forged past the SDK, for a run its process was not sent, ends that process and nothing else; an input over the channel\'s bound fails only its call', async () => {
     const forged = await json(await run('call-forger', {}));
     assert.equal(forged.status, 500, JSON.stringify(forged.body));
     assert.equal((forged.body.error as { code: string }).code, 'user_code_violation');
+    // An input over the channel's bound fails that call alone, in the handler, not the process.
+    const big = await json(await run('caller', { mode: 'catch', to: 'upper', input: { text: '"'.repeat(600_000) } }));
+    assert.equal(big.body.status, 413);
+    assert.equal(big.body.code, 'call_input_too_large');
     const fine = await json(await run('caller', { mode: 'route', op: 'upper', text: 'still here' }));
     assert.deepEqual(fine.body, { by: 'upper', result: { text: 'STILL HERE' } });
   });

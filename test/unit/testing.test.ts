@@ -69,4 +69,15 @@ describe('embers/testing', () => {
     const wrong: CallInput<typeof Upper> = { txt: 'a' };
     assert.deepEqual([input, output, wrong], [{ text: 'a' }, { text: 'A' }, { txt: 'a' }]);
   });
+
+  it('refuses a call whose input is over the channel\'s bound (413) or holds bytes, failing only that call', async () => {
+    const file = fixture('caller.ts');
+    const upper = { upper: (input: unknown) => input };
+    const big = await invoke(file, { mode: 'catch', to: 'upper', input: { text: 'x'.repeat(1_100_000) } }, { calls: upper });
+    assert.equal((big.output as { status: number; code: string }).status, 413);
+    assert.equal((big.output as { code: string }).code, 'call_input_too_large');
+    const bytes = await invoke(file, { mode: 'call', to: 'upper', input: Buffer.from('raw') }, { calls: upper });
+    assert.equal(bytes.status, 500);
+    assert.match(bytes.error!.message, /base64/);
+  });
 });
