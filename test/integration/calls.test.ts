@@ -14,6 +14,8 @@ import type { UsageRecord } from '../../core/usage.ts';
 import { eventually, fixture, startTestPlatform, tenantWithKey, type TestPlatform } from '../helpers/platform.ts';
 
 let p: TestPlatform;
+/** A second tenant, made by the cross-tenant test. */
+let b: { id: string; key: string };
 
 before(async () => {
   // One request at a time per replica: a function calling itself needs the slots its waiting requests lend.
@@ -111,7 +113,7 @@ describe('ctx.call', () => {
   });
 
   test('another tenant\'s function is answered exactly as a missing one, and the key\'s limits apply to calls', async () => {
-    const b = await tenantWithKey(p, 'calls-b');
+    b = await tenantWithKey(p, 'calls-b');
     await deployFile(new EmbersClient({ url: p.url, apiKey: b.key }), fixture('caller.ts'));
     const other = await json(await run('caller', { mode: 'catch', to: 'upper', input: { text: 'x' } }, { key: b.key }));
     const missing = await json(await run('caller', { mode: 'catch', to: 'no-such', input: { text: 'x' } }, { key: b.key }));
@@ -129,6 +131,23 @@ describe('ctx.call', () => {
     assert.equal(limited.body.code, 'too_many_in_flight');
     const free = await json(await run('caller', { mode: 'catch', to: 'words', input: { text: 'a b' } }, { key: b.key }));
     assert.deepEqual(free.body, { got: { words: 2 } });
+  });
+
+  test('a tenant\'s budget applies to calls: one made after the budget is spent is refused with 429', async () => {
+    await deployFile(new EmbersClient({ url: p.url, apiKey: b.key }), fixture('holder.ts'));
+    const admin = (method: string, body?: unknown) => p.fetch(`/v1/tenants/${b.id}/budget`, { method, ...(body ? { body: JSON.stringify(body) } : {}), headers: { authorization: `Bearer ${p.adminKey}`, 'content-type': 'application/json' } });
+    // Admitted while within budget; its second call comes after the budget is set below what the tenant has spent.
+    const pending = run('caller', { mode: 'catch', before: { to: 'holder', input: { ms: 2_500, tag: 'budget' } }, to: 'words', input: { text: 'a' } }, { key: b.key });
+    await new Promise((r) => setTimeout(r, 500));
+    assert.equal((await admin('PUT', { monthlyComputeSeconds: 0.000001 })).status, 200);
+    try {
+      const res = await json(await pending);
+      assert.equal(res.status, 200, JSON.stringify(res.body));
+      assert.equal(res.body.status, 429);
+      assert.equal(res.body.code, 'budget_exhausted');
+    } finally {
+      await admin('DELETE');
+    }
   });
 
   test('the tail shows a call with its parent request id', async () => {
