@@ -40,9 +40,9 @@ export async function functionPage(main, name) {
     totals.replaceChildren(`${fmt.n(f.summary.requests)} requests, ${fmt.n(f.summary.errors)} errors, ${fmt.n(f.summary.coldStarts)} cold starts; p50 ${fmt.ms(f.summary.p50Ms)}, p99 ${fmt.ms(f.summary.p99Ms)}`);
     totals.dataset.requests = String(f.summary.requests);
     const values = (k) => f.points.map((p) => p[k]);
-    plot(charts.requests, { title: 'Requests and errors per minute', times, series: [{ label: 'requests', values: values('requests'), bars: true }, { label: 'errors', values: values('errors'), bars: true }] });
-    plot(charts.latency, { title: 'Latency (queue wait + handler)', times, unit: ' ms', series: [{ label: 'p50', values: values('p50Ms') }, { label: 'p99', values: values('p99Ms') }] });
-    plot(charts.depth, { title: 'Queue depth and ready replicas', times, series: [{ label: 'waiting or running', values: values('depth') }, { label: 'ready replicas', values: values('ready') }] });
+    plot(charts.requests, { title: 'Requests and errors per minute', times, whole: true, series: [{ label: 'requests', values: values('requests'), bars: true }, { label: 'errors', values: values('errors'), bars: true }] });
+    plot(charts.latency, { title: 'Latency (queue wait + handler)', times, unit: 'ms', series: [{ label: 'p50', values: values('p50Ms') }, { label: 'p99', values: values('p99Ms') }] });
+    plot(charts.depth, { title: 'Queue depth and ready replicas', times, whole: true, series: [{ label: 'waiting or running', values: values('depth') }, { label: 'ready replicas', values: values('ready') }] });
     parts.calls.replaceChildren(callList('Calls:', 'calls-out', detail.calls.out), callList('Called by:', 'calls-in', detail.calls.in));
     parts.coldStarts.replaceChildren(coldStartBars(detail.coldStarts.filter((s) => s.totalMs !== undefined)));
     parts.replicas.replaceChildren(
