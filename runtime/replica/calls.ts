@@ -25,6 +25,8 @@ import type { CallRequest } from '../channel/messages.ts';
 /** Calls one run may have waiting at once, and this replica in all: more are answered 429. */
 export const CALLS_PER_RUN = 64;
 export const CALLS_PER_REPLICA = 1024;
+/** A streamed call's chunks still unread when its reply came get this long to arrive. */
+const CHUNKS_AFTER_REPLY_MS = 10_000;
 /** A reply on its way when the call's time ran out still gets this long. */
 const REPLY_GRACE_MS = 1_000;
 /** How long a key's record (its hash and limits) is taken from memory. */
@@ -75,6 +77,8 @@ interface OpenCall {
   entry?: string;
   id: string;
   startedAt: number;
+  /** Its caller let go of it (maybe while it was still being admitted: then it is never queued). */
+  stopped: boolean;
   /** Ends the call now: its reply is no longer awaited. */
   stop: () => void;
 }
@@ -128,7 +132,7 @@ export class Calls {
       return this.o.answer(c, 429, JSON.stringify(errorBody('too_many_calls', `a request may wait on ${CALLS_PER_RUN} calls at once (a replica on ${CALLS_PER_REPLICA}); await some before making more`)));
     }
     if (!calls) this.runs.set(run.n, (calls = { open: new Set(), ms: 0, lent: false }));
-    const call: OpenCall = { n: run.n, id: randomUUID(), startedAt: performance.now(), stop: () => {} };
+    const call: OpenCall = { n: run.n, id: randomUUID(), startedAt: performance.now(), stopped: false, stop: () => void (call.stopped = true) };
     this.open.set(c, call);
     calls.open.add(c);
     if (calls.open.size === 1 && run.lends) calls.lent = this.o.lend();
@@ -245,11 +249,12 @@ export class Calls {
       k: data.k,
       bin: Buffer.byteLength(req.input),
     };
-    let stopped = false;
+    const canceled = () => new CallRefused(499, 'call_canceled', `the call to ${req.name} was stopped by its caller`);
+    if (call.stopped) throw canceled();
     let wakeStop = () => {};
     const stoppedNow = new Promise<null>((resolve) => (wakeStop = () => resolve(null)));
     call.stop = () => {
-      stopped = true;
+      call.stopped = true;
       hub.cancel(call.id);
       wakeStop();
     };
@@ -268,18 +273,18 @@ export class Calls {
     this.o.wake(q.key);
     this.noteEdge(q.key);
     const takeBack = () => this.o.live.takeBack(q.key, entry, `${q.key} ${call.id}`).catch(() => false);
-    if (stopped) {
+    if (call.stopped) {
       await takeBack();
-      throw new CallRefused(499, 'call_canceled', `the call to ${req.name} was stopped by its caller`);
+      throw canceled();
     }
     const reader = req.stream ? new ChunkReader({ redis: this.o.redis, hub, id: call.id, consume: true }) : undefined;
-    const streaming = reader ? this.forward(reader, req.c, () => stopped) : undefined;
+    const streaming = reader ? this.forward(reader, req.c, () => call.stopped) : undefined;
     try {
       await reader?.open();
       const r = await Promise.race([reply, stoppedNow]);
       if (!r) {
         await takeBack();
-        if (stopped) throw new CallRefused(499, 'call_canceled', `the call to ${req.name} was stopped by its caller`);
+        if (call.stopped) throw canceled();
         throw new CallRefused(504, 'timeout', `${req.name} did not answer within ${q.timeoutMs} ms`);
       }
       if (reader) await streaming!.through(r.header.chunks ?? 0);
@@ -301,10 +306,14 @@ export class Calls {
       }
     })();
     return {
+      // Chunks the reply counts but that never come (expired with their stream) end the wait after a while.
       through: async (n) => {
         last = n;
         reader.poke();
-        await done;
+        let timer: NodeJS.Timeout | undefined;
+        await Promise.race([done, new Promise((r) => (timer = setTimeout(r, CHUNKS_AFTER_REPLY_MS)))]);
+        clearTimeout(timer);
+        ended = true;
       },
       stop: () => {
         ended = true;
