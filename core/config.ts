@@ -211,7 +211,7 @@ export const ConfigSchema = z.object({
   EMBERS_METRICS_PORT: int(0, 65535).optional(),
   /** Bind address of a node agent's `/metrics`. @default 127.0.0.1 */
   EMBERS_METRICS_HOST: z.string().min(1).default('127.0.0.1'),
-  /** Pretty logs (default when stdout is a terminal). */
+  /** Pretty logs. @default on when stdout is a terminal */
   EMBERS_LOG_PRETTY: bool.optional(),
 });
 
