@@ -11,6 +11,12 @@ import { buildProgram } from './program.ts';
  */
 const PLATFORM_START_ERRORS = ['MissingDependencyError', 'DataDirInUseError', 'GatewayStartError', 'MetricsServerError'];
 
+// A reader that closes early (`embers functions show ocr | head`) ends the output, not with a stack trace.
+process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+  if (err.code === 'EPIPE') process.exit(0);
+  throw err;
+});
+
 try {
   await buildProgram().parseAsync(process.argv);
 } catch (err) {

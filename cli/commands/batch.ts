@@ -105,7 +105,8 @@ export function batchCommand(): Command {
     const route = `/v1/batches/${encodeURIComponent(id)}/${opts.errors ? 'errors' : 'output'}`;
     const res = await client.send('GET', route);
     if (!res.ok) throw new CliError(`GET ${route} → ${res.status}: ${errorMessage(await res.json().catch(() => null))}`);
-    await pipeline(Readable.fromWeb(res.body as never), opts.out ? createWriteStream(opts.out) : process.stdout).catch((err: NodeJS.ErrnoException) => {
+    // stdout stays open after: ending it would cut off whatever shares it next (a shell's next command on a socket).
+    await pipeline(Readable.fromWeb(res.body as never), opts.out ? createWriteStream(opts.out) : process.stdout, { end: opts.out !== undefined }).catch((err: NodeJS.ErrnoException) => {
       // A closed pipe (`… | head`) is the reader's choice, not an error.
       if (err.code === 'EPIPE') return;
       throw new CliError(`cannot write ${opts.out ?? 'to stdout'}: ${err.message}`);

@@ -21,7 +21,8 @@ export function usageExportCommand(): Command {
     const res = await clientFrom(opts).send('GET', route);
     if (!res.ok) throw new CliError(`GET ${route} → ${res.status}: ${errorMessage(await res.json().catch(() => null))}`);
     const progress = new ExportProgress();
-    await pipeline(Readable.fromWeb(res.body as never), progress.counter(), opts.out ? createWriteStream(opts.out) : process.stdout).catch((err: NodeJS.ErrnoException) => {
+    // stdout stays open after: ending it would cut off whatever shares it next (a shell's next command on a socket).
+    await pipeline(Readable.fromWeb(res.body as never), progress.counter(), opts.out ? createWriteStream(opts.out) : process.stdout, { end: opts.out !== undefined }).catch((err: NodeJS.ErrnoException) => {
       // A closed pipe (`… | head`) is the reader's choice, not an error.
       if (err.code === 'EPIPE') return;
       throw new CliError(`cannot write ${opts.out ?? 'to stdout'}: ${err.message}`);

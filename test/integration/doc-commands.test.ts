@@ -226,8 +226,8 @@ async function runBlock(b: Block, dir: string, scratch: string, n: number): Prom
       '',
     ].join('\n'),
   );
-  // Output goes to a file, as a terminal would take it: a pipe from node:child_process is a
-  // socket, which one command's shutdown of its stdout would close for every command after it.
+  // Output goes to a file, as a terminal would take it: one stream for the block's commands and
+  // their errors, in order, read once the block ends.
   const log = path.join(scratch, `block-${n}.log`);
   const out = await open(log, 'w');
   const child = spawn('bash', ['-euo', 'pipefail', script], {
