@@ -11,6 +11,8 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const OUT = path.join(ROOT, 'cli', '.built');
+/** How long a replaced build is kept: a CLI that found it just before may still be loading it. */
+const KEEP_OLD_MS = 10 * 60_000;
 /** Folders whose files go into the bundle. */
 const SOURCES = ['cli', 'core', 'gateway', 'scheduler', 'platform', 'runtime', 'native', 'sdk'];
 /** Packages loaded from node_modules at run time: native code, files found by path, or tools run as programs. */
@@ -131,8 +133,11 @@ export async function builtCli() {
       rmSync(tmp, { recursive: true, force: true });
       if (!existsSync(entry)) return null;
     }
-    // Older builds go.
-    for (const old of readdirSync(OUT)) if (old !== key && !old.includes('.tmp')) rmSync(path.join(OUT, old), { recursive: true, force: true });
+    // Older builds go once no CLI can still be starting from one (nor building one).
+    for (const old of readdirSync(OUT)) {
+      const at = path.join(OUT, old);
+      if (old !== key && Date.now() - statSync(at).mtimeMs > KEEP_OLD_MS) rmSync(at, { recursive: true, force: true });
+    }
     return entry;
   } catch {
     return null;

@@ -161,7 +161,9 @@ export class HandlerError extends Error {
    * `err instanceof HandlerError` holds for one made by any copy of this module: a function's
    * bundle has its own, and the errors `ctx.call` throws come from the platform's.
    */
-  static [Symbol.hasInstance](value: unknown): boolean {
+  static [Symbol.hasInstance](this: unknown, value: unknown): boolean {
+    // A subclass (class NotFound extends HandlerError) keeps the ordinary check.
+    if (this !== HandlerError) return Function.prototype[Symbol.hasInstance].call(this, value);
     return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[HANDLER_ERROR_BRAND] === true;
   }
 }

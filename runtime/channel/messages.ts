@@ -130,7 +130,9 @@ export type FromUserCode =
   /** Run n's handler calls another function (checked by the replica: runtime/replica/calls.ts). */
   | ({ type: 'call'; n: number } & CallRequest)
   /** The handler no longer waits for call c (its signal aborted). */
-  | { type: 'call_abort'; c: number };
+  | { type: 'call_abort'; c: number }
+  /** The handler read `k` more chunks of streamed call c: that many more may come. */
+  | { type: 'call_credit'; c: number; k: number };
 
 /** A start that failed, with the phase it failed in (bundle, model_load, setup, warmup, …). */
 export class StartFailure extends Error {

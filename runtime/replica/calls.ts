@@ -9,11 +9,11 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { enqueueStamp } from '../../core/clock.ts';
-import { errorBody, type RunJobData } from '../../core/contracts.ts';
+import { errorBody, FUNCTION_NAME, type RunJobData } from '../../core/contracts.ts';
 import { FunctionGoneError, KeyRejectedError, type LiveQueue } from '../../core/live-queue.ts';
 import { keys, tenantKeys } from '../../core/keys.ts';
 import type { Logger } from '../../core/log.ts';
-import { baseKey } from '../../core/names.ts';
+import { baseKey, qualifiedName } from '../../core/names.ts';
 import type { KeyLimits, AuthContext } from '../../core/tenants.ts';
 import { BudgetGate } from '../../gateway/budget-gate.ts';
 import { ChunkReader } from '../../gateway/chunk-reader.ts';
@@ -22,9 +22,12 @@ import { acquireSlot, checkRate, QueueDepth, RedisMemory } from '../../gateway/q
 import { ReplyHub, type Reply } from '../../gateway/replies.ts';
 import type { CallRequest } from '../channel/messages.ts';
 
-/** Calls one run may have waiting at once, and this replica in all: more are answered 429. */
+/** Calls one run may have waiting at once, and this replica in all, and their input in all: more are answered 429. */
 export const CALLS_PER_RUN = 64;
 export const CALLS_PER_REPLICA = 1024;
+export const CALL_INPUT_BYTES_PER_REPLICA = 64 * 2 ** 20;
+/** A streamed call's chunks passed to the user code ahead of its credit (call_credit messages). */
+export const CALL_CHUNK_WINDOW = 16;
 /** A streamed call's chunks still unread when its reply came get this long to arrive. */
 const CHUNKS_AFTER_REPLY_MS = 10_000;
 /** A reply on its way when the call's time ran out still gets this long. */
@@ -77,6 +80,10 @@ interface OpenCall {
   entry?: string;
   id: string;
   startedAt: number;
+  /** Its input's length, counted against CALL_INPUT_BYTES_PER_REPLICA until it ends. */
+  inputBytes: number;
+  /** A streamed call: the user code took `k` more chunks (credit). */
+  credit: (k: number) => void;
   /** Its caller let go of it (maybe while it was still being admitted: then it is never queued). */
   stopped: boolean;
   /** Ends the call now: its reply is no longer awaited. */
@@ -111,6 +118,8 @@ export class Calls {
   private readonly memory: RedisMemory;
   private readonly keyRecords = new Map<string, { at: number; value: Promise<{ hash: string; limits?: KeyLimits } | null> }>();
   private readonly edges = new Map<string, number>();
+  /** Bytes of input of the calls open now. */
+  private inputBytes = 0;
 
   constructor(private readonly o: CallsOptions) {
     this.budgets = new BudgetGate(o.redis);
@@ -128,11 +137,13 @@ export class Calls {
     const { c } = req;
     if (this.open.has(c)) return this.o.answer(c, 400, JSON.stringify(errorBody('invalid_call', `call number ${c} is in use`)));
     let calls = this.runs.get(run.n);
-    if ((calls?.open.size ?? 0) >= CALLS_PER_RUN || this.open.size >= CALLS_PER_REPLICA) {
-      return this.o.answer(c, 429, JSON.stringify(errorBody('too_many_calls', `a request may wait on ${CALLS_PER_RUN} calls at once (a replica on ${CALLS_PER_REPLICA}); await some before making more`)));
+    const inputBytes = Buffer.byteLength(req.input);
+    if ((calls?.open.size ?? 0) >= CALLS_PER_RUN || this.open.size >= CALLS_PER_REPLICA || this.inputBytes + inputBytes > CALL_INPUT_BYTES_PER_REPLICA) {
+      return this.o.answer(c, 429, JSON.stringify(errorBody('too_many_calls', `a request may wait on ${CALLS_PER_RUN} calls at once (a replica on ${CALLS_PER_REPLICA}, with ${CALL_INPUT_BYTES_PER_REPLICA / 2 ** 20} MiB of input in all); await some before making more`)));
     }
     if (!calls) this.runs.set(run.n, (calls = { open: new Set(), ms: 0, lent: false }));
-    const call: OpenCall = { n: run.n, id: randomUUID(), startedAt: performance.now(), stopped: false, stop: () => void (call.stopped = true) };
+    const call: OpenCall = { n: run.n, id: randomUUID(), startedAt: performance.now(), inputBytes, stopped: false, stop: () => void (call.stopped = true), credit: () => {} };
+    this.inputBytes += inputBytes;
     this.open.set(c, call);
     calls.open.add(c);
     if (calls.open.size === 1 && run.lends) calls.lent = this.o.lend();
@@ -144,6 +155,11 @@ export class Calls {
         this.end(c, e.status, JSON.stringify(errorBody(e.code, e.message)));
       },
     );
+  }
+
+  /** The handler read `k` more of streamed call c's chunks (at most the window is owed). */
+  credit(c: number, k: number): void {
+    this.open.get(c)?.credit(k);
   }
 
   /** The handler let go of call c (its signal aborted, it stopped reading a stream). */
@@ -171,6 +187,7 @@ export class Calls {
     const call = this.open.get(c);
     if (!call) return;
     this.open.delete(c);
+    this.inputBytes -= call.inputBytes;
     const calls = this.runs.get(call.n);
     if (calls?.open.delete(c)) {
       calls.ms += performance.now() - call.startedAt;
@@ -190,21 +207,30 @@ export class Calls {
     const { data } = run;
     const depth = (data.depth ?? 0) + 1;
     if (depth > this.o.maxDepth) throw new CallRefused(508, 'call_depth_exceeded', `calling ${req.name} would make a chain of ${depth} calls; the platform allows ${this.o.maxDepth} (EMBERS_MAX_CALL_DEPTH)`);
-    let input: unknown;
+    // Checked, not kept: the queue writes the text as it came.
     try {
-      input = JSON.parse(req.input);
+      JSON.parse(req.input);
     } catch {
       throw new CallRefused(400, 'invalid_input', `the input of the call to ${req.name} is not JSON`);
     }
-    const tenant = data.t ?? 'default';
+    // One deadline, fixed now: admission's time comes out of it.
+    const endBy = Math.min(run.endBy, Date.now() + (req.timeoutMs ?? Infinity));
+    if (endBy <= Date.now()) throw new CallRefused(504, 'timeout', `the calling request has no time left to call ${req.name}`);
+    const tenant = data.t;
+    if (!tenant) throw new CallRefused(403, 'calls_unavailable', 'this request has no tenant to call other functions as');
+    // A name a function cannot have is answered as a missing one before any lookup: nothing about
+    // another tenant's functions (a legacy key, a version key) is read on its behalf.
+    const missing = () => new CallRefused(404, 'function_not_found', `no function named ${req.name}`);
+    if (!FUNCTION_NAME.test(req.name)) throw missing();
     const found = await this.o.functions.find(tenant, req.name);
-    // Another tenant's function answers exactly as one that does not exist.
-    if (!found) throw new CallRefused(404, 'function_not_found', `no function named ${req.name}`);
+    if (!found) {
+      // Misses are not kept: a handler trying names must not grow this replica's cache.
+      this.o.functions.forget(qualifiedName(tenant, req.name));
+      this.o.functions.forget(req.name);
+      throw missing();
+    }
     const served = this.o.functions.serving(found, undefined);
     const { key, fn } = served instanceof Promise ? await served : served;
-    const left = run.endBy - Date.now();
-    const timeoutMs = Math.min(left, req.timeoutMs ?? Infinity);
-    if (timeoutMs <= 0) throw new CallRefused(504, 'timeout', `the calling request has no time left to call ${req.name}`);
     // The same admission as the caller's own HTTP request: its tenant's budget, its key's limits, the callee's queue, Redis's memory.
     const keyRecord = data.k ? await this.keyRecord(tenant, data.k) : null;
     const auth: AuthContext = { tenant, keyId: data.k ?? 'unknown', scopes: ['run'], admin: false, ...(keyRecord?.limits ? { limits: keyRecord.limits } : {}) };
@@ -215,29 +241,30 @@ export class Calls {
       await checkRate(this.o.redis, auth);
       await this.depth.check(key, fn.manifest.maxQueueLength ?? 10_000);
       await this.memory.check(Buffer.byteLength(req.input));
-      release = await acquireSlot(this.o.redis, auth, call.id, timeoutMs + REPLY_GRACE_MS);
+      release = await acquireSlot(this.o.redis, auth, call.id, Math.max(0, endBy - Date.now()) + REPLY_GRACE_MS);
     } catch (err) {
       const e = err as { status?: number; code?: string; message?: string };
       if (typeof e.status === 'number' && typeof e.code === 'string') throw new CallRefused(e.status, e.code, e.message ?? e.code);
       throw err;
     }
     try {
-      return await this.queue(run, req, call, { key, input, depth, timeoutMs, keyHash: keyRecord?.hash });
+      return await this.queue(run, req, call, { key, depth, endBy, keyHash: keyRecord?.hash });
     } finally {
       release();
     }
   }
 
-  private async queue(run: CallingRun, req: CallRequest, call: OpenCall, q: { key: string; input: unknown; depth: number; timeoutMs: number; keyHash?: string }): Promise<{ status: number; body: string }> {
+  private async queue(run: CallingRun, req: CallRequest, call: OpenCall, q: { key: string; depth: number; endBy: number; keyHash?: string }): Promise<{ status: number; body: string }> {
     const { data } = run;
     const hub = await this.replies();
     const stamp = enqueueStamp();
-    const endBy = stamp.enq + q.timeoutMs;
+    const { endBy } = q;
     const callee: RunJobData = {
       rid: `${data.rid}.${req.c}`,
       id: call.id,
       gw: this.o.replica,
-      input: q.input,
+      // The input's text is queued as it came (inputJson).
+      input: null,
       ...stamp,
       deadline: Math.min(stamp.enq + this.o.queueTimeoutMs, endBy),
       endBy,
@@ -258,7 +285,7 @@ export class Calls {
       hub.cancel(call.id);
       wakeStop();
     };
-    const reply = hub.expect(call.id, q.timeoutMs + REPLY_GRACE_MS);
+    const reply = hub.expect(call.id, Math.max(0, endBy - Date.now()) + REPLY_GRACE_MS);
     let entry: string;
     try {
       entry = await this.o.live.add(q.key, callee, { inputJson: req.input, mustBeDeployed: true, ...(q.keyHash ? { keyHash: q.keyHash } : {}) });
@@ -278,33 +305,62 @@ export class Calls {
       throw canceled();
     }
     const reader = req.stream ? new ChunkReader({ redis: this.o.redis, hub, id: call.id, consume: true }) : undefined;
-    const streaming = reader ? this.forward(reader, req.c, () => call.stopped) : undefined;
+    const streaming = reader ? this.forward(reader, call, req.c) : undefined;
+    let answered = false;
     try {
       await reader?.open();
       const r = await Promise.race([reply, stoppedNow]);
       if (!r) {
-        await takeBack();
         if (call.stopped) throw canceled();
-        throw new CallRefused(504, 'timeout', `${req.name} did not answer within ${q.timeoutMs} ms`);
+        throw new CallRefused(504, 'timeout', `${req.name} did not answer within the ${Math.round(endBy - stamp.enq)} ms its caller had left`);
       }
+      answered = true;
       if (reader) await streaming!.through(r.header.chunks ?? 0);
       return { status: r.header.status, body: bodyOf(r) };
     } finally {
+      // Not answered, for whatever reason: never run, or stopped where it runs.
+      if (!answered) {
+        hub.cancel(call.id);
+        await takeBack();
+      }
       streaming?.stop();
       await reader?.close();
     }
   }
 
-  /** Passes a streamed call's chunks to the user code as they come, until told the last one's number. */
-  private forward(reader: ChunkReader, c: number, stopped: () => boolean): { through: (last: number) => Promise<void>; stop: () => void } {
+  /**
+   * Passes a streamed call's chunks to the user code as they come, until told the last one's
+   * number, and no faster than it takes them: at most CALL_CHUNK_WINDOW ahead of its credit (and a
+   * read's worth). Chunks left unread hold the callee back (its UNREAD_MAX).
+   */
+  private forward(reader: ChunkReader, call: OpenCall, c: number): { through: (last: number) => Promise<void>; stop: () => void } {
     let last: number | undefined;
     let ended = false;
+    let owed = CALL_CHUNK_WINDOW;
+    let wakeCredit: (() => void) | undefined;
+    call.credit = (k) => {
+      if (!Number.isSafeInteger(k) || k <= 0) return;
+      owed = Math.min(CALL_CHUNK_WINDOW, owed + k);
+      wakeCredit?.();
+    };
     const done = (async () => {
-      while (!ended && !stopped()) {
+      while (!ended && !call.stopped) {
         if (last !== undefined && reader.after >= last) return;
-        for (const chunk of await reader.next(last === undefined ? 1_000 : 50)) this.o.chunk(c, chunk.data);
+        if (owed <= 0) {
+          await new Promise<void>((r) => {
+            wakeCredit = r;
+            setTimeout(r, 1_000).unref();
+          });
+          wakeCredit = undefined;
+          continue;
+        }
+        const chunks = await reader.next(last === undefined ? 1_000 : 50);
+        for (const chunk of chunks) this.o.chunk(c, chunk.data);
+        owed -= chunks.length;
       }
     })();
+    // A read failing as the replica closes ends the stream; it must not end the process.
+    done.catch(() => {});
     return {
       // Chunks the reply counts but that never come (expired with their stream) end the wait after a while.
       through: async (n) => {
@@ -318,6 +374,7 @@ export class Calls {
       stop: () => {
         ended = true;
         reader.poke();
+        wakeCredit?.();
       },
     };
   }

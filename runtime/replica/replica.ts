@@ -148,7 +148,10 @@ export class Replica {
     // Only while it starts: the user code could send such lines at any time.
     this.user.onStartLog = (phase, call) => this.state === 'starting' && this.tail.gate.on() && this.tail.writer.startLog(phase, call);
     const calls = o.calls && this.callsOf(o.calls);
-    if (calls) this.user.onCallAbort = (c) => calls.abort(c);
+    if (calls) {
+      this.user.onCallAbort = (c) => calls.abort(c);
+      this.user.onCallCredit = (c, k) => calls.credit(c, k);
+    }
     this.runs = { user: this.user, redis: o.redis, stops: this.stops, fn: plainName(fn), timeoutMs: o.manifest.timeoutMs, jobRetentionS: o.jobRetentionS, tail: this.tail, calls };
   }
 

@@ -12,7 +12,7 @@ import type { FromUserCode, UserStats } from '../channel/messages.ts';
 import { unrunTiming } from '../channel/timing.ts';
 
 /** The types a user-code process may send; anything else is a violation. */
-const TYPES = new Set<FromUserCode['type']>(['standby', 'started', 'start_failed', 'result', 'chunk', 'log', 'stuck', 'stats', 'call', 'call_abort']);
+const TYPES = new Set<FromUserCode['type']>(['standby', 'started', 'start_failed', 'result', 'chunk', 'log', 'stuck', 'stats', 'call', 'call_abort', 'call_credit']);
 
 /** Log messages a second (and burst): twice what an honest process sends (runtime/user-code/tail-log.ts). */
 export const LOG_MESSAGES_PER_S = 4000;
@@ -168,10 +168,11 @@ export function shapeProblem(m: unknown): string | undefined {
   if ((type === 'result' || type === 'chunk' || type === 'stuck') && !isRun(n)) return `sent a ${type} message without a run number`;
   if (type === 'chunk' && typeof (m as { data?: unknown }).data !== 'string') return 'sent a chunk that is not JSON text';
   if (type === 'log' && !(n === 0 || isRun(n))) return 'sent a log message without a run number';
-  if (type === 'call' || type === 'call_abort') {
-    const c = m as { c?: unknown; name?: unknown; input?: unknown; timeoutMs?: unknown; stream?: unknown };
+  if (type === 'call' || type === 'call_abort' || type === 'call_credit') {
+    const c = m as { c?: unknown; k?: unknown; name?: unknown; input?: unknown; timeoutMs?: unknown; stream?: unknown };
     if (!isRun(c.c)) return `sent a ${type} without a call number`;
     if (type === 'call_abort') return undefined;
+    if (type === 'call_credit') return isRun(c.k) ? undefined : 'sent a call credit that is not a positive whole number';
     if (!isRun(n)) return 'sent a call without a run number';
     if (typeof c.name !== 'string' || c.name.length > 63) return 'sent a call without a function name';
     if (typeof c.input !== 'string') return 'sent a call whose input is not JSON text';

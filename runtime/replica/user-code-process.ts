@@ -104,6 +104,8 @@ export class UserCodeProcess {
   onLogsDropped: (count: number) => void = () => {};
   /** The handler no longer waits for call c (any number: the replica's calls check it). */
   onCallAbort: (c: number) => void = () => {};
+  /** The handler read `k` more chunks of streamed call c (the replica's calls bound what it owes). */
+  onCallCredit: (c: number, k: number) => void = () => {};
   /** A `ctx.log` line of setup or warmup (unchecked: the replica caps it, as a run's). */
   onStartLog: (phase: StartPhase, call: unknown) => void = () => {};
 
@@ -278,7 +280,8 @@ export class UserCodeProcess {
       // Sent after the process ended (or while it is being ended): never run here, so never
       // answered here; the replica is going away, and the request is handed over with the rest.
       if (this.exitInfo || this.ending) return;
-      const live = !m.batch && o.timeoutMs !== undefined;
+      // Watched whenever the replica gives a time: a call from a batch line runs as batch work in the user code, but holds a live slot.
+      const live = o.timeoutMs !== undefined;
       this.runs.add(n, { resolve, onChunk: o.onChunk, chunksLeft: SEND_WINDOW, onLog: o.onLog, onCall: o.onCall, rid: m.rid, ...(live ? { answerBy: Date.now() + o.timeoutMs! + TIMEOUT_SLACK_MS, timeoutMs: o.timeoutMs } : {}) });
       // The bytes before the message that names them, on the same pipe.
       if (rawBytes !== undefined) writeFrame(this.toChild, BYTES, n, body as Uint8Array);
@@ -404,6 +407,9 @@ export class UserCodeProcess {
       }
       case 'call_abort':
         this.onCallAbort(m.c);
+        break;
+      case 'call_credit':
+        this.onCallCredit(m.c, m.k);
         break;
       case 'stats':
         if (this.statsAsked <= 0) return this.violation('sent stats nobody asked for');

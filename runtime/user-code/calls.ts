@@ -22,6 +22,8 @@ interface Pending {
   onChunk?: (data: string) => void;
   /** Ends the wait without an answer (the run ended, the caller's signal aborted). */
   fail: (err: Error) => void;
+  /** Stops listening to its signals. */
+  unlisten?: () => void;
 }
 
 export class OutgoingCalls {
@@ -32,6 +34,8 @@ export class OutgoingCalls {
     private readonly o: {
       send: (n: number, call: CallRequest) => void;
       abort: (c: number) => void;
+      /** The handler read `k` more of streamed call c's chunks. */
+      credit?: (c: number, k: number) => void;
     },
   ) {}
 
@@ -73,6 +77,7 @@ export class OutgoingCalls {
       for (;;) {
         if (queue.length) {
           yield queue.shift();
+          this.o.credit?.(c, 1);
           continue;
         }
         if (end) {
@@ -83,7 +88,11 @@ export class OutgoingCalls {
       }
     } finally {
       // The caller stopped reading early: the callee is stopped.
-      if (this.pending.delete(c)) this.o.abort(c);
+      const p = this.pending.get(c);
+      if (p && this.pending.delete(c)) {
+        p.unlisten?.();
+        this.o.abort(c);
+      }
     }
   }
 
@@ -148,6 +157,7 @@ export class OutgoingCalls {
     const unlisten = () => listeners.forEach((off) => off());
     this.pending.set(c, {
       n,
+      unlisten,
       onChunk: p.onChunk,
       resolve: (status, body) => {
         unlisten();

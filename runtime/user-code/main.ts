@@ -95,6 +95,7 @@ const user = new UserCode({
   sendLog,
   sendCall: (n, call) => send({ type: 'call', n, ...call }),
   abortCall: (c) => send({ type: 'call_abort', c }),
+  creditCall: (c, k) => send({ type: 'call_credit', c, k }),
 });
 
 function receive(m: ToUserCode): void {

@@ -54,6 +54,7 @@ export interface UserCodeOptions {
   /** Where a handler's `ctx.call` goes (its replica; stand-ins in embers/testing), and how one is stopped. */
   sendCall?: (n: number, call: CallRequest) => void;
   abortCall?: (c: number) => void;
+  creditCall?: (c: number, k: number) => void;
 }
 
 export class UserCode {
@@ -90,6 +91,7 @@ export class UserCode {
     this.calls = new OutgoingCalls({
       send: o.sendCall ?? ((_n, call) => this.calls.result(call.c, 501, JSON.stringify(errorBody('calls_unavailable', 'ctx.call needs the platform (or stand-ins in embers/testing)')))),
       abort: o.abortCall ?? (() => {}),
+      credit: o.creditCall,
     });
   }
 

@@ -112,6 +112,9 @@ describe('ctx.call', () => {
     const res = await json(await run('caller', { mode: 'stream', to: 'counter', input: { n: 4, ms: 50 } }));
     assert.equal(res.status, 200, JSON.stringify(res.body));
     assert.deepEqual(res.body.chunks, [1, 2, 3, 4].map((i) => ({ i })));
+    // More than the replica passes on ahead of the handler's reading: the rest come as it reads.
+    const many = await json(await run('caller', { mode: 'stream', to: 'counter', input: { n: 60 } }));
+    assert.deepEqual(many.body.chunks, Array.from({ length: 60 }, (_, i) => ({ i: i + 1 })));
   });
 
   test('another tenant\'s function is answered exactly as a missing one, and the key\'s limits apply to calls', async () => {
@@ -120,6 +123,12 @@ describe('ctx.call', () => {
     const other = await json(await run('caller', { mode: 'catch', to: 'upper', input: { text: 'x' } }, { key: b.key }));
     const missing = await json(await run('caller', { mode: 'catch', to: 'no-such', input: { text: 'x' } }, { key: b.key }));
     assert.equal(other.body.status, 404);
+    // Names no function can have (another tenant's key, a version key) are missing too, before any lookup.
+    for (const forged of ['default.upper', 'upper@v1', 'Upper', '../upper']) {
+      const res = await json(await run('caller', { mode: 'catch', to: forged, input: { text: 'x' } }, { key: b.key }));
+      assert.equal(res.body.status, 404, forged);
+      assert.equal(res.body.code, 'function_not_found', forged);
+    }
     assert.deepEqual({ ...other.body, message: String(other.body.message).replace('upper', 'NAME') }, { ...missing.body, message: String(missing.body.message).replace('no-such', 'NAME') });
     // One request in flight for this key: the call would be a second.
     const admin = (route: string, body: unknown) => p.fetch(route, { method: 'POST', body: JSON.stringify(body), headers: { authorization: `Bearer ${p.adminKey}`, 'content-type': 'application/json' } });

@@ -166,6 +166,8 @@ describe('UserCodeReader', () => {
     assert.match(shapeProblem({ type: 'call', n: 1, c: 1, name: 'upper', input: '{}', timeoutMs: 1.5 })!, /timeout/);
     assert.match(shapeProblem({ type: 'call', n: 1, c: 1, name: 'upper', input: '{}', stream: 1 })!, /stream flag/);
     assert.equal(shapeProblem({ type: 'call_abort', c: 3 }), undefined);
+    assert.equal(shapeProblem({ type: 'call_credit', c: 3, k: 1 }), undefined);
+    assert.match(shapeProblem({ type: 'call_credit', c: 3, k: 0 })!, /credit/);
     assert.match(shapeProblem({ type: 'call_abort' })!, /without a call number/);
   });
 });

@@ -61,6 +61,15 @@ describe('embers/testing', () => {
     assert.deepEqual(streamed.output, { chunks: [{ i: 1 }, { i: 2 }] });
   });
 
+  it('HandlerError\'s instanceof holds across copies, and a subclass keeps its own', () => {
+    class NotFound extends HandlerError {}
+    const copy = Object.defineProperty(new Error('x'), Symbol.for('embers.handler-error'), { value: true });
+    assert.ok(copy instanceof HandlerError);
+    assert.ok(new NotFound(404, 'x') instanceof HandlerError);
+    assert.ok(new NotFound(404, 'x') instanceof NotFound);
+    assert.ok(!(new HandlerError(400, 'x') instanceof NotFound));
+  });
+
   it('types a call by its callee\'s definition', () => {
     // Checked by tsc: the callee's input schema and handler's return type.
     const input: CallInput<typeof Upper> = { text: 'a' };
