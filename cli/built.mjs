@@ -15,8 +15,11 @@ const OUT = path.join(ROOT, 'cli', '.built');
 const KEEP_OLD_MS = 10 * 60_000;
 /** Folders whose files go into the bundle. */
 const SOURCES = ['cli', 'core', 'gateway', 'scheduler', 'platform', 'runtime', 'native', 'sdk'];
-/** Packages loaded from node_modules at run time: native code, files found by path, or tools run as programs. */
-const EXTERNAL = ['@aws-sdk/*', 'onnxruntime-node', 'sharp', 'pino', 'pino-pretty', 'esbuild', 'tsx', 's3rver', 'playwright-core', 'swagger-ui-dist'];
+/**
+ * Packages loaded from node_modules at run time: native code or its optional accelerators
+ * (msgpackr, under BullMQ), files found by path from their own folder, or tools run as programs.
+ */
+const EXTERNAL = ['@aws-sdk/*', 'bullmq', 'msgpackr', 'onnxruntime-node', 'sharp', 'pino', 'pino-pretty', 'esbuild', 'tsx', 's3rver', 'playwright-core', 'swagger-ui-dist'];
 
 /** Every source file's path, size and modification time, and the lock file's: a new one when anything changes. */
 function fingerprint() {
