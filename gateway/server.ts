@@ -34,6 +34,7 @@ import type { Pricing } from '../core/pricing.ts';
 import { BudgetStore } from '../core/budgets.ts';
 import { BudgetGate } from './budget-gate.ts';
 import { keys, QUEUE_PREFIX, WEBHOOK_QUEUE } from '../core/keys.ts';
+import { waker } from '../core/wake.ts';
 
 /** How long closing waits for requests in flight before cutting their connections. */
 const CLOSE_GRACE_MS = 10_000;
@@ -131,7 +132,6 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
   const webhooks = startWebhookWorker({ redisTarget: o.redisTarget, jobs, secret: webhookSecret, baseUrl: () => o.publicUrl ?? url, log, allowPrivate: o.webhookAllowPrivate });
 
   const tails = new TailFeeds({ redis, log });
-  const lastWake = new Map<string, number>();
   const buckets = new BucketRegistry(redis, o.secretsKey ? new Sealer(o.secretsKey, 'buckets') : null);
   const stores = new TenantStores(o.store, buckets, o.bucketAllowPrivate ?? false);
   const app = createApp({
@@ -173,14 +173,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     budgets: new BudgetGate(redis),
     budgetStore: new BudgetStore(redis),
     defaultPricing: o.defaultPricing ?? { perRequest: 0, perComputeSecond: 0 },
-    wake: (name) => {
-      // At most one wake per function per second from this gateway: cheap, and enough to cut
-      // the scheduler's tick out of a cold start.
-      const now = performance.now();
-      if (now - (lastWake.get(name) ?? -Infinity) < 1_000) return;
-      lastWake.set(name, now);
-      redis.publish(keys.registryChannel, JSON.stringify({ type: 'wake', name } satisfies PlatformEvent)).catch(() => {});
-    },
+    wake: waker(redis),
   });
 
   let server: ServerType;

@@ -14,22 +14,20 @@ import { FunctionGoneError, KeyRejectedError, type LiveQueue } from '../../core/
 import { keys, tenantKeys } from '../../core/keys.ts';
 import type { Logger } from '../../core/log.ts';
 import { baseKey, qualifiedName } from '../../core/names.ts';
-import type { KeyLimits, AuthContext } from '../../core/tenants.ts';
+import { TenantStore, type AuthContext, type KeyLimits } from '../../core/tenants.ts';
 import { BudgetGate } from '../../gateway/budget-gate.ts';
 import { ChunkReader } from '../../gateway/chunk-reader.ts';
 import type { FunctionsCache } from '../../gateway/functions-cache.ts';
 import { acquireSlot, checkRate, QueueDepth, RedisMemory } from '../../gateway/quotas.ts';
 import { ReplyHub, type Reply } from '../../gateway/replies.ts';
 import type { CallRequest } from '../channel/messages.ts';
+import { forwardChunks } from './call-chunks.ts';
 
 /** Calls one run may have waiting at once, and this replica in all, and their input in all: more are answered 429. */
 export const CALLS_PER_RUN = 64;
 export const CALLS_PER_REPLICA = 1024;
 export const CALL_INPUT_BYTES_PER_REPLICA = 64 * 2 ** 20;
-/** A streamed call's chunks passed to the user code ahead of its credit (call_credit messages). */
-export const CALL_CHUNK_WINDOW = 16;
-/** A streamed call's chunks still unread when its reply came get this long to arrive. */
-const CHUNKS_AFTER_REPLY_MS = 10_000;
+
 /** A reply on its way when the call's time ran out still gets this long. */
 const REPLY_GRACE_MS = 1_000;
 /** How long a key's record (its hash and limits) is taken from memory. */
@@ -116,6 +114,7 @@ export class Calls {
   private readonly budgets: BudgetGate;
   private readonly depth: QueueDepth;
   private readonly memory: RedisMemory;
+  private readonly tenants: TenantStore;
   private readonly keyRecords = new Map<string, { at: number; value: Promise<{ hash: string; limits?: KeyLimits } | null> }>();
   private readonly edges = new Map<string, number>();
   /** Bytes of input of the calls open now. */
@@ -125,11 +124,7 @@ export class Calls {
     this.budgets = new BudgetGate(o.redis);
     this.depth = new QueueDepth(o.live);
     this.memory = new RedisMemory(o.redis, o.redisMemoryLimitBytes);
-  }
-
-  /** Time run n spent waiting on its calls so far (ms). */
-  msOf(n: number): number {
-    return this.runs.get(n)?.ms ?? 0;
+    this.tenants = new TenantStore(o.redis);
   }
 
   /** Starts a call of `run`'s handler; its answer goes back through `answer`. */
@@ -305,7 +300,7 @@ export class Calls {
       throw canceled();
     }
     const reader = req.stream ? new ChunkReader({ redis: this.o.redis, hub, id: call.id, consume: true }) : undefined;
-    const streaming = reader ? this.forward(reader, call, req.c) : undefined;
+    const streaming = reader ? forwardChunks(reader, call, (data) => this.o.chunk(req.c, data)) : undefined;
     let answered = false;
     try {
       await reader?.open();
@@ -326,57 +321,6 @@ export class Calls {
       streaming?.stop();
       await reader?.close();
     }
-  }
-
-  /**
-   * Passes a streamed call's chunks to the user code as they come, until told the last one's
-   * number, and no faster than it takes them: at most CALL_CHUNK_WINDOW ahead of its credit (and a
-   * read's worth). Chunks left unread hold the callee back (its UNREAD_MAX).
-   */
-  private forward(reader: ChunkReader, call: OpenCall, c: number): { through: (last: number) => Promise<void>; stop: () => void } {
-    let last: number | undefined;
-    let ended = false;
-    let owed = CALL_CHUNK_WINDOW;
-    let wakeCredit: (() => void) | undefined;
-    call.credit = (k) => {
-      if (!Number.isSafeInteger(k) || k <= 0) return;
-      owed = Math.min(CALL_CHUNK_WINDOW, owed + k);
-      wakeCredit?.();
-    };
-    const done = (async () => {
-      while (!ended && !call.stopped) {
-        if (last !== undefined && reader.after >= last) return;
-        if (owed <= 0) {
-          await new Promise<void>((r) => {
-            wakeCredit = r;
-            setTimeout(r, 1_000).unref();
-          });
-          wakeCredit = undefined;
-          continue;
-        }
-        const chunks = await reader.next(last === undefined ? 1_000 : 50);
-        for (const chunk of chunks) this.o.chunk(c, chunk.data);
-        owed -= chunks.length;
-      }
-    })();
-    // A read failing as the replica closes ends the stream; it must not end the process.
-    done.catch(() => {});
-    return {
-      // Chunks the reply counts but that never come (expired with their stream) end the wait after a while.
-      through: async (n) => {
-        last = n;
-        reader.poke();
-        let timer: NodeJS.Timeout | undefined;
-        await Promise.race([done, new Promise((r) => (timer = setTimeout(r, CHUNKS_AFTER_REPLY_MS)))]);
-        clearTimeout(timer);
-        ended = true;
-      },
-      stop: () => {
-        ended = true;
-        reader.poke();
-        wakeCredit?.();
-      },
-    };
   }
 
   /** The reply channel of this replica, subscribed on first use. */
@@ -400,10 +344,8 @@ export class Calls {
     if (hit && performance.now() - hit.at < KEY_FRESH_MS) return hit.value;
     const value = (async () => {
       const hash = await this.o.redis.hget(tenantKeys.tenantKeys(tenant), keyId);
-      const raw = hash ? await this.o.redis.hget(tenantKeys.keysByHash, hash) : null;
-      if (!hash || !raw) return null;
-      const record = JSON.parse(raw) as { limits?: KeyLimits };
-      return { hash, ...(record.limits ? { limits: record.limits } : {}) };
+      const key = hash ? await this.tenants.resolveHash(hash) : null;
+      return hash && key ? { hash, ...(key.limits ? { limits: key.limits } : {}) } : null;
     })();
     this.keyRecords.set(id, { at: performance.now(), value });
     value.catch(() => this.keyRecords.delete(id));

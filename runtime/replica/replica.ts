@@ -25,6 +25,7 @@ import { loadFunction, type LoadOptions } from './load.ts';
 import { refusal } from './refusals.ts';
 import { runOnUserCode, type RunContext, type RunEnd } from './run-request.ts';
 import { Calls, type CallsOptions } from './calls.ts';
+import { waker } from '../../core/wake.ts';
 import { Stops } from './stops.ts';
 import { unrunTiming } from '../channel/timing.ts';
 import { StartFailure, type UserStats } from '../channel/messages.ts';
@@ -157,7 +158,6 @@ export class Replica {
 
   /** Its handlers' calls to other functions: queued as this replica, answered on its own channel. */
   private callsOf(c: NonNullable<ReplicaOptions['calls']>): Calls {
-    const lastWake = new Map<string, number>();
     return new Calls({
       ...c,
       redis: this.o.redis,
@@ -167,13 +167,7 @@ export class Replica {
       chunk: (n, data) => this.user.callChunk(n, data),
       lend: () => this.live?.lend() ?? false,
       reclaim: () => this.live?.reclaim(),
-      // At most one wake per callee per second, as a gateway's: enough to cut the scheduler's tick out of its cold start.
-      wake: (name) => {
-        const now = performance.now();
-        if (now - (lastWake.get(name) ?? -Infinity) < 1_000) return;
-        lastWake.set(name, now);
-        void this.o.redis.publish(keys.registryChannel, JSON.stringify({ type: 'wake', name } satisfies PlatformEvent)).catch(() => {});
-      },
+      wake: waker(this.o.redis),
       log: this.log,
     });
   }
